@@ -1,0 +1,20 @@
+// attnkit: attention kernels for CPUs. The umbrella header: includes every public header.
+#pragma once
+
+#include "attnkit/error.hpp"
+#include "attnkit/kernel/attention.hpp"
+#include "attnkit/kernel/tile_config.hpp"
+#include "attnkit/mask/causal.hpp"
+#include "attnkit/mask/full.hpp"
+#include "attnkit/mask/tile_kind.hpp"
+#include "attnkit/normalizer/softmax.hpp"
+#include "attnkit/options.hpp"
+#include "attnkit/position/no_position.hpp"
+#include "attnkit/problem.hpp"
+#include "attnkit/reference/attention.hpp"
+#include "attnkit/score/dot.hpp"
+#include "attnkit/score/softcap.hpp"
+#include "attnkit/slots.hpp"
+#include "attnkit/spec.hpp"
+#include "attnkit/tensor.hpp"
+#include "attnkit/version.hpp"

@@ -1,0 +1,107 @@
+// Tile products of the attention kernels: C[m, n] (+)= A[m, k] * B[k, n] in f32. B and C
+// are row-major with n a whole number of SIMD vectors (callers pad); A has any row and
+// column stride, so K rows straight from a view, or a transposed weight tile, serve as A
+// without a copy. A register-blocked micro-kernel (BLIS style): an MR x NR-vector block of
+// C lives in registers while one row of B and MR broadcasts of A feed it per step of k.
+#pragma once
+
+#include <algorithm>
+#include <cassert>
+
+#include "attnkit/simd/simd.hpp"
+#include "attnkit/tensor.hpp"
+
+namespace attnkit::gemm {
+
+using simd::Vec;
+using simd::kWidth;
+
+// Register block: MR * NR accumulators + NR loads + 1 broadcast must fit the register file.
+// 32 registers (AVX-512): 6 x 4 = 24 accumulators; 16 registers: 6 x 2 = 12.
+inline constexpr int kMR = 6;
+inline constexpr int kNR = simd::kRegisters >= 32 ? 4 : 2;
+// Depth of one pass over B: a kKc x (kNR * kWidth) panel of B stays in L1 across row blocks.
+inline constexpr Index kKc = 128;
+
+/// A operand: element (i, p) at data[i * row_stride + p * col_stride].
+struct StridedA {
+  const float* data;
+  Index row_stride, col_stride;
+  const float* at(Index i, Index p) const { return data + i * row_stride + p * col_stride; }
+};
+
+/// C[MR, NR*kWidth] (+)= A[MR, k] * B[k, NR*kWidth]; ldb, ldc in elements.
+template <int MR, int NR>
+inline void micro_kernel(Index k, StridedA a, const float* b, Index ldb, float* c, Index ldc,
+                         bool accumulate) {
+  Vec acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int r = 0; r < NR; ++r)
+      acc[i][r] = accumulate ? simd::load(c + i * ldc + r * kWidth) : Vec(0.f);
+
+  for (Index p = 0; p < k; ++p) {
+    Vec brow[NR];
+    for (int r = 0; r < NR; ++r) brow[r] = simd::load(b + p * ldb + r * kWidth);
+    for (int i = 0; i < MR; ++i) {
+      const Vec ai(a.data[i * a.row_stride + p * a.col_stride]);
+      for (int r = 0; r < NR; ++r) acc[i][r] = simd::fma(ai, brow[r], acc[i][r]);
+    }
+  }
+
+  for (int i = 0; i < MR; ++i)
+    for (int r = 0; r < NR; ++r) simd::store(c + i * ldc + r * kWidth, acc[i][r]);
+}
+
+namespace detail {
+
+// Runs the micro-kernel over rows [0, m) in blocks of kMR, the last block with fewer rows.
+template <int NR>
+inline void row_blocks(Index m, Index k, StridedA a, const float* b, Index ldb, float* c,
+                       Index ldc, bool accumulate) {
+  Index i = 0;
+  const auto rows_from = [&](Index i0) {
+    return StridedA{a.at(i0, 0), a.row_stride, a.col_stride};
+  };
+  for (; i + kMR <= m; i += kMR)
+    micro_kernel<kMR, NR>(k, rows_from(i), b, ldb, c + i * ldc, ldc, accumulate);
+  const auto at = [&](auto rows) {
+    micro_kernel<decltype(rows)::value, NR>(k, rows_from(i), b, ldb, c + i * ldc, ldc,
+                                            accumulate);
+  };
+  static_assert(kMR <= 6, "row_blocks: extend the remainder switch for a larger kMR");
+  switch (m - i) {
+    case 1: at(std::integral_constant<int, 1>{}); break;
+    case 2: at(std::integral_constant<int, 2>{}); break;
+    case 3: at(std::integral_constant<int, 3>{}); break;
+    case 4: at(std::integral_constant<int, 4>{}); break;
+    case 5: at(std::integral_constant<int, 5>{}); break;
+    default: break;
+  }
+}
+
+}  // namespace detail
+
+/// C[m, n] = A[m, k] * B[k, n] (or += when `accumulate`). B, C row-major with
+/// n % kWidth == 0 and ldb, ldc >= n. No allocation, no threading.
+inline void gemm(Index m, Index n, Index k, StridedA a, const float* b, Index ldb, float* c,
+                 Index ldc, bool accumulate) {
+  assert(n % kWidth == 0);
+  if (k == 0) {  // an empty product: C = 0, or unchanged when accumulating
+    if (!accumulate)
+      for (Index i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.f);
+    return;
+  }
+  constexpr Index kNc = kNR * kWidth;
+  for (Index p = 0; p < k; p += kKc) {
+    const Index kc = std::min(kKc, k - p);
+    const bool acc = accumulate || p > 0;
+    Index j = 0;
+    const StridedA ap{a.at(0, p), a.row_stride, a.col_stride};
+    for (; j + kNc <= n; j += kNc)
+      detail::row_blocks<kNR>(m, kc, ap, b + p * ldb + j, ldb, c + j, ldc, acc);
+    for (; j < n; j += kWidth)  // the last few vectors of columns, one at a time
+      detail::row_blocks<1>(m, kc, ap, b + p * ldb + j, ldb, c + j, ldc, acc);
+  }
+}
+
+}  // namespace attnkit::gemm

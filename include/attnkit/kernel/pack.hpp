@@ -1,0 +1,52 @@
+// Packing: copies of Q, K and V tiles into f32 scratch in the layouts the tile GEMMs read.
+// Storage types (float, Eigen::bfloat16, Eigen::half) are converted to f32 here.
+#pragma once
+
+#include <algorithm>
+#include <type_traits>
+
+#include "attnkit/simd/simd.hpp"
+#include "attnkit/tensor.hpp"
+
+namespace attnkit::detail {
+
+/// qt[D, ld] = scale * Q[rows, D]^T for `rows` query rows from (b, h, row0); columns past
+/// `rows` up to `padded` are 0, so padded query lanes compute finite, unused logits.
+template <class T>
+void pack_q_transposed(const View<T>& q, Index b, Index h, Index row0, Index rows,
+                       Index padded, float scale, float* qt, Index ld) {
+  const Index dim = q.dim;
+  for (Index r = 0; r < rows; ++r) {
+    const T* src = q.row(b, h, row0 + r);
+    for (Index c = 0; c < dim; ++c) qt[c * ld + r] = static_cast<float>(src[c]) * scale;
+  }
+  for (Index c = 0; c < dim; ++c) std::fill(qt + c * ld + rows, qt + c * ld + padded, 0.f);
+}
+
+/// dst[rows, ld] = f32(src rows from (b, h, row0)), columns past src.dim up to ld are 0.
+template <class T>
+void pack_rows(const View<T>& src, Index b, Index h, Index row0, Index rows, float* dst,
+               Index ld) {
+  for (Index r = 0; r < rows; ++r) {
+    const T* in = src.row(b, h, row0 + r);
+    float* out = dst + r * ld;
+    for (Index c = 0; c < src.dim; ++c) out[c] = static_cast<float>(in[c]);
+    std::fill(out + src.dim, out + ld, 0.f);
+  }
+}
+
+/// True when a view can feed the tile GEMMs in place: f32 storage and, as a GEMM's B
+/// operand, a whole number of SIMD vectors per row.
+template <class T>
+constexpr bool is_f32() {
+  return std::is_same_v<std::remove_const_t<T>, float>;
+}
+
+/// The f32 rows of an f32 view; nullptr for other storage (never read then).
+template <class T>
+const float* as_f32(const T* p) {
+  if constexpr (is_f32<T>()) return p;
+  else return nullptr;
+}
+
+}  // namespace attnkit::detail

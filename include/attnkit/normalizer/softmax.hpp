@@ -1,0 +1,91 @@
+// Softmax: weights a_ij = exp(s_ij - m_i) / sum_j exp(s_ij - m_i), computed online over key
+// tiles: a running max m and sum l per query, and the output accumulator rescaled by
+// alpha = exp(m_old - m_new) when m grows. exp is exp2 with log2(e) folded into one FMA.
+// Masked logits are -inf and weigh 0; a query with no visible key finalizes to 0, LSE -inf.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "attnkit/simd/simd.hpp"
+#include "attnkit/slots.hpp"
+#include "attnkit/tensor.hpp"
+
+namespace attnkit {
+
+struct Softmax {
+  using slot = NormalizerSlot;
+
+  static constexpr float kLog2e = 1.4426950408889634f;
+  static constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+  /// Running statistics of simd::kWidth queries, one per lane.
+  struct State {
+    simd::Vec m = simd::Vec(kNegInf);  // max logit seen
+    simd::Vec l = simd::Vec(0.f);     // sum of exp(s - m)
+  };
+
+  State begin() const { return State{}; }
+
+  /// s is a [keys, ld] block of logits whose kWidth columns are this State's queries
+  /// (masked = -inf). Overwrites the logits with unnormalized weights and returns, per
+  /// query, the factor by which its output accumulator must be rescaled.
+  simd::Vec absorb(State& st, float* s, Index keys, Index ld) const {
+    using simd::Vec;
+    Vec tile_max(kNegInf);
+    for (Index j = 0; j < keys; ++j) tile_max = simd::max(tile_max, simd::load(s + j * ld));
+    const Vec m_new = simd::max(st.m, tile_max);
+    // exp(s - m) = exp2(s * log2e - m * log2e): one FMA per element. The same rounded
+    // m * log2e serves the weights and alpha, so its rounding cancels in o / l. A query
+    // with nothing visible yet keeps m = -inf; using 0 there makes every weight exp2(-inf)
+    // = 0 instead of NaN.
+    const Vec log2e(kLog2e);
+    const Vec neg_mb = Vec(0.f) - simd::zero_if_neg_inf(m_new) * log2e;
+    Vec sum(0.f);
+    for (Index j = 0; j < keys; ++j) {
+      const Vec p = simd::exp2(simd::fma(simd::load(s + j * ld), log2e, neg_mb));
+      simd::store(s + j * ld, p);
+      sum = sum + p;
+    }
+    const Vec alpha = simd::exp2(simd::fma(st.m, log2e, neg_mb));  // exp2(-inf) = 0
+    st.l = simd::fma(st.l, alpha, sum);
+    st.m = m_new;
+    return alpha;
+  }
+
+  /// Per-query factor that turns the accumulator into the output: 1 / l, or 0 for a query
+  /// that saw no key (never NaN).
+  simd::Vec finalize(const State& st) const {
+    alignas(64) float l[simd::kWidth];
+    simd::store(l, st.l);
+    for (float& x : l) x = x > 0.f ? 1.f / x : 0.f;
+    return simd::load(l);
+  }
+
+  /// Natural-log log-sum-exp per query: m + log(l); -inf for a query that saw no key.
+  simd::Vec lse(const State& st) const {
+    alignas(64) float m[simd::kWidth], l[simd::kWidth];
+    simd::store(m, st.m);
+    simd::store(l, st.l);
+    for (int i = 0; i < simd::kWidth; ++i) m[i] = l[i] > 0.f ? m[i] + std::log(l[i]) : kNegInf;
+    return simd::load(m);
+  }
+
+  /// Reference rule in double for one query: logits s[n] (masked = -inf) -> weights in
+  /// place; returns the LSE.
+  double reference_row(double* s, Index n) const {
+    const double neg_inf = -std::numeric_limits<double>::infinity();
+    const double m = n > 0 ? *std::max_element(s, s + n) : neg_inf;
+    if (m == neg_inf) {
+      std::fill(s, s + n, 0.0);
+      return neg_inf;
+    }
+    double l = 0.0;
+    for (Index j = 0; j < n; ++j) l += (s[j] = std::exp(s[j] - m));
+    for (Index j = 0; j < n; ++j) s[j] /= l;
+    return m + std::log(l);
+  }
+};
+
+}  // namespace attnkit

@@ -1,0 +1,24 @@
+// Options: the per-call knobs of attention() that are not part of the variant itself —
+// scale, query offset, thread count and the optional row-statistics output. Chainable
+// setters stand in for designated initializers, which C++17 lacks.
+#pragma once
+
+#include <optional>
+
+#include "attnkit/tensor.hpp"
+
+namespace attnkit {
+
+struct Options {
+  std::optional<float> scale;     // default 1/sqrt(head_dim)
+  std::optional<Index> q_offset;  // absolute position of query row 0; default kv_len - q_len
+  int threads = 0;                // 0: all OpenMP threads; 1: serial
+  float* lse = nullptr;           // optional [batch, q_heads, q_len] log-sum-exp (natural log)
+
+  Options& with_scale(float s) { scale = s; return *this; }
+  Options& with_q_offset(Index off) { q_offset = off; return *this; }
+  Options& with_threads(int n) { threads = n; return *this; }
+  Options& with_lse(float* out) { lse = out; return *this; }
+};
+
+}  // namespace attnkit

@@ -1,0 +1,94 @@
+// The SIMD layer: the only header that names xsimd. It exposes one float vector type
+// `simd::Vec` of kWidth lanes and the few operations the kernels need. Defining
+// ATTNKIT_NO_SIMD selects a scalar Vec (one lane) with the same interface, so every kernel
+// has a portable path that tests compare against the vector one.
+// Version shims: xsimd 8.1 (Debian 12) has hadd() but no reduce_add()/reduce_max().
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+
+#ifndef ATTNKIT_NO_SIMD
+// GCC 12 reports -Wmaybe-uninitialized inside its own AVX-512 intrinsic headers when they
+// are inlined (the _mm512_undefined_* pass-through operands, GCC PR 105593, fixed in 13).
+// Silencing it while those headers are parsed keeps -Werror usable for our users.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <xsimd/xsimd.hpp>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
+
+namespace attnkit::simd {
+
+#ifdef ATTNKIT_NO_SIMD
+
+/// Scalar stand-in for a SIMD register: one lane, same operations.
+struct Vec {
+  float x;
+  Vec() = default;
+  Vec(float v) : x(v) {}  // NOLINT(google-explicit-constructor): mirrors xsimd broadcast
+  friend Vec operator+(Vec a, Vec b) { return a.x + b.x; }
+  friend Vec operator-(Vec a, Vec b) { return a.x - b.x; }
+  friend Vec operator*(Vec a, Vec b) { return a.x * b.x; }
+};
+inline constexpr int kWidth = 1;
+inline constexpr int kRegisters = 16;  // what the compiler has for the scalar path
+inline constexpr const char* kArchName = "scalar";
+
+inline Vec load(const float* p) { return *p; }
+inline void store(float* p, Vec v) { *p = v.x; }
+inline Vec fma(Vec a, Vec b, Vec c) { return std::fma(a.x, b.x, c.x); }
+inline Vec max(Vec a, Vec b) { return std::max(a.x, b.x); }
+inline Vec exp2(Vec a) { return std::exp2(a.x); }
+inline Vec tanh(Vec a) { return std::tanh(a.x); }
+inline float reduce_add(Vec a) { return a.x; }
+inline float reduce_max(Vec a) { return a.x; }
+inline Vec zero_if_neg_inf(Vec a) { return a.x == -HUGE_VALF ? 0.f : a.x; }
+
+#else
+
+using Vec = xsimd::batch<float>;
+inline constexpr int kWidth = static_cast<int>(Vec::size);
+// AVX-512 has 32 vector registers, SSE and AVX2 have 16: this sizes the GEMM register block.
+inline constexpr int kRegisters = kWidth >= 16 ? 32 : 16;
+inline constexpr const char* kArchName = Vec::arch_type::name();
+
+inline Vec load(const float* p) { return xsimd::load_unaligned(p); }
+inline void store(float* p, Vec v) { v.store_unaligned(p); }
+inline Vec fma(Vec a, Vec b, Vec c) { return xsimd::fma(a, b, c); }
+inline Vec max(Vec a, Vec b) { return xsimd::max(a, b); }
+inline Vec exp2(Vec a) { return xsimd::exp2(a); }
+inline Vec tanh(Vec a) { return xsimd::tanh(a); }
+
+/// a, with lanes equal to -inf replaced by 0.
+inline Vec zero_if_neg_inf(Vec a) { return xsimd::select(a == Vec(-HUGE_VALF), Vec(0.f), a); }
+
+inline float reduce_add(Vec a) {
+#if XSIMD_VERSION_MAJOR >= 10
+  return xsimd::reduce_add(a);
+#else
+  return xsimd::hadd(a);
+#endif
+}
+
+inline float reduce_max(Vec a) {
+  // Called once per row and tile, so a store and a short loop are cheap enough and work
+  // on every xsimd version.
+  alignas(64) float lanes[kWidth];
+  a.store_aligned(lanes);
+  return *std::max_element(lanes, lanes + kWidth);
+}
+
+#endif
+
+/// Rounds n up to a whole number of vectors.
+constexpr std::ptrdiff_t round_up(std::ptrdiff_t n) {
+  return (n + kWidth - 1) / kWidth * kWidth;
+}
+
+}  // namespace attnkit::simd

@@ -1,0 +1,51 @@
+// View<T>: a non-owning 4-D strided view [batch, heads, seq, dim] over caller memory.
+// Strides are in elements; the last dimension is contiguous. bhsd() and bshd() build the
+// two common layouts; any other layout is described by strides, never by a copy.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <type_traits>
+
+namespace attnkit {
+
+using Index = std::ptrdiff_t;
+
+template <class T>
+struct View {
+  using value_type = std::remove_const_t<T>;
+
+  T* data = nullptr;
+  Index batch = 0, heads = 0, seq = 0, dim = 0;
+  Index batch_stride = 0, head_stride = 0, seq_stride = 0;  // in elements
+
+  /// Pointer to the contiguous row [dim] at (b, h, s).
+  T* row(Index b, Index h, Index s) const {
+    return data + b * batch_stride + h * head_stride + s * seq_stride;
+  }
+
+  /// A const view of the same memory.
+  operator View<const value_type>() const {  // NOLINT(google-explicit-constructor)
+    return {data, batch, heads, seq, dim, batch_stride, head_stride, seq_stride};
+  }
+};
+
+/// General strided view: sizes {B, H, S, D}, strides {batch, head, seq} in elements.
+template <class T>
+View<T> strided(T* data, std::array<Index, 4> sizes, std::array<Index, 3> strides) {
+  return {data, sizes[0], sizes[1], sizes[2], sizes[3], strides[0], strides[1], strides[2]};
+}
+
+/// Dense [batch, heads, seq, dim] memory.
+template <class T>
+View<T> bhsd(T* data, Index B, Index H, Index S, Index D) {
+  return strided(data, {B, H, S, D}, {H * S * D, S * D, D});
+}
+
+/// Dense [batch, seq, heads, dim] memory (the layout of most model code).
+template <class T>
+View<T> bshd(T* data, Index B, Index S, Index H, Index D) {
+  return strided(data, {B, H, S, D}, {S * H * D, D, H * D});
+}
+
+}  // namespace attnkit
