@@ -17,7 +17,7 @@
 
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/gemm/tile_gemm.hpp"
-#include "attnkit/kernel/pack.hpp"
+#include "attnkit/detail/pack.hpp"
 #include "attnkit/kernel/scratch.hpp"
 #include "attnkit/kernel/tile_config.hpp"
 #include "attnkit/mask/tile_kind.hpp"

@@ -1,0 +1,322 @@
+// attention() against reference::attention() over a grid of shapes, layouts, masks,
+// score mods, GQA ratios and thread counts; edge cases (empty rows, huge logits, empty
+// key sets); validation errors. Built three times: native ISA, x86-64-v2, scalar.
+#include <attnkit/kernel/attention.hpp>
+
+#include <attnkit/mask/causal.hpp>
+#include <attnkit/reference/attention.hpp>
+#include <attnkit/score/softcap.hpp>
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+
+#include <Eigen/Core>
+#include <cstring>
+#include <optional>
+
+#include "support/attnkit_test.hpp"
+
+namespace ak = attnkit;
+using ak::Index;
+using ak::test::Layout;
+using ak::test::Tensor;
+namespace tol = ak::test::tol;
+
+namespace {
+
+struct Case {
+  Index batch = 1, q_heads = 2, kv_heads = 1;
+  Index q_len = 0, kv_len = 0, dim = 64, value_dim = 0;  // value_dim 0: same as dim
+  Layout layout = Layout::Bshd;
+  int threads = 2;
+  std::optional<Index> q_offset;
+  float stddev = 1.f;
+};
+
+struct Outcome {
+  double out_err, lse_err;
+  bool padding_intact;
+};
+
+// Runs the kernel and the reference on the same random inputs (storage type T) and
+// returns their largest differences.
+template <class T = float, class Spec>
+Outcome run_case(const Spec& spec, const Case& c, std::uint32_t seed = 7) {
+  const Index dv = c.value_dim > 0 ? c.value_dim : c.dim;
+  Tensor<T> q(c.layout, c.batch, c.q_heads, c.q_len, c.dim);
+  Tensor<T> k(c.layout, c.batch, c.kv_heads, c.kv_len, c.dim);
+  Tensor<T> v(c.layout, c.batch, c.kv_heads, c.kv_len, dv);
+  Tensor<float> o(c.layout, c.batch, c.q_heads, c.q_len, dv);
+  Tensor<double> expected(Layout::Bhsd, c.batch, c.q_heads, c.q_len, dv);
+  q.randomize(seed, c.stddev);
+  k.randomize(seed + 1, c.stddev);
+  v.randomize(seed + 2);
+  const auto rows = static_cast<std::size_t>(c.batch * c.q_heads * c.q_len);
+  std::vector<float> lse(rows), lse_expected(rows);
+
+  ak::Options options;
+  options.threads = c.threads;
+  options.q_offset = c.q_offset;
+  ak::attention(spec, q.cview(), k.cview(), v.cview(), o.view, ak::Options(options).with_lse(lse.data()));
+  ak::reference::attention(spec, q.cview(), k.cview(), v.cview(), expected.view,
+                           ak::Options(options).with_lse(lse_expected.data()));
+
+  const auto nan_count = std::count_if(o.memory.begin(), o.memory.end(),
+                                       [](float x) { return std::isnan(x); });
+  const auto padding = static_cast<std::ptrdiff_t>(o.memory.size()) - c.batch * c.q_heads * c.q_len * dv;
+  return {ak::test::max_abs_diff(o.view, expected.view), ak::test::max_lse_diff(lse, lse_expected),
+          nan_count == padding};
+}
+
+template <class Spec>
+void check(const Spec& spec, const Case& c) {
+  INFO("B=" << c.batch << " Hq=" << c.q_heads << " Hkv=" << c.kv_heads << " Lq=" << c.q_len
+            << " Lk=" << c.kv_len << " D=" << c.dim << " Dv=" << c.value_dim << " layout="
+            << ak::test::name(c.layout) << " threads=" << c.threads);
+  const Outcome r = run_case(spec, c);
+  CHECK(r.out_err <= tol::kF32);
+  CHECK(r.lse_err <= tol::kLseF32);
+  CHECK(r.padding_intact);
+}
+
+const auto kFull = ak::make_spec();
+const auto kCausal = ak::make_spec(ak::Causal{});
+
+}  // namespace
+
+TEST_CASE("attention: matches the reference for every sequence length", "[attention][grid]") {
+  const Index len = GENERATE(1, 7, 63, 64, 65, 200, 1000);
+  Case c;
+  c.q_len = c.kv_len = len;
+  check(kFull, c);
+  check(kCausal, c);
+}
+
+TEST_CASE("attention: matches the reference when Lq != Lk", "[attention][grid]") {
+  const auto [lq, lk] = GENERATE(table<Index, Index>({{1, 200}, {7, 65}, {65, 7}, {64, 1000},
+                                                      {200, 63}, {130, 257}}));
+  Case c;
+  c.q_len = lq;
+  c.kv_len = lk;
+  check(kFull, c);
+  check(kCausal, c);  // bottom-right: Lq > Lk leaves the first rows with no key
+}
+
+TEST_CASE("attention: matches the reference for every head dimension", "[attention][grid]") {
+  const Index dim = GENERATE(32, 64, 80, 96, 128, 256);
+  Case c;
+  c.q_len = 77;
+  c.kv_len = 130;
+  c.dim = dim;
+  c.layout = Layout::Bhsd;
+  check(kFull, c);
+  check(kCausal, c);
+}
+
+TEST_CASE("attention: value dimension may differ from the key dimension", "[attention][grid]") {
+  const auto [d, dv] = GENERATE(table<Index, Index>({{64, 32}, {32, 80}, {128, 72}, {80, 5}}));
+  Case c;
+  c.q_len = 70;
+  c.kv_len = 90;
+  c.dim = d;
+  c.value_dim = dv;
+  check(kFull, c);
+  check(kCausal, c);
+}
+
+TEST_CASE("attention: GQA and MQA share KV heads", "[attention][grid]") {
+  const auto [hq, hkv] = GENERATE(table<Index, Index>({{8, 8}, {8, 4}, {8, 2}, {8, 1}, {3, 1}}));
+  Case c;
+  c.batch = 2;
+  c.q_heads = hq;
+  c.kv_heads = hkv;
+  c.q_len = 66;
+  c.kv_len = 100;
+  c.dim = 32;
+  check(kFull, c);
+  check(kCausal, c);
+}
+
+TEST_CASE("attention: layouts BHSD, BSHD and padded strides", "[attention][grid]") {
+  const Layout layout = GENERATE(Layout::Bhsd, Layout::Bshd, Layout::Padded);
+  Case c;
+  c.batch = 2;
+  c.q_heads = 4;
+  c.kv_heads = 2;
+  c.q_len = 65;
+  c.kv_len = 129;
+  c.dim = 80;
+  c.layout = layout;
+  check(kFull, c);
+  check(kCausal, c);
+}
+
+TEST_CASE("attention: softcap with and without causal mask", "[attention][softcap]") {
+  const float cap = GENERATE(5.f, 30.f);
+  Case c;
+  c.q_len = 100;
+  c.kv_len = 300;
+  c.stddev = 3.f;  // logits large enough that the cap bends them
+  check(ak::make_spec(ak::Softcap{cap}), c);
+  check(ak::make_spec(ak::Causal{}, ak::Softcap{cap}), c);
+}
+
+TEST_CASE("attention: one and two threads, any q_offset", "[attention][threads]") {
+  const int threads = GENERATE(1, 2);
+  const Index offset = GENERATE(-20, 0, 50);
+  Case c;
+  c.q_len = 150;
+  c.kv_len = 180;
+  c.threads = threads;
+  c.q_offset = offset;
+  check(kCausal, c);
+}
+
+TEST_CASE("attention: the thread count does not change a single bit", "[attention][threads]") {
+  Tensor<float> q(Layout::Bshd, 2, 4, 300, 64), k(Layout::Bshd, 2, 2, 300, 64),
+      v(Layout::Bshd, 2, 2, 300, 64), o1(Layout::Bshd, 2, 4, 300, 64),
+      o2(Layout::Bshd, 2, 4, 300, 64);
+  q.randomize(1);
+  k.randomize(2);
+  v.randomize(3);
+  ak::attention(kCausal, q.cview(), k.cview(), v.cview(), o1.view, ak::Options{}.with_threads(1));
+  ak::attention(kCausal, q.cview(), k.cview(), v.cview(), o2.view, ak::Options{}.with_threads(2));
+  CHECK(std::memcmp(o1.memory.data(), o2.memory.data(), o1.memory.size() * sizeof(float)) == 0);
+}
+
+TEST_CASE("attention: a row with no visible key gives 0 and LSE -inf", "[attention][edge]") {
+  // Causal with q_offset = -3: query rows 0..2 sit before key 0 and see nothing.
+  Tensor<float> q(Layout::Bhsd, 1, 1, 10, 32), k(Layout::Bhsd, 1, 1, 10, 32),
+      v(Layout::Bhsd, 1, 1, 10, 32), o(Layout::Bhsd, 1, 1, 10, 32);
+  q.randomize(1);
+  k.randomize(2);
+  v.randomize(3);
+  std::vector<float> lse(10);
+  ak::attention(kCausal, q.cview(), k.cview(), v.cview(), o.view,
+                ak::Options{}.with_q_offset(-3).with_lse(lse.data()));
+  for (Index r = 0; r < 3; ++r) {
+    CHECK(lse[r] == -std::numeric_limits<float>::infinity());
+    for (Index c = 0; c < 32; ++c) CHECK(o.view.row(0, 0, r)[c] == 0.f);
+  }
+  for (Index r = 3; r < 10; ++r) CHECK(std::isfinite(lse[r]));
+}
+
+TEST_CASE("attention: no keys at all gives 0 and LSE -inf", "[attention][edge]") {
+  Tensor<float> q(Layout::Bhsd, 1, 2, 5, 16), k(Layout::Bhsd, 1, 2, 0, 16),
+      v(Layout::Bhsd, 1, 2, 0, 16), o(Layout::Bhsd, 1, 2, 5, 16);
+  q.randomize(1);
+  o.for_each([](float& x) { x = 42.f; });
+  std::vector<float> lse(10, 1.f);
+  ak::attention(kFull, q.cview(), k.cview(), v.cview(), o.view, ak::Options{}.with_lse(lse.data()));
+  o.for_each([](float& x) { CHECK(x == 0.f); });
+  for (float x : lse) CHECK(x == -std::numeric_limits<float>::infinity());
+}
+
+TEST_CASE("attention: huge logits (+-1e4) neither overflow nor lose the reference",
+          "[attention][edge]") {
+  // Integer data so that every logit is exact in f32: q . k = +-1e4 with scale 1.
+  const Index L = 70, D = 16;
+  Tensor<float> q(Layout::Bhsd, 1, 1, L, D), k(Layout::Bhsd, 1, 1, L, D),
+      v(Layout::Bhsd, 1, 1, L, D), o(Layout::Bhsd, 1, 1, L, D);
+  Tensor<double> expected(Layout::Bhsd, 1, 1, L, D);
+  v.randomize(3);
+  for (Index i = 0; i < L; ++i) {
+    q.view.row(0, 0, i)[0] = (i % 2 == 0) ? 100.f : -100.f;
+    k.view.row(0, 0, i)[0] = float(100 - 3 * (i % 7));  // logits in [+-8200, +-1e4]
+  }
+  std::vector<float> lse(L), lse_expected(L);
+  const auto opts = ak::Options{}.with_scale(1.f);
+  for (const bool causal : {false, true}) {
+    if (causal) {
+      ak::attention(kCausal, q.cview(), k.cview(), v.cview(), o.view, ak::Options(opts).with_lse(lse.data()));
+      ak::reference::attention(kCausal, q.cview(), k.cview(), v.cview(), expected.view,
+                               ak::Options(opts).with_lse(lse_expected.data()));
+    } else {
+      ak::attention(kFull, q.cview(), k.cview(), v.cview(), o.view, ak::Options(opts).with_lse(lse.data()));
+      ak::reference::attention(kFull, q.cview(), k.cview(), v.cview(), expected.view,
+                               ak::Options(opts).with_lse(lse_expected.data()));
+    }
+    CHECK(ak::test::max_abs_diff(o.view, expected.view) <= tol::kF32);
+    // LSE of order 1e4: compare relative to its magnitude (f32 has 24 bits).
+    for (Index i = 0; i < L; ++i) CHECK(std::abs(lse[i] - lse_expected[i]) <= 1e4 * 1e-6);
+  }
+}
+
+TEST_CASE("attention: bf16 and f16 storage convert to f32 and match the reference",
+          "[attention][dtype]") {
+  Case c;
+  c.q_len = 70;
+  c.kv_len = 150;
+  // Same rounded inputs on both sides: the kernel computes in f32 from them.
+  const Outcome bf = run_case<Eigen::bfloat16>(kCausal, c);
+  CHECK(bf.out_err <= tol::kF32);
+  CHECK(bf.lse_err <= tol::kLseF32);
+  const Outcome hf = run_case<Eigen::half>(kCausal, c);
+  CHECK(hf.out_err <= tol::kF32);
+  CHECK(hf.lse_err <= tol::kLseF32);
+}
+
+TEST_CASE("attention: bf16 output is the f32 result rounded", "[attention][dtype]") {
+  Tensor<float> q(Layout::Bhsd, 1, 2, 40, 64), k(Layout::Bhsd, 1, 2, 90, 64),
+      v(Layout::Bhsd, 1, 2, 90, 64);
+  Tensor<Eigen::bfloat16> o(Layout::Bhsd, 1, 2, 40, 64);
+  Tensor<double> expected(Layout::Bhsd, 1, 2, 40, 64);
+  q.randomize(1);
+  k.randomize(2);
+  v.randomize(3);
+  ak::attention(kCausal, q.cview(), k.cview(), v.cview(), o.view);
+  ak::reference::attention(kCausal, q.cview(), k.cview(), v.cview(), expected.view);
+  CHECK(ak::test::max_abs_diff(o.view, expected.view) <= tol::kBf16);
+}
+
+TEST_CASE("attention: invalid arguments throw attnkit::Error and leave the output untouched",
+          "[attention][errors]") {
+  using Catch::Matchers::ContainsSubstring;
+  Tensor<float> q(Layout::Bhsd, 2, 4, 8, 32), k(Layout::Bhsd, 2, 2, 9, 32),
+      v(Layout::Bhsd, 2, 2, 9, 32), o(Layout::Bhsd, 2, 4, 8, 32);
+  Tensor<float> k_bad_dim(Layout::Bhsd, 2, 2, 9, 16), k_bad_heads(Layout::Bhsd, 2, 3, 9, 32),
+      v_bad_len(Layout::Bhsd, 2, 2, 10, 32), o_bad_len(Layout::Bhsd, 2, 4, 7, 32),
+      o_bad_dim(Layout::Bhsd, 2, 4, 8, 16), q_bad_batch(Layout::Bhsd, 1, 4, 8, 32);
+  const auto untouched = [](Tensor<float>& t) {
+    t.for_each([](float& x) { x = 42.f; });
+    return [&t] {
+      bool same = true;
+      t.for_each([&](float& x) { same = same && x == 42.f; });
+      return same;
+    };
+  };
+  auto check_throws = [&](auto call, const std::string& names, Tensor<float>& out) {
+    const auto intact = untouched(out);
+    CHECK_THROWS_MATCHES(call(), ak::Error, Catch::Matchers::MessageMatches(ContainsSubstring(names)));
+    CHECK(intact());
+  };
+  const auto K = k.cview();
+  const auto V = v.cview();
+  check_throws([&] { ak::attention(kFull, q.cview(), k_bad_dim.cview(), V, o.view); },
+               "k.dim: expected 32", o);
+  check_throws([&] { ak::attention(kFull, q.cview(), k_bad_heads.cview(), V, o.view); },
+               "v.heads: expected 3", o);
+  check_throws([&] { ak::attention(kFull, q.cview(), K, v_bad_len.cview(), o.view); },
+               "v.seq: expected 9", o);
+  check_throws([&] { ak::attention(kFull, q.cview(), K, V, o_bad_len.view); },
+               "o.seq: expected 8", o_bad_len);
+  check_throws([&] { ak::attention(kFull, q.cview(), K, V, o_bad_dim.view); },
+               "o.dim: expected 32", o_bad_dim);
+  check_throws([&] { ak::attention(kFull, q_bad_batch.cview(), K, V, o.view); },
+               "k.batch: expected 1", o);
+  Tensor<float> q_odd_heads(Layout::Bhsd, 2, 3, 8, 32), o_odd_heads(Layout::Bhsd, 2, 3, 8, 32);
+  check_throws([&] { ak::attention(kFull, q_odd_heads.cview(), K, V, o_odd_heads.view); },
+               "q_heads: expected a positive multiple of kv_heads (2), got 3", o_odd_heads);
+  check_throws([&] { ak::attention(kFull, q.cview(), K, V, o.view, ak::Options{}.with_scale(NAN)); },
+               "scale: expected finite and non-zero", o);
+  check_throws([&] { ak::attention(kFull, q.cview(), K, V, o.view, ak::Options{}.with_threads(-1)); },
+               "threads: expected >= 0, got -1", o);
+  auto null_q = q.cview();
+  null_q.data = nullptr;
+  check_throws([&] { ak::attention(kFull, null_q, K, V, o.view); }, "q.data: expected non-null", o);
+  auto negative = k.cview();
+  negative.seq_stride = -32;
+  check_throws([&] { ak::attention(kFull, q.cview(), negative, V, o.view); },
+               "k strides: expected non-negative", o);
+}

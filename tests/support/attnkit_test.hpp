@@ -1,0 +1,107 @@
+// Shared test support: named tolerances, tensors in the three tested layouts (with NaN in
+// every padding element, so a stray read poisons the result), and comparisons against the
+// f64 reference.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include <attnkit/tensor.hpp>
+
+namespace attnkit::test {
+
+// Tolerances, named per storage type. Outputs are convex combinations of values of order 1.
+namespace tol {
+inline constexpr double kF32 = 2e-5;      // f32 kernel vs f64 reference, f32 storage
+inline constexpr double kLseF32 = 2e-5;   // LSE (natural log) vs the f64 reference
+inline constexpr double kBf16 = 1.6e-2;   // result rounded to bf16 (8-bit mantissa) storage
+inline constexpr double kHalf = 2e-3;     // result rounded to f16 (11-bit mantissa) storage
+}  // namespace tol
+
+enum class Layout { Bhsd, Bshd, Padded };
+
+inline const char* name(Layout l) {
+  return l == Layout::Bhsd ? "bhsd" : l == Layout::Bshd ? "bshd" : "padded";
+}
+
+/// Owns the memory behind a View<T> in one of the tested layouts.
+template <class T>
+struct Tensor {
+  std::vector<T> memory;
+  View<T> view;
+
+  Tensor(const Tensor&) = delete;  // the view points into `memory`
+  Tensor& operator=(const Tensor&) = delete;
+
+  Tensor(Layout layout, Index B, Index H, Index S, Index D) {
+    const Index n = B * H * S * D;
+    switch (layout) {
+      case Layout::Bhsd:
+        memory.assign(static_cast<std::size_t>(n), T(0));
+        view = bhsd(memory.data(), B, H, S, D);
+        break;
+      case Layout::Bshd:
+        memory.assign(static_cast<std::size_t>(n), T(0));
+        view = bshd(memory.data(), B, S, H, D);
+        break;
+      case Layout::Padded: {  // every stride padded; padding holds NaN
+        const Index ss = D + 3, hs = S * ss + 5, bs = H * hs + 7;
+        memory.assign(static_cast<std::size_t>(B * bs + 1),
+                      T(std::numeric_limits<float>::quiet_NaN()));
+        view = strided(memory.data(), {B, H, S, D}, {bs, hs, ss});
+        for (Index b = 0; b < B; ++b)
+          for (Index h = 0; h < H; ++h)
+            for (Index s = 0; s < S; ++s) std::fill(view.row(b, h, s), view.row(b, h, s) + D, T(0));
+        break;
+      }
+    }
+  }
+
+  template <class F>
+  void for_each(F f) {
+    for (Index b = 0; b < view.batch; ++b)
+      for (Index h = 0; h < view.heads; ++h)
+        for (Index s = 0; s < view.seq; ++s)
+          for (Index c = 0; c < view.dim; ++c) f(view.row(b, h, s)[c]);
+  }
+
+  Tensor& randomize(std::uint32_t seed, float stddev = 1.f) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.f, stddev);
+    for_each([&](T& x) { x = T(dist(rng)); });
+    return *this;
+  }
+
+  View<const T> cview() const { return view; }
+};
+
+/// Largest |a - b| over all elements of two views of the same shape.
+template <class A, class B>
+double max_abs_diff(const View<A>& a, const View<B>& b) {
+  double worst = 0.0;
+  for (Index i = 0; i < a.batch; ++i)
+    for (Index h = 0; h < a.heads; ++h)
+      for (Index s = 0; s < a.seq; ++s)
+        for (Index c = 0; c < a.dim; ++c) {
+          const double d = std::abs(double(a.row(i, h, s)[c]) - double(b.row(i, h, s)[c]));
+          worst = std::isnan(d) ? std::numeric_limits<double>::infinity() : std::max(worst, d);
+        }
+  return worst;
+}
+
+/// Largest |a - b| over two LSE vectors; equal infinities count as 0, NaN as infinity.
+inline double max_lse_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::isinf(a[i]) && a[i] == b[i]) continue;
+    const double d = std::abs(double(a[i]) - double(b[i]));
+    worst = std::isnan(d) ? std::numeric_limits<double>::infinity() : std::max(worst, d);
+  }
+  return worst;
+}
+
+}  // namespace attnkit::test
