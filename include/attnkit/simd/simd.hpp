@@ -10,12 +10,14 @@
 #include <cstddef>
 
 #ifndef ATTNKIT_NO_SIMD
-// GCC 12 reports -Wmaybe-uninitialized inside its own AVX-512 intrinsic headers when they
-// are inlined (the _mm512_undefined_* pass-through operands, GCC PR 105593, fixed in 13).
-// Silencing it while those headers are parsed keeps -Werror usable for our users.
+// GCC 12 reports -W(maybe-)uninitialized inside its own AVX-512 intrinsic headers when
+// they are inlined (the _mm512_undefined_* pass-through operands, GCC PR 105593, fixed in
+// 13). Silencing it while those headers are parsed keeps -Werror usable for our users,
+// as long as nothing included <immintrin.h> before attnkit.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <xsimd/xsimd.hpp>
 #if defined(__GNUC__) && !defined(__clang__)
