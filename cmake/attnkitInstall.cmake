@@ -15,6 +15,7 @@ write_basic_package_version_file(
   ${CMAKE_CURRENT_BINARY_DIR}/attnkitConfigVersion.cmake
   COMPATIBILITY SameMinorVersion ARCH_INDEPENDENT)
 install(FILES
+  ${CMAKE_CURRENT_LIST_DIR}/attnkitXsimdShim.cmake
   ${CMAKE_CURRENT_BINARY_DIR}/attnkitConfig.cmake
   ${CMAKE_CURRENT_BINARY_DIR}/attnkitConfigVersion.cmake
   DESTINATION ${ATTNKIT_CMAKE_DIR})

@@ -30,4 +30,11 @@ template <class P, class Range>
 struct has_classify<P, Range, std::void_t<decltype(std::declval<const P&>().classify(
                                   Index{}, Index{}, Range{}, Range{}))>> : std::true_type {};
 
+// Mask: visible_keys(b, h, Range q) -> Range, the keys any query of q may see.
+template <class P, class Range, class = void>
+struct has_visible_keys : std::false_type {};
+template <class P, class Range>
+struct has_visible_keys<P, Range, std::void_t<decltype(std::declval<const P&>().visible_keys(
+                                      Index{}, Index{}, Range{}))>> : std::true_type {};
+
 }  // namespace attnkit::detail

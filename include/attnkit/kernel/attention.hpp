@@ -18,7 +18,7 @@
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/gemm/tile_gemm.hpp"
 #include "attnkit/detail/pack.hpp"
-#include "attnkit/kernel/scratch.hpp"
+#include "attnkit/detail/scratch.hpp"
 #include "attnkit/kernel/tile_config.hpp"
 #include "attnkit/mask/tile_kind.hpp"
 #include "attnkit/options.hpp"
@@ -28,6 +28,18 @@
 
 namespace attnkit {
 namespace detail {
+
+// The keys [begin, end) of [0, kv_len) that some query of q may see under the mask.
+template <class Mask>
+Range visible_keys(const Mask& mask, Index b, Index h, Range q, Index kv_len) {
+  if constexpr (has_visible_keys<Mask, Range>::value) {
+    const Range r = mask.visible_keys(b, h, q);
+    const Index end = std::clamp<Index>(r.end, 0, kv_len);
+    return {std::clamp<Index>(r.begin, 0, end), end};
+  } else {
+    return {0, kv_len};
+  }
+}
 
 template <class Mask>
 TileKind classify_tile(const Mask& mask, Index b, Index h, Range q, Range kv) {
@@ -70,8 +82,11 @@ class AttentionTiles {
     for (State& st : states_) st = spec_.normalizer.begin();
     std::fill(acc_, acc_ + nq * dv_pad_, 0.f);  // acc_ [kBq, dv_pad]
 
-    for (Index k0 = 0; k0 < p_.kv_len; k0 += kBk) {
-      const Index nk = std::min(kBk, p_.kv_len - k0);
+    // Only the keys the mask lets some query see; with Causal the diagonal tile then ends
+    // at the last visible key instead of computing a full tile of masked logits.
+    const Range keys = visible_keys(spec_.mask, b, h, q_pos, p_.kv_len);
+    for (Index k0 = keys.begin; k0 < keys.end; k0 += kBk) {
+      const Index nk = std::min(kBk, keys.end - k0);
       const TileKind kind = classify_tile(spec_.mask, b, h, q_pos, Range{k0, k0 + nk});
       if (kind == TileKind::Empty) continue;
       scores(b, hk, k0, nk, lanes);                                    // s_ [nk, kBq]

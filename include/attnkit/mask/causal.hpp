@@ -13,6 +13,9 @@ struct Causal {
 
   bool keep(Index /*b*/, Index /*h*/, Index i, Index j) const { return j <= i; }
 
+  /// Keys any query of q may see: [0, q.last()] (the kernel clips the key loop to it).
+  Range visible_keys(Index /*b*/, Index /*h*/, Range q) const { return {0, q.last() + 1}; }
+
   TileKind classify(Index /*b*/, Index /*h*/, Range q, Range kv) const {
     if (kv.begin > q.last()) return TileKind::Empty;  // every key is in every row's future
     if (kv.last() <= q.begin) return TileKind::Full;  // every key is in every row's past

@@ -26,6 +26,9 @@ class Scratch {
     return p;
   }
 
+  /// Floats this scratch holds.
+  Index size() const { return size_; }
+
   /// Floats needed to carve buffers of the given sizes.
   template <class... N>
   static Index size_for(N... n) {
