@@ -74,14 +74,16 @@ void set_counters(benchmark::State& state, const Shape& s) {
                          benchmark::Counter::kIs1024);
 }
 
-void BM_Attention_Attnkit(benchmark::State& state, Shape s) {
+// attnkit with the given score policy (Dot, or Softcap to price a score mod).
+template <class Score>
+void BM_Attention_Attnkit(benchmark::State& state, Shape s, Score score) {
   Buffers buf(s);
   const auto q = buf.view(buf.q, s), k = buf.view(buf.k, s), v = buf.view(buf.v, s),
              o = buf.view(buf.o, s);
   const auto options = ak::Options{}.with_threads(s.threads);
   for (auto _ : state) {
-    if (s.causal) ak::attention(ak::make_spec(ak::Causal{}), q, k, v, o, options);
-    else ak::attention(ak::make_spec(), q, k, v, o, options);
+    if (s.causal) ak::attention(ak::make_spec(score, ak::Causal{}), q, k, v, o, options);
+    else ak::attention(ak::make_spec(score), q, k, v, o, options);
     benchmark::DoNotOptimize(buf.o.data());
     benchmark::ClobberMemory();
   }
@@ -166,17 +168,22 @@ class SummaryReporter : public benchmark::ConsoleReporter {
   }
 
   void print_summary(const std::vector<Shape>& shapes) const {
-    std::printf("\nSummary (GFLOP/s; causal counts half the FLOPs; roofline = dense Eigen GEMMs)\n");
-    std::printf("%5s %6s %6s %7s | %8s %8s %8s | %9s %9s %9s\n", "d", "L", "causal", "threads",
-                "attnkit", "unfused", "roofline", "/roofline", "/unfused", "2T/1T");
+    std::printf(
+        "\nSummary (GFLOP/s; causal counts half the FLOPs; roofline = dense Eigen GEMMs;"
+        " softcap = attnkit with Softcap{30}; softcap/ = its speed relative to attnkit)\n");
+    std::printf("%5s %6s %6s %7s | %8s %8s %8s %8s | %9s %9s %9s %9s\n", "d", "L", "causal",
+                "threads", "attnkit", "softcap", "unfused", "roofline", "/roofline", "/unfused",
+                "2T/1T", "softcap/");
     for (const Shape& s : shapes) {
       const double a = get(s.name("attnkit")), u = get(s.name("unfused"));
+      const double c = get(s.name("attnkit_softcap"));
       const double r = get(Shape{s.dim, s.len, false, s.threads}.name("roofline"));
       const double one = get(Shape{s.dim, s.len, s.causal, 1}.name("attnkit"));
       if (a <= 0) continue;  // filtered out
-      std::printf("%5td %6td %6d %7d | %8.1f %8.1f %8.1f | %9s %9s %9s\n", s.dim, s.len,
-                  int(s.causal), s.threads, a, u, r, ratio(a, r).c_str(), ratio(a, u).c_str(),
-                  s.threads > 1 ? ratio(a, one).c_str() : "");
+      std::printf("%5td %6td %6d %7d | %8.1f %8.1f %8.1f %8.1f | %9s %9s %9s %9s\n", s.dim,
+                  s.len, int(s.causal), s.threads, a, c, u, r, ratio(a, r).c_str(),
+                  ratio(a, u).c_str(), s.threads > 1 ? ratio(a, one).c_str() : "",
+                  ratio(c, a).c_str());
     }
   }
 
@@ -204,14 +211,15 @@ int main(int argc, char** argv) {
         for (const int threads : {1, 2}) shapes.push_back({dim, len, causal, threads});
 
   // Wall-clock time: the work runs on OpenMP threads, not the benchmark's own thread.
-  const auto add = [](const std::string& name, auto fn, const Shape& s) {
-    benchmark::RegisterBenchmark(name.c_str(), fn, s)
+  const auto add = [](const std::string& name, auto fn, const auto&... args) {
+    benchmark::RegisterBenchmark(name.c_str(), fn, args...)
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond)
         ->MinTime(0.3);
   };
   for (const Shape& s : shapes) {
-    add(s.name("attnkit"), BM_Attention_Attnkit, s);
+    add(s.name("attnkit"), BM_Attention_Attnkit<ak::Dot>, s, ak::Dot{});
+    add(s.name("attnkit_softcap"), BM_Attention_Attnkit<ak::Softcap>, s, ak::Softcap{30.f});
     add(s.name("unfused"), BM_Attention_Unfused, s);
     if (!s.causal) add(s.name("roofline"), BM_Gemm_Roofline, s);
   }
