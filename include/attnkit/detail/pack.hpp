@@ -35,8 +35,8 @@ void pack_rows(const View<T>& src, Index b, Index h, Index row0, Index rows, flo
   }
 }
 
-/// True when a view can feed the tile GEMMs in place: f32 storage and, as a GEMM's B
-/// operand, a whole number of SIMD vectors per row.
+/// True for f32 storage, whose rows can feed the tile GEMMs in place (as a GEMM's B
+/// operand only when a row is also a whole number of SIMD vectors).
 template <class T>
 constexpr bool is_f32() {
   return std::is_same_v<std::remove_const_t<T>, float>;
