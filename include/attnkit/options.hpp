@@ -15,10 +15,11 @@ struct Options {
   int threads = 0;                // 0: all OpenMP threads; 1: serial
   float* lse = nullptr;           // optional [batch, q_heads, q_len] log-sum-exp (natural log)
 
-  Options& with_scale(float s) { scale = s; return *this; }
-  Options& with_q_offset(Index off) { q_offset = off; return *this; }
-  Options& with_threads(int n) { threads = n; return *this; }
-  Options& with_lse(float* out) { lse = out; return *this; }
+  // Setters return a modified copy, so `const auto& o = Options{}.with_lse(p);` is safe.
+  Options with_scale(float s) const { Options o = *this; o.scale = s; return o; }
+  Options with_q_offset(Index off) const { Options o = *this; o.q_offset = off; return o; }
+  Options with_threads(int n) const { Options o = *this; o.threads = n; return o; }
+  Options with_lse(float* out) const { Options o = *this; o.lse = out; return o; }
 };
 
 }  // namespace attnkit

@@ -42,10 +42,13 @@ namespace detail {
 
 template <class T>
 void check_view(const View<T>& v, const std::string& name) {
-  require(v.batch >= 0 && v.heads >= 0 && v.seq >= 0 && v.dim >= 0, name + " sizes",
-          "non-negative", "a negative size");
-  require(v.batch_stride >= 0 && v.head_stride >= 0 && v.seq_stride >= 0, name + " strides",
-          "non-negative", "a negative stride");
+  require(v.batch >= 0, name + ".batch", ">= 0", v.batch);
+  require(v.heads >= 0, name + ".heads", ">= 0", v.heads);
+  require(v.seq >= 0, name + ".seq", ">= 0", v.seq);
+  require(v.dim >= 0, name + ".dim", ">= 0", v.dim);
+  require(v.batch_stride >= 0, name + ".batch_stride", ">= 0", v.batch_stride);
+  require(v.head_stride >= 0, name + ".head_stride", ">= 0", v.head_stride);
+  require(v.seq_stride >= 0, name + ".seq_stride", ">= 0", v.seq_stride);
   const bool empty = v.batch == 0 || v.heads == 0 || v.seq == 0 || v.dim == 0;
   require(empty || v.data != nullptr, name + ".data", "non-null", "nullptr");
 }

@@ -56,12 +56,11 @@ Outcome run_case(const Spec& spec, const Case& c, std::uint32_t seed = 7) {
   const auto rows = static_cast<std::size_t>(c.batch * c.q_heads * c.q_len);
   std::vector<float> lse(rows), lse_expected(rows);
 
-  ak::Options options;
-  options.threads = c.threads;
+  ak::Options options = ak::Options{}.with_threads(c.threads);
   options.q_offset = c.q_offset;
-  ak::attention(spec, q.cview(), k.cview(), v.cview(), o.view, ak::Options(options).with_lse(lse.data()));
+  ak::attention(spec, q.cview(), k.cview(), v.cview(), o.view, options.with_lse(lse.data()));
   ak::reference::attention(spec, q.cview(), k.cview(), v.cview(), expected.view,
-                           ak::Options(options).with_lse(lse_expected.data()));
+                           options.with_lse(lse_expected.data()));
 
   const auto nan_count = std::count_if(o.memory.begin(), o.memory.end(),
                                        [](float x) { return std::isnan(x); });
@@ -230,13 +229,13 @@ TEST_CASE("attention: huge logits (+-1e4) neither overflow nor lose the referenc
   const auto opts = ak::Options{}.with_scale(1.f);
   for (const bool causal : {false, true}) {
     if (causal) {
-      ak::attention(kCausal, q.cview(), k.cview(), v.cview(), o.view, ak::Options(opts).with_lse(lse.data()));
+      ak::attention(kCausal, q.cview(), k.cview(), v.cview(), o.view, opts.with_lse(lse.data()));
       ak::reference::attention(kCausal, q.cview(), k.cview(), v.cview(), expected.view,
-                               ak::Options(opts).with_lse(lse_expected.data()));
+                               opts.with_lse(lse_expected.data()));
     } else {
-      ak::attention(kFull, q.cview(), k.cview(), v.cview(), o.view, ak::Options(opts).with_lse(lse.data()));
+      ak::attention(kFull, q.cview(), k.cview(), v.cview(), o.view, opts.with_lse(lse.data()));
       ak::reference::attention(kFull, q.cview(), k.cview(), v.cview(), expected.view,
-                               ak::Options(opts).with_lse(lse_expected.data()));
+                               opts.with_lse(lse_expected.data()));
     }
     CHECK(ak::test::max_abs_diff(o.view, expected.view) <= tol::kF32);
     // LSE of order 1e4: compare relative to its magnitude (f32 has 24 bits).
@@ -319,5 +318,5 @@ TEST_CASE("attention: invalid arguments throw attnkit::Error and leave the outpu
   auto negative = k.cview();
   negative.seq_stride = -32;
   check_throws([&] { ak::attention(kFull, q.cview(), negative, V, o.view); },
-               "k strides: expected non-negative", o);
+               "k.seq_stride: expected >= 0, got -32", o);
 }

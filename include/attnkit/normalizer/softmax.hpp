@@ -36,19 +36,19 @@ struct Softmax {
     Vec tile_max(kNegInf);
     for (Index j = 0; j < keys; ++j) tile_max = simd::max(tile_max, simd::load(s + j * ld));
     const Vec m_new = simd::max(st.m, tile_max);
-    // exp(s - m) = exp2(s * log2e - m * log2e): one FMA per element. The same rounded
-    // m * log2e serves the weights and alpha, so its rounding cancels in o / l. A query
-    // with nothing visible yet keeps m = -inf; using 0 there makes every weight exp2(-inf)
-    // = 0 instead of NaN.
+    // exp(s - m) = exp2((s - m) * log2e). Subtracting first keeps the exponent exact for
+    // huge logits (s * log2e - m * log2e would round each product at |s| ~ 1e4, and
+    // without an FMA instruction lose ~1e-3). A query with nothing visible yet keeps
+    // m = -inf; subtracting 0 there makes every weight exp2(-inf) = 0 instead of NaN.
     const Vec log2e(kLog2e);
-    const Vec neg_mb = Vec(0.f) - simd::zero_if_neg_inf(m_new) * log2e;
+    const Vec m_safe = simd::zero_if_neg_inf(m_new);
     Vec sum(0.f);
     for (Index j = 0; j < keys; ++j) {
-      const Vec p = simd::exp2(simd::fma(simd::load(s + j * ld), log2e, neg_mb));
+      const Vec p = simd::exp2((simd::load(s + j * ld) - m_safe) * log2e);
       simd::store(s + j * ld, p);
       sum = sum + p;
     }
-    const Vec alpha = simd::exp2(simd::fma(st.m, log2e, neg_mb));  // exp2(-inf) = 0
+    const Vec alpha = simd::exp2((st.m - m_safe) * log2e);  // exp2(-inf) = 0
     st.l = simd::fma(st.l, alpha, sum);
     st.m = m_new;
     return alpha;

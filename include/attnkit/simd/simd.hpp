@@ -46,7 +46,7 @@ inline Vec load(const float* p) { return *p; }
 inline void store(float* p, Vec v) { *p = v.x; }
 inline Vec fma(Vec a, Vec b, Vec c) { return std::fma(a.x, b.x, c.x); }
 inline Vec max(Vec a, Vec b) { return std::max(a.x, b.x); }
-inline Vec exp2(Vec a) { return std::exp2(a.x); }
+inline Vec exp2(Vec a) { return std::exp2(a.x); }  // same contract as the SIMD path
 inline Vec tanh(Vec a) { return std::tanh(a.x); }
 inline float reduce_add(Vec a) { return a.x; }
 inline float reduce_max(Vec a) { return a.x; }
@@ -62,8 +62,17 @@ inline constexpr const char* kArchName = Vec::arch_type::name();
 
 inline Vec load(const float* p) { return xsimd::load_unaligned(p); }
 inline void store(float* p, Vec v) { v.store_unaligned(p); }
-inline Vec fma(Vec a, Vec b, Vec c) { return xsimd::fma(a, b, c); }
+/// a * b + c, rounded once where the ISA has an FMA instruction (SSE4 has none: twice).
+inline Vec fma(Vec a, Vec b, Vec c) {
+#if defined(__AVX512F__)
+  // xsimd 8.1 has no AVX-512 fma kernel: its generic a * b + c is fused only when the
+  // compiler contracts it (GCC at -O1+, not Clang 14). Call the instruction directly.
+  if constexpr (kWidth == 16) return Vec(_mm512_fmadd_ps(a, b, c));
+#endif
+  return xsimd::fma(a, b, c);
+}
 inline Vec max(Vec a, Vec b) { return xsimd::max(a, b); }
+/// 2^a for a < 127 (xsimd returns inf from 127 on, and 0 at or below -127).
 inline Vec exp2(Vec a) { return xsimd::exp2(a); }
 inline Vec tanh(Vec a) { return xsimd::tanh(a); }
 
