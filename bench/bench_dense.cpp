@@ -90,69 +90,62 @@ void BM_Attention_Attnkit(benchmark::State& state, Shape s, Score score) {
   set_counters(state, s);
 }
 
-// Runs body(head, scores) for every head, heads spread over s.threads threads, each with
-// its own [L, L] score matrix allocated outside the timed loop.
+// Runs body(Q, K, V, O, S) for every head: Eigen maps [L, d] of that head's buffers and a
+// [L, L] score matrix of the running thread, allocated outside the timed loop. Heads are
+// spread over s.threads threads, as attnkit spreads its work; Eigen itself stays serial.
 template <class Body>
-void per_head(const Shape& s, std::vector<RowMatrix>& scores, Body body) {
+void per_head(const Shape& s, Buffers& buf, std::vector<RowMatrix>& scores, Body body) {
+  const Index per_head_size = s.len * s.dim;
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(s.threads) schedule(static)
 #endif
   for (Index h = 0; h < kBatch * kHeads; ++h) {
 #ifdef _OPENMP
-    body(h, scores[static_cast<std::size_t>(omp_get_thread_num())]);
+    RowMatrix& S = scores[static_cast<std::size_t>(omp_get_thread_num())];
 #else
-    body(h, scores[0]);
+    RowMatrix& S = scores[0];
 #endif
+    const Index at = h * per_head_size;
+    body(ConstMap(buf.q.data() + at, s.len, s.dim), ConstMap(buf.k.data() + at, s.len, s.dim),
+         ConstMap(buf.v.data() + at, s.len, s.dim), Map(buf.o.data() + at, s.len, s.dim), S);
   }
 }
 
-// The textbook implementation: S = scale Q K^T (masked), P = softmax(S), O = P V.
-void BM_Attention_Unfused(benchmark::State& state, Shape s) {
-  Eigen::setNbThreads(1);  // parallel over heads instead, as attnkit is
+// Times `body` as a baseline: per-thread score matrices, heads in parallel.
+template <class Body>
+void run_baseline(benchmark::State& state, const Shape& s, Body body) {
+  Eigen::setNbThreads(1);
   Buffers buf(s);
   std::vector<RowMatrix> scores(static_cast<std::size_t>(s.threads), RowMatrix(s.len, s.len));
-  const float scale = 1.f / std::sqrt(float(s.dim));
-  const Index per_head_size = s.len * s.dim;
   for (auto _ : state) {
-    per_head(s, scores, [&](Index h, RowMatrix& S) {
-      ConstMap Q(buf.q.data() + h * per_head_size, s.len, s.dim);
-      ConstMap K(buf.k.data() + h * per_head_size, s.len, s.dim);
-      ConstMap V(buf.v.data() + h * per_head_size, s.len, s.dim);
-      Map O(buf.o.data() + h * per_head_size, s.len, s.dim);
-      S.noalias() = (Q * K.transpose()) * scale;
-      if (s.causal)
-        S.triangularView<Eigen::StrictlyUpper>().setConstant(
-            -std::numeric_limits<float>::infinity());
-      S = (S.colwise() - S.rowwise().maxCoeff()).array().exp().matrix();
-      const Eigen::VectorXf inv_sum = S.rowwise().sum().cwiseInverse();
-      O.noalias() = inv_sum.asDiagonal() * (S * V);
-    });
+    per_head(s, buf, scores, body);
     benchmark::DoNotOptimize(buf.o.data());
     benchmark::ClobberMemory();
   }
   set_counters(state, s);
+}
+
+// The textbook implementation: S = scale Q K^T (masked), P = softmax(S), O = P V.
+void BM_Attention_Unfused(benchmark::State& state, Shape s) {
+  const float scale = 1.f / std::sqrt(float(s.dim));
+  run_baseline(state, s, [&](ConstMap Q, ConstMap K, ConstMap V, Map O, RowMatrix& S) {
+    S.noalias() = (Q * K.transpose()) * scale;
+    if (s.causal)
+      S.triangularView<Eigen::StrictlyUpper>().setConstant(
+          -std::numeric_limits<float>::infinity());
+    S = (S.colwise() - S.rowwise().maxCoeff()).array().exp().matrix();
+    const Eigen::VectorXf inv_sum = S.rowwise().sum().cwiseInverse();
+    O.noalias() = inv_sum.asDiagonal() * (S * V);
+  });
 }
 
 // The two GEMMs of attention alone (S = Q K^T, O = S V): what Eigen's GEMM reaches on
 // these shapes. Always dense; causal attention is compared against it at half the FLOPs.
 void BM_Gemm_Roofline(benchmark::State& state, Shape s) {
-  Eigen::setNbThreads(1);
-  Buffers buf(s);
-  std::vector<RowMatrix> scores(static_cast<std::size_t>(s.threads), RowMatrix(s.len, s.len));
-  const Index per_head_size = s.len * s.dim;
-  for (auto _ : state) {
-    per_head(s, scores, [&](Index h, RowMatrix& S) {
-      ConstMap Q(buf.q.data() + h * per_head_size, s.len, s.dim);
-      ConstMap K(buf.k.data() + h * per_head_size, s.len, s.dim);
-      ConstMap V(buf.v.data() + h * per_head_size, s.len, s.dim);
-      Map O(buf.o.data() + h * per_head_size, s.len, s.dim);
-      S.noalias() = Q * K.transpose();
-      O.noalias() = S * V;
-    });
-    benchmark::DoNotOptimize(buf.o.data());
-    benchmark::ClobberMemory();
-  }
-  set_counters(state, s);
+  run_baseline(state, s, [](ConstMap Q, ConstMap K, ConstMap V, Map O, RowMatrix& S) {
+    S.noalias() = Q * K.transpose();
+    O.noalias() = S * V;
+  });
 }
 
 // Remembers GFLOP/s per benchmark name and prints the ratios after the run.
