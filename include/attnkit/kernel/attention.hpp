@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #ifdef _OPENMP
@@ -207,6 +208,8 @@ template <class Spec, class Q, class K, class V, class O>
 void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
                const View<O>& o, const Options& options = {}) {
   static_assert(!std::is_const_v<O>, "attention(): the output view must be writable");
+  static_assert(std::is_same_v<typename Spec::Position, NoPosition>,
+                "attention(): this kernel has no Position hooks yet; only NoPosition is supported");
   const Problem p = make_problem(q, k, v, o, options);
   using Tiles = detail::AttentionTiles<Spec, Q, K, V, O>;
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "attnkit/detail/traits.hpp"
@@ -19,6 +20,8 @@ namespace attnkit::reference {
 template <class Spec, class Q, class K, class V, class O>
 void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
                const View<O>& o, const Options& options = {}) {
+  static_assert(std::is_same_v<typename Spec::Position, NoPosition>,
+                "reference::attention(): only NoPosition is supported yet");
   const Problem p = make_problem(q, k, v, o, options);
   const double neg_inf = -std::numeric_limits<double>::infinity();
   std::vector<double> s(static_cast<std::size_t>(p.kv_len));  // one row of [Lq, Lk]
