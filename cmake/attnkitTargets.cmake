@@ -14,10 +14,4 @@ function(attnkit_target_defaults target)
   target_link_libraries(${target} PRIVATE attnkit::attnkit)
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Werror ${ARG_ARCH}
                                            $<$<NOT:$<CONFIG:Debug>>:-O3>)
-  # GCC 12 warns inside its own AVX-512 intrinsic headers (PR 105593, fixed in GCC 13)
-  # when Eigen included them before attnkit's SIMD layer could silence it. Clang builds
-  # keep both warnings.
-  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
-    target_compile_options(${target} PRIVATE -Wno-maybe-uninitialized -Wno-uninitialized)
-  endif()
 endfunction()

@@ -5,8 +5,8 @@
 # On Debian 12 Catch2 v3 lives in bookworm-backports, which is enabled when needed.
 set -euo pipefail
 
-packages=(g++ cmake ninja-build pkg-config libeigen3-dev libxsimd-dev catch2
-          libbenchmark-dev libomp-dev)
+# libomp-dev is LLVM's OpenMP runtime, for Clang builds; g++ brings its own libgomp.
+packages=(g++ cmake ninja-build libeigen3-dev libxsimd-dev catch2 libbenchmark-dev libomp-dev)
 
 if [ "$(id -u)" -eq 0 ]; then
   sudo=()

@@ -2,7 +2,9 @@
 // Options, and checked once by validate(). Kernels trust a validated Problem.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <string>
 
 #include "attnkit/error.hpp"
@@ -35,7 +37,12 @@ struct Problem {
             "a positive multiple of kv_heads (" + std::to_string(kv_heads) + ")", q_heads);
     require(std::isfinite(scale) && scale != 0.f, "scale", "finite and non-zero", scale);
     require(threads >= 0, "threads", ">= 0", threads);
+    // Positions i + q_offset and the ranges built from them must not overflow Index.
+    require(q_offset >= -kMaxOffset && q_offset <= kMaxOffset, "q_offset",
+            "within +-2^62", q_offset);
   }
+
+  static constexpr Index kMaxOffset = Index{1} << 62;
 };
 
 namespace detail {
@@ -51,6 +58,30 @@ void check_view(const View<T>& v, const std::string& name) {
   require(v.seq_stride >= 0, name + ".seq_stride", ">= 0", v.seq_stride);
   const bool empty = v.batch == 0 || v.heads == 0 || v.seq == 0 || v.dim == 0;
   require(empty || v.data != nullptr, name + ".data", "non-null", "nullptr");
+}
+
+// The rows of an output view must be distinct memory: threads write them concurrently.
+// Sufficient check: sorted by stride, each dimension of extent > 1 steps past the whole
+// block spanned by the smaller ones (every dense or padded layout passes).
+template <class T>
+void check_rows_distinct(const View<T>& v, const std::string& name) {
+  if (v.batch == 0 || v.heads == 0 || v.seq == 0) return;  // no rows, nothing to overlap
+  struct Dim {
+    Index stride, extent;
+    const char* label;
+  };
+  Dim dims[3] = {{v.seq_stride, v.seq, ".seq_stride"},
+                 {v.head_stride, v.heads, ".head_stride"},
+                 {v.batch_stride, v.batch, ".batch_stride"}};
+  std::sort(std::begin(dims), std::end(dims),
+            [](const Dim& a, const Dim& b) { return a.stride < b.stride; });
+  Index span = v.dim;  // elements covered by one row, then by each block of rows
+  for (const Dim& d : dims) {
+    if (d.extent <= 1) continue;
+    require(d.stride >= span, name + d.label,
+            ">= " + std::to_string(span) + " (rows must not overlap)", d.stride);
+    span = d.stride * d.extent;
+  }
 }
 
 inline void require_dim(Index actual, Index expected, const std::string& what,
@@ -71,6 +102,7 @@ Problem make_problem(const View<Q>& q, const View<K>& k, const View<V>& v, const
   detail::check_view(k, "k");
   detail::check_view(v, "v");
   detail::check_view(o, "o");
+  detail::check_rows_distinct(o, "o");
   require_dim(k.batch, q.batch, "k.batch", "q.batch");
   require_dim(v.batch, q.batch, "v.batch", "q.batch");
   require_dim(o.batch, q.batch, "o.batch", "q.batch");

@@ -13,6 +13,8 @@
 #include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <Eigen/Core>
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <optional>
 
@@ -257,17 +259,88 @@ TEST_CASE("attention: bf16 and f16 storage convert to f32 and match the referenc
   CHECK(hf.lse_err <= tol::kLseF32);
 }
 
-TEST_CASE("attention: bf16 output is the f32 result rounded", "[attention][dtype]") {
+template <class Out>
+double rounded_output_error() {
   Tensor<float> q(Layout::Bhsd, 1, 2, 40, 64), k(Layout::Bhsd, 1, 2, 90, 64),
       v(Layout::Bhsd, 1, 2, 90, 64);
-  Tensor<Eigen::bfloat16> o(Layout::Bhsd, 1, 2, 40, 64);
+  Tensor<Out> o(Layout::Bhsd, 1, 2, 40, 64);
   Tensor<double> expected(Layout::Bhsd, 1, 2, 40, 64);
   q.randomize(1);
   k.randomize(2);
   v.randomize(3);
   ak::attention(kCausal, q.cview(), k.cview(), v.cview(), o.view);
   ak::reference::attention(kCausal, q.cview(), k.cview(), v.cview(), expected.view);
-  CHECK(ak::test::max_abs_diff(o.view, expected.view) <= tol::kBf16);
+  return ak::test::max_abs_diff(o.view, expected.view);
+}
+
+TEST_CASE("attention: bf16 and f16 outputs are the f32 result rounded", "[attention][dtype]") {
+  CHECK(rounded_output_error<Eigen::bfloat16>() <= tol::kBf16);
+  CHECK(rounded_output_error<Eigen::half>() <= tol::kHalf);
+}
+
+TEST_CASE("attention: empty batches and empty query sets write nothing and do not fail",
+          "[attention][edge]") {
+  const Index batch = GENERATE(0, 2);
+  const Index q_len = batch == 0 ? 5 : 0;
+  Tensor<float> q(Layout::Bhsd, batch, 2, q_len, 16), k(Layout::Bhsd, batch, 2, 9, 16),
+      v(Layout::Bhsd, batch, 2, 9, 16), o(Layout::Bhsd, batch, 2, q_len, 16);
+  k.randomize(1);
+  v.randomize(2);
+  CHECK_NOTHROW(ak::attention(kCausal, q.cview(), k.cview(), v.cview(), o.view));
+}
+
+namespace {
+
+// Causal, with every keep() call counted by the kind of tile the kernel asked it about.
+struct CountingCausal : ak::Causal {
+  std::atomic<long>* keep_calls;
+  bool keep(Index b, Index h, Index i, Index j) const {
+    keep_calls->fetch_add(1);
+    return ak::Causal::keep(b, h, i, j);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("attention: Full tiles never evaluate keep() and Empty tiles are skipped",
+          "[attention][mask]") {
+  // 200 queries after 100 earlier keys (Lk = 300). With 64-query and 256-key tiles, the
+  // only keep() calls allowed are those on Partial tiles, i.e. near the diagonal.
+  const Index Lq = 200, Lk = 300, D = 32;
+  Tensor<float> q(Layout::Bhsd, 1, 1, Lq, D), k(Layout::Bhsd, 1, 1, Lk, D),
+      v(Layout::Bhsd, 1, 1, Lk, D), o(Layout::Bhsd, 1, 1, Lq, D);
+  q.randomize(1);
+  k.randomize(2);
+  v.randomize(3);
+  std::atomic<long> calls{0};
+  CountingCausal mask;
+  mask.keep_calls = &calls;
+  ak::attention(ak::make_spec(mask), q.cview(), k.cview(), v.cview(), o.view,
+                ak::Options{}.with_threads(1));
+
+  // Upper bound: for each query tile, every (query, key) pair of the key tiles that
+  // classify() calls Partial, over the keys the mask lets the tile see.
+  const Index bq = ak::TileConfig::kBlockQ, bk = ak::TileConfig::kBlockK, offset = Lk - Lq;
+  long bound = 0, dense = 0;
+  for (Index q0 = 0; q0 < Lq; q0 += bq) {
+    const Index nq = std::min(bq, Lq - q0);
+    const ak::Range rows{q0 + offset, q0 + nq + offset};
+    const ak::Range keys = mask.visible_keys(0, 0, rows);
+    for (Index k0 = keys.begin; k0 < keys.end; k0 += bk) {
+      const Index nk = std::min(bk, keys.end - k0);
+      dense += nq * nk;
+      if (mask.classify(0, 0, rows, {k0, k0 + nk}) == ak::TileKind::Partial) bound += nq * nk;
+    }
+  }
+  INFO("keep() calls " << calls.load() << ", Partial pairs " << bound << ", visible pairs "
+                       << dense);
+  CHECK(calls.load() > 0);
+  CHECK(calls.load() <= bound);
+  CHECK(bound < dense);  // the shape does have Full tiles, so the bound is not vacuous
+
+  Tensor<double> expected(Layout::Bhsd, 1, 1, Lq, D);
+  ak::reference::attention(ak::make_spec(mask), q.cview(), k.cview(), v.cview(), expected.view);
+  CHECK(ak::test::max_abs_diff(o.view, expected.view) <= tol::kF32);
 }
 
 TEST_CASE("attention: invalid arguments throw attnkit::Error and leave the output untouched",
@@ -295,6 +368,22 @@ TEST_CASE("attention: invalid arguments throw attnkit::Error and leave the outpu
   const auto V = v.cview();
   check_throws([&] { ak::attention(kFull, q.cview(), k_bad_dim.cview(), V, o.view); },
                "k.dim: expected 32", o);
+  {  // the LSE buffer is left alone too
+    std::vector<float> lse(64, 7.f);
+    CHECK_THROWS_AS(ak::attention(kFull, q.cview(), k_bad_dim.cview(), V, o.view,
+                                  ak::Options{}.with_lse(lse.data())),
+                    ak::Error);
+    CHECK(std::all_of(lse.begin(), lse.end(), [](float x) { return x == 7.f; }));
+  }
+  check_throws([&] { ak::attention(kFull, q.cview(), K, V, o.view,
+                                   ak::Options{}.with_q_offset(ak::Problem::kMaxOffset + 1)); },
+               "q_offset: expected within +-2^62", o);
+  {  // output rows that overlap (a zero head stride) would be written by several threads
+    auto overlapping = o.view;
+    overlapping.head_stride = 0;
+    check_throws([&] { ak::attention(kFull, q.cview(), K, V, overlapping); },
+                 "o.head_stride: expected >= 32 (rows must not overlap), got 0", o);
+  }
   check_throws([&] { ak::attention(kFull, q.cview(), k_bad_heads.cview(), V, o.view); },
                "v.heads: expected 3", o);
   check_throws([&] { ak::attention(kFull, q.cview(), K, v_bad_len.cview(), o.view); },

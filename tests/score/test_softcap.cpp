@@ -48,7 +48,7 @@ TEST_CASE("Softcap: apply_tile equals modify element by element", "[softcap]") {
   for (float& x : s) x = dist(rng);
   const std::vector<float> before = s;
 
-  softcap.apply_tile(s.data(), rows, cols, ld);
+  softcap.apply_tile(s.data(), rows, cols, ld, ak::ScoreTile{});
 
   for (Index r = 0; r < rows; ++r)
     for (Index c = 0; c < ld; ++c) {
@@ -72,7 +72,8 @@ TEST_CASE("Softcap: results stay within [-cap, cap], even for huge logits", "[so
     s[i] = (i % 2 == 0 ? 1.f : -1.f) * magnitudes[(i / 2) % 4];
   }
   const std::vector<float> before = s;
-  softcap.apply_tile(s.data(), 1, static_cast<Index>(s.size()), static_cast<Index>(s.size()));
+  softcap.apply_tile(s.data(), 1, static_cast<Index>(s.size()), static_cast<Index>(s.size()),
+                     ak::ScoreTile{});
   for (std::size_t i = 0; i < s.size(); ++i) {
     INFO("logit " << before[i] << " -> " << s[i]);
     CHECK(std::abs(s[i]) <= 5.f);
@@ -100,20 +101,24 @@ TEST_CASE("Softcap: an invalid cap throws attnkit::Error naming Softcap::cap",
   const float inf = std::numeric_limits<float>::infinity();
   CHECK_THROWS_MATCHES(
       ak::Softcap{0.f}, ak::Error,
-      MessageMatches(ContainsSubstring("attnkit: Softcap::cap: expected finite and > 0, got 0")));
+      MessageMatches(ContainsSubstring("attnkit: Softcap::cap: expected finite and >= FLT_MIN, got 0")));
   CHECK_THROWS_MATCHES(
       ak::Softcap{-2.f}, ak::Error,
-      MessageMatches(ContainsSubstring("attnkit: Softcap::cap: expected finite and > 0, got -2")));
+      MessageMatches(ContainsSubstring("attnkit: Softcap::cap: expected finite and >= FLT_MIN, got -2")));
   CHECK_THROWS_MATCHES(
       ak::Softcap{inf}, ak::Error,
-      MessageMatches(ContainsSubstring("attnkit: Softcap::cap: expected finite and > 0, got inf")));
+      MessageMatches(ContainsSubstring("attnkit: Softcap::cap: expected finite and >= FLT_MIN, got inf")));
   CHECK_THROWS_MATCHES(ak::Softcap{-inf}, ak::Error,
                        MessageMatches(ContainsSubstring(
-                           "attnkit: Softcap::cap: expected finite and > 0, got -inf")));
+                           "attnkit: Softcap::cap: expected finite and >= FLT_MIN, got -inf")));
   CHECK_THROWS_MATCHES(ak::Softcap{std::numeric_limits<float>::quiet_NaN()}, ak::Error,
                        MessageMatches(ContainsSubstring(
-                           "attnkit: Softcap::cap: expected finite and > 0, got ")));  // (-)nan
+                           "attnkit: Softcap::cap: expected finite and >= FLT_MIN, got ")));  // (-)nan
   CHECK_NOTHROW(ak::Softcap{1e-3f});
+  // A subnormal cap would make 1/cap infinite and 0 * (1/cap) NaN.
+  CHECK_THROWS_MATCHES(ak::Softcap{1e-39f}, ak::Error,
+                       MessageMatches(ContainsSubstring("Softcap::cap: expected finite and >= FLT_MIN")));
+  CHECK_NOTHROW(ak::Softcap{std::numeric_limits<float>::min()});
 }
 
 TEST_CASE("Softcap: is a Score policy with both hooks", "[softcap][hooks]") {

@@ -8,6 +8,11 @@
 #include "attnkit/simd/simd.hpp"
 #include "attnkit/tensor.hpp"
 
+namespace Eigen {  // the storage types, declared here so this header needs no Eigen include
+struct bfloat16;
+struct half;
+}  // namespace Eigen
+
 namespace attnkit::detail {
 
 /// qt[D, ld] = scale * Q[rows, D]^T for `rows` query rows from (b, h, row0); columns past
@@ -40,6 +45,14 @@ void pack_rows(const View<T>& src, Index b, Index h, Index row0, Index rows, flo
 template <class T>
 constexpr bool is_f32() {
   return std::is_same_v<std::remove_const_t<T>, float>;
+}
+
+/// The storage types attention() reads and writes.
+template <class T>
+constexpr bool is_storage() {
+  using U = std::remove_const_t<T>;
+  return std::is_same_v<U, float> || std::is_same_v<U, Eigen::bfloat16> ||
+         std::is_same_v<U, Eigen::half>;
 }
 
 /// The f32 rows of an f32 view; nullptr for other storage (never read then).

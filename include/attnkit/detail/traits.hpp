@@ -4,17 +4,18 @@
 
 #include <type_traits>
 
+#include "attnkit/score/score_tile.hpp"
 #include "attnkit/tensor.hpp"
 
 namespace attnkit::detail {
 
-// Score: vectorized tile modification apply_tile(float* s, rows, cols, ld).
+// Score: vectorized tile modification apply_tile(float* s, keys, lanes, ld, ScoreTile).
 template <class P, class = void>
 struct has_apply_tile : std::false_type {};
 template <class P>
 struct has_apply_tile<P, std::void_t<decltype(std::declval<const P&>().apply_tile(
-                             std::declval<float*>(), Index{}, Index{}, Index{}))>>
-    : std::true_type {};
+                             std::declval<float*>(), Index{}, Index{}, Index{},
+                             ScoreTile{}))>> : std::true_type {};
 
 // Score: element rule modify(double s, b, h, i, j) -> double.
 template <class P, class = void>

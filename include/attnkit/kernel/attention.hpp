@@ -24,6 +24,7 @@
 #include "attnkit/mask/tile_kind.hpp"
 #include "attnkit/options.hpp"
 #include "attnkit/problem.hpp"
+#include "attnkit/score/score_tile.hpp"
 #include "attnkit/simd/simd.hpp"
 #include "attnkit/spec.hpp"
 
@@ -91,6 +92,7 @@ class AttentionTiles {
       const TileKind kind = classify_tile(spec_.mask, b, h, q_pos, Range{k0, k0 + nk});
       if (kind == TileKind::Empty) continue;
       scores(b, hk, k0, nk, lanes);                                    // s_ [nk, kBq]
+      apply_score_mods(ScoreTile{b, h, q_pos.begin, k0}, nk, lanes);
       if (kind == TileKind::Partial) apply_mask(b, h, q_pos.begin, k0, nk, nq);
       absorb(nk, nq, lanes);                                            // weights, rescale
       accumulate_values(b, hk, k0, nk, nq);                            // acc_ += P V
@@ -99,19 +101,18 @@ class AttentionTiles {
   }
 
  private:
-  // s_[nk, lanes] = K[k0:k0+nk] * qt_ (scale already in qt_), then the score mods.
+  // s_[nk, lanes] = K[k0:k0+nk] * qt_ (scale already in qt_).
   void scores(Index b, Index hk, Index k0, Index nk, Index lanes) {
     gemm::StridedA keys{kp_, p_.head_dim, 1};
     if (k_direct_) keys = {as_f32(k_.row(b, hk, k0)), k_.seq_stride, 1};
     else pack_rows(k_, b, hk, k0, nk, kp_, p_.head_dim);
     gemm::gemm(nk, lanes, p_.head_dim, keys, qt_, kBq, s_, kBq, false);
-    apply_score_mods(nk, lanes);
   }
 
-  void apply_score_mods(Index nk, Index lanes) {
+  void apply_score_mods(const ScoreTile& where, Index nk, Index lanes) {
     using Score = typename Spec::Score;
     if constexpr (has_apply_tile<Score>::value) {
-      spec_.score.apply_tile(s_, nk, lanes, kBq);
+      spec_.score.apply_tile(s_, nk, lanes, kBq, where);
     } else {
       static_assert(!has_modify<Score>::value,
                     "attention(): a Score policy with modify() also needs apply_tile()");
@@ -204,12 +205,16 @@ inline int thread_count(int requested) {
 /// o[B, Hq, Lq, Dv] = attention of q[B, Hq, Lq, D] over k[B, Hkv, Lk, D], v[B, Hkv, Lk, Dv]
 /// under `spec`. Sizes come from the views; options carry scale, q_offset, threads and
 /// the optional LSE output [B, Hq, Lq]. Throws Error before writing anything on bad input.
+/// `o` (and the LSE buffer) must not alias q, k or v.
 template <class Spec, class Q, class K, class V, class O>
 void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
                const View<O>& o, const Options& options = {}) {
   static_assert(!std::is_const_v<O>, "attention(): the output view must be writable");
   static_assert(std::is_same_v<typename Spec::Position, NoPosition>,
                 "attention(): this kernel has no Position hooks yet; only NoPosition is supported");
+  static_assert(detail::is_storage<Q>() && detail::is_storage<K>() && detail::is_storage<V>() &&
+                    detail::is_storage<O>(),
+                "attention(): storage must be float, Eigen::bfloat16 or Eigen::half");
   const Problem p = make_problem(q, k, v, o, options);
   using Tiles = detail::AttentionTiles<Spec, Q, K, V, O>;
 

@@ -22,6 +22,9 @@ void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<
                const View<O>& o, const Options& options = {}) {
   static_assert(std::is_same_v<typename Spec::Position, NoPosition>,
                 "reference::attention(): only NoPosition is supported yet");
+  static_assert(detail::has_modify<typename Spec::Score>::value ||
+                    !detail::has_apply_tile<typename Spec::Score>::value,
+                "reference::attention(): a Score policy with apply_tile() needs modify() too");
   const Problem p = make_problem(q, k, v, o, options);
   const double neg_inf = -std::numeric_limits<double>::infinity();
   std::vector<double> s(static_cast<std::size_t>(p.kv_len));  // one row of [Lq, Lk]

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cmath>
+#include <limits>
 
 #include "attnkit/error.hpp"
+#include "attnkit/score/score_tile.hpp"
 #include "attnkit/simd/simd.hpp"
 #include "attnkit/slots.hpp"
 #include "attnkit/tensor.hpp"
@@ -18,7 +20,9 @@ struct Softcap {
   float inv_cap;  // hoisted: the tile loop multiplies, never divides
 
   explicit Softcap(float cap_) : cap(cap_), inv_cap(1.f / cap_) {
-    detail::require(std::isfinite(cap_) && cap_ > 0.f, "Softcap::cap", "finite and > 0", cap_);
+    // A cap below FLT_MIN would make inv_cap infinite and 0 * inv_cap NaN.
+    detail::require(std::isfinite(cap_) && cap_ >= std::numeric_limits<float>::min(),
+                    "Softcap::cap", "finite and >= FLT_MIN", cap_);
   }
 
   /// Element rule (the reference uses it): s -> cap * tanh(s / cap).
@@ -26,11 +30,12 @@ struct Softcap {
     return cap * std::tanh(s / cap);
   }
 
-  /// Tile form: s[rows, cols] with row stride ld, cols a whole number of vectors.
-  void apply_tile(float* s, Index rows, Index cols, Index ld) const {
+  /// Tile form: s[keys, lanes] with row stride ld, lanes a whole number of vectors. The
+  /// cap does not depend on positions, so `where` is unused.
+  void apply_tile(float* s, Index keys, Index lanes, Index ld, const ScoreTile& /*where*/) const {
     const simd::Vec c(cap), ic(inv_cap);
-    for (Index r = 0; r < rows; ++r)
-      for (Index j = 0; j < cols; j += simd::kWidth) {
+    for (Index r = 0; r < keys; ++r)
+      for (Index j = 0; j < lanes; j += simd::kWidth) {
         float* p = s + r * ld + j;
         simd::store(p, c * simd::tanh(simd::load(p) * ic));
       }

@@ -12,8 +12,8 @@
 #ifndef ATTNKIT_NO_SIMD
 // GCC 12 reports -W(maybe-)uninitialized inside its own AVX-512 intrinsic headers when
 // they are inlined (the _mm512_undefined_* pass-through operands, GCC PR 105593, fixed in
-// 13). Silencing it while those headers are parsed keeps -Werror usable for our users,
-// as long as nothing included <immintrin.h> before attnkit.
+// 13). Silencing it while those headers are parsed keeps -Werror usable, as long as
+// nothing included <immintrin.h> (Eigen does) before attnkit: include attnkit first.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
