@@ -148,6 +148,32 @@ void BM_Gemm_Roofline(benchmark::State& state, Shape s) {
   });
 }
 
+// The in-cache peak of attnkit's own tile GEMM on the kernel's two tile products,
+// S^T[Bk, Bq] = K[Bk, d] Q^T[d, Bq] and O[Bq, d] += P[Bq, Bk] V[Bk, d], repeated on the same
+// buffers: the FLOP rate attention could reach if the softmax, masking and memory traffic
+// were free. An upper bound, where the Eigen "roofline" on [L, L] matrices is not one.
+void BM_Gemm_TilePeak(benchmark::State& state, Shape s) {
+  constexpr Index bq = ak::TileConfig::kBlockQ, bk = ak::TileConfig::kBlockK, kReps = 64;
+  const Index d = s.dim;
+  const double flops_per_rep = 4.0 * bq * bk * double(d);
+  for (auto _ : state) {
+#ifdef _OPENMP
+#pragma omp parallel num_threads(s.threads)
+#endif
+    {
+      std::vector<float> k(bk * d, 0.5f), qt(d * bq, 0.25f), st(bk * bq), v(bk * d, 0.5f),
+          o(bq * d, 0.f);
+      for (Index rep = 0; rep < kReps; ++rep) {
+        ak::gemm::gemm(bk, bq, d, {k.data(), d, 1}, qt.data(), bq, st.data(), bq, false);
+        ak::gemm::gemm(bq, d, bk, {st.data(), 1, bq}, v.data(), d, o.data(), d, true);
+      }
+      benchmark::DoNotOptimize(o.data());
+    }
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(flops_per_rep * kReps * s.threads / 1e9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // Remembers GFLOP/s per benchmark name and prints the ratios after the run.
 class SummaryReporter : public benchmark::ConsoleReporter {
  public:
@@ -163,20 +189,22 @@ class SummaryReporter : public benchmark::ConsoleReporter {
   void print_summary(const std::vector<Shape>& shapes) const {
     std::printf(
         "\nSummary (GFLOP/s; causal counts half the FLOPs; roofline = dense Eigen GEMMs;"
-        " softcap = attnkit with Softcap{30}; softcap/ = its speed relative to attnkit)\n");
-    std::printf("%5s %6s %6s %7s | %8s %8s %8s %8s | %9s %9s %9s %9s\n", "d", "L", "causal",
-                "threads", "attnkit", "softcap", "unfused", "roofline", "/roofline", "/unfused",
-                "2T/1T", "softcap/");
+        " peak = attnkit's tile GEMM in cache;\n softcap = attnkit with Softcap{30};"
+        " softcap/ = its speed relative to attnkit)\n");
+    std::printf("%5s %6s %6s %7s | %8s %8s %8s %8s %8s | %9s %9s %9s %9s %9s\n", "d", "L",
+                "causal", "threads", "attnkit", "softcap", "unfused", "roofline", "peak",
+                "/peak", "/roofline", "/unfused", "2T/1T", "softcap/");
     for (const Shape& s : shapes) {
       const double a = get(s.name("attnkit")), u = get(s.name("unfused"));
       const double c = get(s.name("attnkit_softcap"));
       const double r = get(Shape{s.dim, s.len, false, s.threads}.name("roofline"));
       const double one = get(Shape{s.dim, s.len, s.causal, 1}.name("attnkit"));
+      const double peak = get(Shape{s.dim, 0, false, s.threads}.name("tile_peak"));
       if (a <= 0) continue;  // filtered out
-      std::printf("%5td %6td %6d %7d | %8.1f %8.1f %8.1f %8.1f | %9s %9s %9s %9s\n", s.dim,
-                  s.len, int(s.causal), s.threads, a, c, u, r, ratio(a, r).c_str(),
-                  ratio(a, u).c_str(), s.threads > 1 ? ratio(a, one).c_str() : "",
-                  ratio(c, a).c_str());
+      std::printf("%5td %6td %6d %7d | %8.1f %8.1f %8.1f %8.1f %8.1f | %9s %9s %9s %9s %9s\n",
+                  s.dim, s.len, int(s.causal), s.threads, a, c, u, r, peak,
+                  ratio(a, peak).c_str(), ratio(a, r).c_str(), ratio(a, u).c_str(),
+                  s.threads > 1 ? ratio(a, one).c_str() : "", ratio(c, a).c_str());
     }
   }
 
@@ -210,6 +238,11 @@ int main(int argc, char** argv) {
         ->Unit(benchmark::kMillisecond)
         ->MinTime(0.3);
   };
+  for (const Index dim : {64, 128})
+    for (const int threads : {1, 2}) {
+      const Shape tile{dim, 0, false, threads};
+      add(tile.name("tile_peak"), BM_Gemm_TilePeak, tile);
+    }
   for (const Shape& s : shapes) {
     add(s.name("attnkit"), BM_Attention_Attnkit<ak::Dot>, s, ak::Dot{});
     add(s.name("attnkit_softcap"), BM_Attention_Attnkit<ak::Softcap>, s, ak::Softcap{30.f});
