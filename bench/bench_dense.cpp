@@ -3,11 +3,10 @@
 // and a GEMM roofline (the same two Eigen GEMMs without the softmax). Counters: GFLOP/s
 // (4 * B * H * Lq * Lk * d useful FLOPs, halved for causal) and bytes of Q, K, V, O.
 // After the usual table, a summary prints the ratios per shape.
-#include <attnkit/attnkit.hpp>
-
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Core>
+#include <attnkit/attnkit.hpp>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -69,9 +68,8 @@ using Map = Eigen::Map<RowMatrix>;
 void set_counters(benchmark::State& state, const Shape& s) {
   state.counters["GFLOP/s"] =
       benchmark::Counter(s.flops() / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["bytes"] =
-      benchmark::Counter(s.bytes(), benchmark::Counter::kIsIterationInvariantRate,
-                         benchmark::Counter::kIs1024);
+  state.counters["bytes"] = benchmark::Counter(
+      s.bytes(), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1024);
 }
 
 // attnkit with the given score policy (Dot, or Softcap to price a score mod).
@@ -82,8 +80,10 @@ void BM_Attention_Attnkit(benchmark::State& state, Shape s, Score score) {
              o = buf.view(buf.o, s);
   const auto options = ak::Options{}.with_threads(s.threads);
   for (auto _ : state) {
-    if (s.causal) ak::attention(ak::make_spec(score, ak::Causal{}), q, k, v, o, options);
-    else ak::attention(ak::make_spec(score), q, k, v, o, options);
+    if (s.causal)
+      ak::attention(ak::make_spec(score, ak::Causal{}), q, k, v, o, options);
+    else
+      ak::attention(ak::make_spec(score), q, k, v, o, options);
     benchmark::DoNotOptimize(buf.o.data());
     benchmark::ClobberMemory();
   }
@@ -131,8 +131,7 @@ void BM_Attention_Unfused(benchmark::State& state, Shape s) {
   run_baseline(state, s, [&](ConstMap Q, ConstMap K, ConstMap V, Map O, RowMatrix& S) {
     S.noalias() = (Q * K.transpose()) * scale;
     if (s.causal)
-      S.triangularView<Eigen::StrictlyUpper>().setConstant(
-          -std::numeric_limits<float>::infinity());
+      S.triangularView<Eigen::StrictlyUpper>().setConstant(-std::numeric_limits<float>::infinity());
     S = (S.colwise() - S.rowwise().maxCoeff()).array().exp().matrix();
     const Eigen::VectorXf inv_sum = S.rowwise().sum().cwiseInverse();
     O.noalias() = inv_sum.asDiagonal() * (S * V);
@@ -191,9 +190,9 @@ class SummaryReporter : public benchmark::ConsoleReporter {
         "\nSummary (GFLOP/s; causal counts half the FLOPs; roofline = dense Eigen GEMMs;"
         " peak = attnkit's tile GEMM in cache;\n softcap = attnkit with Softcap{30};"
         " softcap/ = its speed relative to attnkit)\n");
-    std::printf("%5s %6s %6s %7s | %8s %8s %8s %8s %8s | %9s %9s %9s %9s %9s\n", "d", "L",
-                "causal", "threads", "attnkit", "softcap", "unfused", "roofline", "peak",
-                "/peak", "/roofline", "/unfused", "2T/1T", "softcap/");
+    std::printf("%5s %6s %6s %7s | %8s %8s %8s %8s %8s | %9s %9s %9s %9s %9s\n", "d", "L", "causal",
+                "threads", "attnkit", "softcap", "unfused", "roofline", "peak", "/peak",
+                "/roofline", "/unfused", "2T/1T", "softcap/");
     for (const Shape& s : shapes) {
       const double a = get(s.name("attnkit")), u = get(s.name("unfused"));
       const double c = get(s.name("attnkit_softcap"));
@@ -202,8 +201,8 @@ class SummaryReporter : public benchmark::ConsoleReporter {
       const double peak = get(Shape{s.dim, 0, false, s.threads}.name("tile_peak"));
       if (a <= 0) continue;  // filtered out
       std::printf("%5td %6td %6d %7d | %8.1f %8.1f %8.1f %8.1f %8.1f | %9s %9s %9s %9s %9s\n",
-                  s.dim, s.len, int(s.causal), s.threads, a, c, u, r, peak,
-                  ratio(a, peak).c_str(), ratio(a, r).c_str(), ratio(a, u).c_str(),
+                  s.dim, s.len, int(s.causal), s.threads, a, c, u, r, peak, ratio(a, peak).c_str(),
+                  ratio(a, r).c_str(), ratio(a, u).c_str(),
                   s.threads > 1 ? ratio(a, one).c_str() : "", ratio(c, a).c_str());
     }
   }
@@ -252,8 +251,8 @@ int main(int argc, char** argv) {
 
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  std::printf("attnkit bench_dense: B=%td H=%td, SIMD %s (%d lanes), OpenMP %s\n", kBatch,
-              kHeads, ak::simd::kArchName, ak::simd::kWidth,
+  std::printf("attnkit bench_dense: B=%td H=%td, SIMD %s (%d lanes), OpenMP %s\n", kBatch, kHeads,
+              ak::simd::kArchName, ak::simd::kWidth,
 #ifdef _OPENMP
               "on"
 #else

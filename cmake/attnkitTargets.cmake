@@ -14,4 +14,10 @@ function(attnkit_target_defaults target)
   target_link_libraries(${target} PRIVATE attnkit::attnkit)
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Werror ${ARG_ARCH}
                                            $<$<NOT:$<CONFIG:Debug>>:-O3>)
+  # GCC 12 warns inside its own AVX-512 intrinsic headers (PR 105593, fixed in GCC 13)
+  # whenever <immintrin.h> was parsed before attnkit's SIMD layer could silence it, e.g.
+  # when <Eigen/Core> is included first. Clang builds keep both warnings.
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
+    target_compile_options(${target} PRIVATE -Wno-maybe-uninitialized -Wno-uninitialized)
+  endif()
 endfunction()

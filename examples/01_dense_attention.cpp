@@ -5,9 +5,8 @@
 //   2. compose a variant from policies with make_spec,
 //   3. call attnkit::attention, optionally asking for the row log-sum-exp,
 //   4. check the result against the double-precision reference, and print PASS.
-#include <attnkit/attnkit.hpp>
-
 #include <algorithm>
+#include <attnkit/attnkit.hpp>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -73,8 +72,8 @@ int main() {
   }
 
   const double tolerance = 2e-5;  // f32 accumulation against the f64 reference
-  std::printf("max |o - reference| = %.3g, max |lse - reference| = %.3g (tolerance %.0e)\n",
-              worst, worst_lse, tolerance);
+  std::printf("max |o - reference| = %.3g, max |lse - reference| = %.3g (tolerance %.0e)\n", worst,
+              worst_lse, tolerance);
   const bool pass = worst <= tolerance && worst_lse <= tolerance && rejected;
   std::printf("%s\n", pass ? "PASS" : "FAIL");
   return pass ? 0 : 1;

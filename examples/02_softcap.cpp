@@ -2,9 +2,8 @@
 // logit s into cap * tanh(s / cap) before the mask and the softmax. It keeps logits, and
 // so the softmax, bounded when activations grow large; we make that visible through the
 // rows' log-sum-exp, with and without the cap.
-#include <attnkit/attnkit.hpp>
-
 #include <algorithm>
+#include <attnkit/attnkit.hpp>
 #include <cmath>
 #include <cstdio>
 #include <random>

@@ -27,8 +27,7 @@ template <class Expected, class Actual>
 
 /// Throws Error(argument, expected, actual) when `ok` is false.
 template <class Expected, class Actual>
-void require(bool ok, const std::string& argument, const Expected& expected,
-             const Actual& actual) {
+void require(bool ok, const std::string& argument, const Expected& expected, const Actual& actual) {
   if (!ok) fail(argument, expected, actual);
 }
 

@@ -16,10 +16,26 @@ struct Options {
   float* lse = nullptr;           // optional [batch, q_heads, q_len] log-sum-exp (natural log)
 
   // Setters return a modified copy, so `const auto& o = Options{}.with_lse(p);` is safe.
-  Options with_scale(float s) const { Options o = *this; o.scale = s; return o; }
-  Options with_q_offset(Index off) const { Options o = *this; o.q_offset = off; return o; }
-  Options with_threads(int n) const { Options o = *this; o.threads = n; return o; }
-  Options with_lse(float* out) const { Options o = *this; o.lse = out; return o; }
+  Options with_scale(float s) const {
+    Options o = *this;
+    o.scale = s;
+    return o;
+  }
+  Options with_q_offset(Index off) const {
+    Options o = *this;
+    o.q_offset = off;
+    return o;
+  }
+  Options with_threads(int n) const {
+    Options o = *this;
+    o.threads = n;
+    return o;
+  }
+  Options with_lse(float* out) const {
+    Options o = *this;
+    o.lse = out;
+    return o;
+  }
 };
 
 }  // namespace attnkit

@@ -38,8 +38,8 @@ struct Problem {
     require(std::isfinite(scale) && scale != 0.f, "scale", "finite and non-zero", scale);
     require(threads >= 0, "threads", ">= 0", threads);
     // Positions i + q_offset and the ranges built from them must not overflow Index.
-    require(q_offset >= -kMaxOffset && q_offset <= kMaxOffset, "q_offset",
-            "within +-2^62", q_offset);
+    require(q_offset >= -kMaxOffset && q_offset <= kMaxOffset, "q_offset", "within +-2^62",
+            q_offset);
   }
 
   static constexpr Index kMaxOffset = Index{1} << 62;
@@ -86,8 +86,7 @@ void check_rows_distinct(const View<T>& v, const std::string& name) {
 
 inline void require_dim(Index actual, Index expected, const std::string& what,
                         const std::string& source) {
-  require(actual == expected, what,
-          std::to_string(expected) + " (" + source + ")", actual);
+  require(actual == expected, what, std::to_string(expected) + " (" + source + ")", actual);
 }
 
 }  // namespace detail

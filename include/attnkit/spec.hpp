@@ -38,8 +38,10 @@ struct has_slot<P, std::void_t<typename P::slot>> : std::true_type {};
 
 template <class Slot, class P>
 constexpr bool in_slot() {
-  if constexpr (has_slot<P>::value) return std::is_same_v<typename P::slot, Slot>;
-  else return false;
+  if constexpr (has_slot<P>::value)
+    return std::is_same_v<typename P::slot, Slot>;
+  else
+    return false;
 }
 
 template <class Slot, class... Ps>
@@ -78,8 +80,8 @@ auto make_spec(Ps... policies) {
   auto mask = detail::pick<MaskSlot>(Full{}, all);
   auto normalizer = detail::pick<NormalizerSlot>(Softmax{}, all);
   auto position = detail::pick<PositionSlot>(NoPosition{}, all);
-  return AttentionSpec<decltype(score), decltype(mask), decltype(normalizer),
-                       decltype(position)>{score, mask, normalizer, position};
+  return AttentionSpec<decltype(score), decltype(mask), decltype(normalizer), decltype(position)>{
+      score, mask, normalizer, position};
 }
 
 }  // namespace attnkit

@@ -1,17 +1,14 @@
 // Problem and make_problem(): sizes deduced from the views, the defaults of scale and
 // q_offset, Options overriding them, the GQA head mapping, and every error path with its
 // message "attnkit: <argument>: expected <x>, got <y>" (error.hpp).
-#include <attnkit/problem.hpp>
-
 #include <attnkit/error.hpp>
 #include <attnkit/options.hpp>
-
+#include <attnkit/problem.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 #include <catch2/matchers/catch_matchers_exception.hpp>
 #include <catch2/matchers/catch_matchers_floating_point.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
-
 #include <cmath>
 #include <functional>
 #include <limits>

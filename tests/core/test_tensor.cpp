@@ -2,9 +2,7 @@
 // points for each layout, and the conversion to a const view. Int views keep every
 // address check exact.
 #include <attnkit/tensor.hpp>
-
 #include <catch2/catch_test_macros.hpp>
-
 #include <cstddef>
 #include <numeric>
 #include <type_traits>

@@ -2,13 +2,11 @@
 // row remainder of kMR, column counts around the kNR-vector block (with a one-vector
 // tail), depths across the kKc panel, overwrite and accumulate, row-major and transposed A.
 // Padding of A holds NaN, so a read outside [m, k] poisons the result.
+#include <algorithm>
 #include <attnkit/gemm/tile_gemm.hpp>
-
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 #include <catch2/generators/catch_generators_range.hpp>
-
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>

@@ -1,20 +1,17 @@
 // attention() against reference::attention() over a grid of shapes, layouts, masks,
 // score mods, GQA ratios and thread counts; edge cases (empty rows, huge logits, empty
 // key sets); validation errors. Built three times: native ISA, x86-64-v2, scalar.
+#include <Eigen/Core>
+#include <algorithm>
+#include <atomic>
 #include <attnkit/kernel/attention.hpp>
-
 #include <attnkit/mask/causal.hpp>
 #include <attnkit/reference/attention.hpp>
 #include <attnkit/score/softcap.hpp>
-
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 #include <catch2/matchers/catch_matchers_exception.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
-
-#include <Eigen/Core>
-#include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <optional>
 
@@ -64,9 +61,10 @@ Outcome run_case(const Spec& spec, const Case& c, std::uint32_t seed = 7) {
   ak::reference::attention(spec, q.cview(), k.cview(), v.cview(), expected.view,
                            options.with_lse(lse_expected.data()));
 
-  const auto nan_count = std::count_if(o.memory.begin(), o.memory.end(),
-                                       [](float x) { return std::isnan(x); });
-  const auto padding = static_cast<std::ptrdiff_t>(o.memory.size()) - c.batch * c.q_heads * c.q_len * dv;
+  const auto nan_count =
+      std::count_if(o.memory.begin(), o.memory.end(), [](float x) { return std::isnan(x); });
+  const auto padding =
+      static_cast<std::ptrdiff_t>(o.memory.size()) - c.batch * c.q_heads * c.q_len * dv;
   return {ak::test::max_abs_diff(o.view, expected.view), ak::test::max_lse_diff(lse, lse_expected),
           nan_count == padding};
 }
@@ -74,8 +72,8 @@ Outcome run_case(const Spec& spec, const Case& c, std::uint32_t seed = 7) {
 template <class Spec>
 void check(const Spec& spec, const Case& c) {
   INFO("B=" << c.batch << " Hq=" << c.q_heads << " Hkv=" << c.kv_heads << " Lq=" << c.q_len
-            << " Lk=" << c.kv_len << " D=" << c.dim << " Dv=" << c.value_dim << " layout="
-            << ak::test::name(c.layout) << " threads=" << c.threads);
+            << " Lk=" << c.kv_len << " D=" << c.dim << " Dv=" << c.value_dim
+            << " layout=" << ak::test::name(c.layout) << " threads=" << c.threads);
   const Outcome r = run_case(spec, c);
   CHECK(r.out_err <= tol::kF32);
   CHECK(r.lse_err <= tol::kLseF32);
@@ -96,8 +94,8 @@ TEST_CASE("attention: matches the reference for every sequence length", "[attent
 }
 
 TEST_CASE("attention: matches the reference when Lq != Lk", "[attention][grid]") {
-  const auto [lq, lk] = GENERATE(table<Index, Index>({{1, 200}, {7, 65}, {65, 7}, {64, 1000},
-                                                      {200, 63}, {130, 257}}));
+  const auto [lq, lk] = GENERATE(
+      table<Index, Index>({{1, 200}, {7, 65}, {65, 7}, {64, 1000}, {200, 63}, {130, 257}}));
   Case c;
   c.q_len = lq;
   c.kv_len = lk;
@@ -361,7 +359,8 @@ TEST_CASE("attention: invalid arguments throw attnkit::Error and leave the outpu
   };
   auto check_throws = [&](auto call, const std::string& names, Tensor<float>& out) {
     const auto intact = untouched(out);
-    CHECK_THROWS_MATCHES(call(), ak::Error, Catch::Matchers::MessageMatches(ContainsSubstring(names)));
+    CHECK_THROWS_MATCHES(call(), ak::Error,
+                         Catch::Matchers::MessageMatches(ContainsSubstring(names)));
     CHECK(intact());
   };
   const auto K = k.cview();
@@ -375,9 +374,12 @@ TEST_CASE("attention: invalid arguments throw attnkit::Error and leave the outpu
                     ak::Error);
     CHECK(std::all_of(lse.begin(), lse.end(), [](float x) { return x == 7.f; }));
   }
-  check_throws([&] { ak::attention(kFull, q.cview(), K, V, o.view,
-                                   ak::Options{}.with_q_offset(ak::Problem::kMaxOffset + 1)); },
-               "q_offset: expected within +-2^62", o);
+  check_throws(
+      [&] {
+        ak::attention(kFull, q.cview(), K, V, o.view,
+                      ak::Options{}.with_q_offset(ak::Problem::kMaxOffset + 1));
+      },
+      "q_offset: expected within +-2^62", o);
   {  // output rows that overlap (a zero head stride) would be written by several threads
     auto overlapping = o.view;
     overlapping.head_stride = 0;
@@ -388,19 +390,21 @@ TEST_CASE("attention: invalid arguments throw attnkit::Error and leave the outpu
                "v.heads: expected 3", o);
   check_throws([&] { ak::attention(kFull, q.cview(), K, v_bad_len.cview(), o.view); },
                "v.seq: expected 9", o);
-  check_throws([&] { ak::attention(kFull, q.cview(), K, V, o_bad_len.view); },
-               "o.seq: expected 8", o_bad_len);
-  check_throws([&] { ak::attention(kFull, q.cview(), K, V, o_bad_dim.view); },
-               "o.dim: expected 32", o_bad_dim);
+  check_throws([&] { ak::attention(kFull, q.cview(), K, V, o_bad_len.view); }, "o.seq: expected 8",
+               o_bad_len);
+  check_throws([&] { ak::attention(kFull, q.cview(), K, V, o_bad_dim.view); }, "o.dim: expected 32",
+               o_bad_dim);
   check_throws([&] { ak::attention(kFull, q_bad_batch.cview(), K, V, o.view); },
                "k.batch: expected 1", o);
   Tensor<float> q_odd_heads(Layout::Bhsd, 2, 3, 8, 32), o_odd_heads(Layout::Bhsd, 2, 3, 8, 32);
   check_throws([&] { ak::attention(kFull, q_odd_heads.cview(), K, V, o_odd_heads.view); },
                "q_heads: expected a positive multiple of kv_heads (2), got 3", o_odd_heads);
-  check_throws([&] { ak::attention(kFull, q.cview(), K, V, o.view, ak::Options{}.with_scale(NAN)); },
-               "scale: expected finite and non-zero", o);
-  check_throws([&] { ak::attention(kFull, q.cview(), K, V, o.view, ak::Options{}.with_threads(-1)); },
-               "threads: expected >= 0, got -1", o);
+  check_throws(
+      [&] { ak::attention(kFull, q.cview(), K, V, o.view, ak::Options{}.with_scale(NAN)); },
+      "scale: expected finite and non-zero", o);
+  check_throws(
+      [&] { ak::attention(kFull, q.cview(), K, V, o.view, ak::Options{}.with_threads(-1)); },
+      "threads: expected >= 0, got -1", o);
   auto null_q = q.cview();
   null_q.data = nullptr;
   check_throws([&] { ak::attention(kFull, null_q, K, V, o.view); }, "q.data: expected non-null", o);

@@ -3,18 +3,15 @@
 // TileConfig (kernel/tile_config.hpp) keeps the query tile a whole number of vectors;
 // detail::pack_q_transposed / pack_rows (detail/pack.hpp) transpose, scale, zero-pad and
 // convert bf16 storage to f32.
-#include <attnkit/detail/scratch.hpp>
-
+#include <Eigen/Core>
+#include <algorithm>
 #include <attnkit/detail/pack.hpp>
+#include <attnkit/detail/scratch.hpp>
 #include <attnkit/kernel/tile_config.hpp>
 #include <attnkit/simd/simd.hpp>
 #include <attnkit/tensor.hpp>
-
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_floating_point.hpp>
-
-#include <Eigen/Core>
-#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <vector>

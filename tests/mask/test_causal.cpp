@@ -3,12 +3,9 @@
 // for Causal a Partial tile really is mixed (the classification is tight). Range::last()
 // (tile_kind.hpp) is the last position of a half-open range.
 #include <attnkit/mask/causal.hpp>
-
 #include <attnkit/mask/full.hpp>
 #include <attnkit/mask/tile_kind.hpp>
-
 #include <catch2/catch_test_macros.hpp>
-
 #include <random>
 #include <type_traits>
 #include <utility>

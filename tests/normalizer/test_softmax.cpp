@@ -2,14 +2,11 @@
 // accumulator rescaled by the returned alpha as the kernel does, ends in the same weights
 // as the one-pass reference_row(); fully masked blocks and rows give 0 and LSE -inf, never
 // NaN; lse() is the natural-log log-sum-exp. Blocks are [keys, ld] with one query per lane.
+#include <algorithm>
 #include <attnkit/normalizer/softmax.hpp>
-
 #include <attnkit/simd/simd.hpp>
-
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_floating_point.hpp>
-
-#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>

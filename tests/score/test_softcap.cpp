@@ -2,21 +2,18 @@
 // the element rule modify() that the reference uses, stays within (-cap, cap), leaves the
 // tile's padding alone, and an invalid cap is refused. Also Dot (score/dot.hpp), the
 // default score, which needs no hook: the kernel folds `scale` into the packed Q tile.
-#include <attnkit/score/softcap.hpp>
-
 #include <attnkit/detail/traits.hpp>
 #include <attnkit/error.hpp>
 #include <attnkit/score/dot.hpp>
+#include <attnkit/score/softcap.hpp>
 #include <attnkit/simd/simd.hpp>
 #include <attnkit/slots.hpp>
 #include <attnkit/spec.hpp>
-
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 #include <catch2/matchers/catch_matchers_exception.hpp>
 #include <catch2/matchers/catch_matchers_floating_point.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
-
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -99,25 +96,27 @@ TEST_CASE("Softcap: modify is odd, near identity for small logits, and hoists 1/
 TEST_CASE("Softcap: an invalid cap throws attnkit::Error naming Softcap::cap",
           "[softcap][errors]") {
   const float inf = std::numeric_limits<float>::infinity();
-  CHECK_THROWS_MATCHES(
-      ak::Softcap{0.f}, ak::Error,
-      MessageMatches(ContainsSubstring("attnkit: Softcap::cap: expected finite and >= FLT_MIN, got 0")));
-  CHECK_THROWS_MATCHES(
-      ak::Softcap{-2.f}, ak::Error,
-      MessageMatches(ContainsSubstring("attnkit: Softcap::cap: expected finite and >= FLT_MIN, got -2")));
-  CHECK_THROWS_MATCHES(
-      ak::Softcap{inf}, ak::Error,
-      MessageMatches(ContainsSubstring("attnkit: Softcap::cap: expected finite and >= FLT_MIN, got inf")));
+  CHECK_THROWS_MATCHES(ak::Softcap{0.f}, ak::Error,
+                       MessageMatches(ContainsSubstring(
+                           "attnkit: Softcap::cap: expected finite and >= FLT_MIN, got 0")));
+  CHECK_THROWS_MATCHES(ak::Softcap{-2.f}, ak::Error,
+                       MessageMatches(ContainsSubstring(
+                           "attnkit: Softcap::cap: expected finite and >= FLT_MIN, got -2")));
+  CHECK_THROWS_MATCHES(ak::Softcap{inf}, ak::Error,
+                       MessageMatches(ContainsSubstring(
+                           "attnkit: Softcap::cap: expected finite and >= FLT_MIN, got inf")));
   CHECK_THROWS_MATCHES(ak::Softcap{-inf}, ak::Error,
                        MessageMatches(ContainsSubstring(
                            "attnkit: Softcap::cap: expected finite and >= FLT_MIN, got -inf")));
-  CHECK_THROWS_MATCHES(ak::Softcap{std::numeric_limits<float>::quiet_NaN()}, ak::Error,
-                       MessageMatches(ContainsSubstring(
-                           "attnkit: Softcap::cap: expected finite and >= FLT_MIN, got ")));  // (-)nan
+  CHECK_THROWS_MATCHES(
+      ak::Softcap{std::numeric_limits<float>::quiet_NaN()}, ak::Error,
+      MessageMatches(ContainsSubstring(
+          "attnkit: Softcap::cap: expected finite and >= FLT_MIN, got ")));  // (-)nan
   CHECK_NOTHROW(ak::Softcap{1e-3f});
   // A subnormal cap would make 1/cap infinite and 0 * (1/cap) NaN.
-  CHECK_THROWS_MATCHES(ak::Softcap{1e-39f}, ak::Error,
-                       MessageMatches(ContainsSubstring("Softcap::cap: expected finite and >= FLT_MIN")));
+  CHECK_THROWS_MATCHES(
+      ak::Softcap{1e-39f}, ak::Error,
+      MessageMatches(ContainsSubstring("Softcap::cap: expected finite and >= FLT_MIN")));
   CHECK_NOTHROW(ak::Softcap{std::numeric_limits<float>::min()});
 }
 

@@ -1,13 +1,11 @@
 // The SIMD layer: every operation the kernels use, lane by lane, against the scalar
 // standard library. Built three times (native ISA, x86-64-v2, ATTNKIT_NO_SIMD with one
 // lane), so each assertion below runs on every path.
-#include <attnkit/simd/simd.hpp>
-
-#include <catch2/catch_test_macros.hpp>
-#include <catch2/matchers/catch_matchers_floating_point.hpp>
-
 #include <algorithm>
 #include <array>
+#include <attnkit/simd/simd.hpp>
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_floating_point.hpp>
 #include <cmath>
 #include <cstring>
 #include <limits>

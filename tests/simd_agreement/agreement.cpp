@@ -5,7 +5,6 @@
 // Inputs come from mt19937 (fully specified by the standard), so both builds see the same
 // data.
 #include <attnkit/attnkit.hpp>
-
 #include <cmath>
 #include <cstdint>
 #include <cstdio>

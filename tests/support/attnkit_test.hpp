@@ -4,22 +4,21 @@
 #pragma once
 
 #include <algorithm>
+#include <attnkit/tensor.hpp>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <random>
 #include <vector>
 
-#include <attnkit/tensor.hpp>
-
 namespace attnkit::test {
 
 // Tolerances, named per storage type. Outputs are convex combinations of values of order 1.
 namespace tol {
-inline constexpr double kF32 = 2e-5;      // f32 kernel vs f64 reference, f32 storage
-inline constexpr double kLseF32 = 2e-5;   // LSE (natural log) vs the f64 reference
-inline constexpr double kBf16 = 1.6e-2;   // result rounded to bf16 (8-bit mantissa) storage
-inline constexpr double kHalf = 2e-3;     // result rounded to f16 (11-bit mantissa) storage
+inline constexpr double kF32 = 2e-5;     // f32 kernel vs f64 reference, f32 storage
+inline constexpr double kLseF32 = 2e-5;  // LSE (natural log) vs the f64 reference
+inline constexpr double kBf16 = 1.6e-2;  // result rounded to bf16 (8-bit mantissa) storage
+inline constexpr double kHalf = 2e-3;    // result rounded to f16 (11-bit mantissa) storage
 }  // namespace tol
 
 enum class Layout { Bhsd, Bshd, Padded };

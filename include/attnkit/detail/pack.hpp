@@ -18,8 +18,8 @@ namespace attnkit::detail {
 /// qt[D, ld] = scale * Q[rows, D]^T for `rows` query rows from (b, h, row0); columns past
 /// `rows` up to `padded` are 0, so padded query lanes compute finite, unused logits.
 template <class T>
-void pack_q_transposed(const View<T>& q, Index b, Index h, Index row0, Index rows,
-                       Index padded, float scale, float* qt, Index ld) {
+void pack_q_transposed(const View<T>& q, Index b, Index h, Index row0, Index rows, Index padded,
+                       float scale, float* qt, Index ld) {
   const Index dim = q.dim;
   for (Index r = 0; r < rows; ++r) {
     const T* src = q.row(b, h, row0 + r);
@@ -30,8 +30,7 @@ void pack_q_transposed(const View<T>& q, Index b, Index h, Index row0, Index row
 
 /// dst[rows, ld] = f32(src rows from (b, h, row0)), columns past src.dim up to ld are 0.
 template <class T>
-void pack_rows(const View<T>& src, Index b, Index h, Index row0, Index rows, float* dst,
-               Index ld) {
+void pack_rows(const View<T>& src, Index b, Index h, Index row0, Index rows, float* dst, Index ld) {
   for (Index r = 0; r < rows; ++r) {
     const T* in = src.row(b, h, row0 + r);
     float* out = dst + r * ld;
@@ -58,8 +57,10 @@ constexpr bool is_storage() {
 /// The f32 rows of an f32 view; nullptr for other storage (never read then).
 template <class T>
 const float* as_f32(const T* p) {
-  if constexpr (is_f32<T>()) return p;
-  else return nullptr;
+  if constexpr (is_f32<T>())
+    return p;
+  else
+    return nullptr;
 }
 
 }  // namespace attnkit::detail

@@ -41,9 +41,8 @@ class Scratch {
     void operator()(float* p) const { ::operator delete[](p, std::align_val_t{kAlign}); }
   };
   static float* allocate(Index n) {
-    return static_cast<float*>(
-        ::operator new[](static_cast<std::size_t>(n > 0 ? n : 1) * sizeof(float),
-                         std::align_val_t{kAlign}));
+    return static_cast<float*>(::operator new[](
+        static_cast<std::size_t>(n > 0 ? n : 1) * sizeof(float), std::align_val_t{kAlign}));
   }
 
   std::unique_ptr<float, Free> data_;

@@ -14,8 +14,8 @@ template <class P, class = void>
 struct has_apply_tile : std::false_type {};
 template <class P>
 struct has_apply_tile<P, std::void_t<decltype(std::declval<const P&>().apply_tile(
-                             std::declval<float*>(), Index{}, Index{}, Index{},
-                             ScoreTile{}))>> : std::true_type {};
+                             std::declval<float*>(), Index{}, Index{}, Index{}, ScoreTile{}))>>
+    : std::true_type {};
 
 // Score: element rule modify(double s, b, h, i, j) -> double.
 template <class P, class = void>
@@ -28,14 +28,18 @@ struct has_modify<P, std::void_t<decltype(std::declval<const P&>().modify(
 template <class P, class Range, class = void>
 struct has_classify : std::false_type {};
 template <class P, class Range>
-struct has_classify<P, Range, std::void_t<decltype(std::declval<const P&>().classify(
-                                  Index{}, Index{}, Range{}, Range{}))>> : std::true_type {};
+struct has_classify<
+    P, Range,
+    std::void_t<decltype(std::declval<const P&>().classify(Index{}, Index{}, Range{}, Range{}))>>
+    : std::true_type {};
 
 // Mask: visible_keys(b, h, Range q) -> Range, the keys any query of q may see.
 template <class P, class Range, class = void>
 struct has_visible_keys : std::false_type {};
 template <class P, class Range>
-struct has_visible_keys<P, Range, std::void_t<decltype(std::declval<const P&>().visible_keys(
-                                      Index{}, Index{}, Range{}))>> : std::true_type {};
+struct has_visible_keys<
+    P, Range,
+    std::void_t<decltype(std::declval<const P&>().visible_keys(Index{}, Index{}, Range{}))>>
+    : std::true_type {};
 
 }  // namespace attnkit::detail

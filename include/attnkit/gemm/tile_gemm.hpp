@@ -13,8 +13,8 @@
 
 namespace attnkit::gemm {
 
-using simd::Vec;
 using simd::kWidth;
+using simd::Vec;
 
 // Register block: MR * NR accumulators + NR loads + 1 broadcast must fit the register file.
 // 32 registers (AVX-512): 6 x 4 = 24 accumulators; 16 registers: 6 x 2 = 12.
@@ -56,8 +56,8 @@ namespace detail {
 
 // Runs the micro-kernel over rows [0, m) in blocks of kMR, the last block with fewer rows.
 template <int NR>
-inline void row_blocks(Index m, Index k, StridedA a, const float* b, Index ldb, float* c,
-                       Index ldc, bool accumulate) {
+inline void row_blocks(Index m, Index k, StridedA a, const float* b, Index ldb, float* c, Index ldc,
+                       bool accumulate) {
   Index i = 0;
   const auto rows_from = [&](Index i0) {
     return StridedA{a.at(i0, 0), a.row_stride, a.col_stride};
@@ -65,17 +65,27 @@ inline void row_blocks(Index m, Index k, StridedA a, const float* b, Index ldb, 
   for (; i + kMR <= m; i += kMR)
     micro_kernel<kMR, NR>(k, rows_from(i), b, ldb, c + i * ldc, ldc, accumulate);
   const auto at = [&](auto rows) {
-    micro_kernel<decltype(rows)::value, NR>(k, rows_from(i), b, ldb, c + i * ldc, ldc,
-                                            accumulate);
+    micro_kernel<decltype(rows)::value, NR>(k, rows_from(i), b, ldb, c + i * ldc, ldc, accumulate);
   };
   static_assert(kMR <= 6, "row_blocks: extend the remainder switch for a larger kMR");
   switch (m - i) {
-    case 1: at(std::integral_constant<int, 1>{}); break;
-    case 2: at(std::integral_constant<int, 2>{}); break;
-    case 3: at(std::integral_constant<int, 3>{}); break;
-    case 4: at(std::integral_constant<int, 4>{}); break;
-    case 5: at(std::integral_constant<int, 5>{}); break;
-    default: break;
+    case 1:
+      at(std::integral_constant<int, 1>{});
+      break;
+    case 2:
+      at(std::integral_constant<int, 2>{});
+      break;
+    case 3:
+      at(std::integral_constant<int, 3>{});
+      break;
+    case 4:
+      at(std::integral_constant<int, 4>{});
+      break;
+    case 5:
+      at(std::integral_constant<int, 5>{});
+      break;
+    default:
+      break;
   }
 }
 

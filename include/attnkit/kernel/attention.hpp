@@ -16,10 +16,10 @@
 #include <omp.h>
 #endif
 
-#include "attnkit/detail/traits.hpp"
-#include "attnkit/gemm/tile_gemm.hpp"
 #include "attnkit/detail/pack.hpp"
 #include "attnkit/detail/scratch.hpp"
+#include "attnkit/detail/traits.hpp"
+#include "attnkit/gemm/tile_gemm.hpp"
 #include "attnkit/kernel/tile_config.hpp"
 #include "attnkit/mask/tile_kind.hpp"
 #include "attnkit/options.hpp"
@@ -45,8 +45,10 @@ Range visible_keys(const Mask& mask, Index b, Index h, Range q, Index kv_len) {
 
 template <class Mask>
 TileKind classify_tile(const Mask& mask, Index b, Index h, Range q, Range kv) {
-  if constexpr (has_classify<Mask, Range>::value) return mask.classify(b, h, q, kv);
-  else return TileKind::Partial;  // correct for any mask, just slower
+  if constexpr (has_classify<Mask, Range>::value)
+    return mask.classify(b, h, q, kv);
+  else
+    return TileKind::Partial;  // correct for any mask, just slower
 }
 
 // The per-call state of one thread: its scratch buffers and the call's constants.
@@ -59,13 +61,18 @@ class AttentionTiles {
 
   AttentionTiles(const Spec& spec, const Problem& p, const View<Q>& q, const View<K>& k,
                  const View<V>& v, const View<O>& o, float* lse)
-      : spec_(spec), p_(p), q_(q), k_(k), v_(v), o_(o), lse_(lse),
+      : spec_(spec),
+        p_(p),
+        q_(q),
+        k_(k),
+        v_(v),
+        o_(o),
+        lse_(lse),
         dv_pad_(simd::round_up(p.value_dim)),
         k_direct_(is_f32<K>()),
         v_direct_(is_f32<V>() && dv_pad_ == p.value_dim),
         scratch_(Scratch::size_for(p.head_dim * kBq, k_direct_ ? 0 : kBk * p.head_dim,
-                                   v_direct_ ? 0 : kBk * dv_pad_, kBk * kBq,
-                                   kBq * dv_pad_, kBq)),
+                                   v_direct_ ? 0 : kBk * dv_pad_, kBk * kBq, kBq * dv_pad_, kBq)),
         qt_(scratch_.carve(p.head_dim * kBq)),
         kp_(k_direct_ ? nullptr : scratch_.carve(kBk * p.head_dim)),
         vp_(v_direct_ ? nullptr : scratch_.carve(kBk * dv_pad_)),
@@ -91,11 +98,11 @@ class AttentionTiles {
       const Index nk = std::min(kBk, keys.end - k0);
       const TileKind kind = classify_tile(spec_.mask, b, h, q_pos, Range{k0, k0 + nk});
       if (kind == TileKind::Empty) continue;
-      scores(b, hk, k0, nk, lanes);                                    // s_ [nk, kBq]
+      scores(b, hk, k0, nk, lanes);  // s_ [nk, kBq]
       apply_score_mods(ScoreTile{b, h, q_pos.begin, k0}, nk, lanes);
       if (kind == TileKind::Partial) apply_mask(b, h, q_pos.begin, k0, nk, nq);
-      absorb(nk, nq, lanes);                                            // weights, rescale
-      accumulate_values(b, hk, k0, nk, nq);                            // acc_ += P V
+      absorb(nk, nq, lanes);                 // weights, rescale
+      accumulate_values(b, hk, k0, nk, nq);  // acc_ += P V
     }
     write_output(b, h, q0, nq, lanes);
   }
@@ -104,8 +111,10 @@ class AttentionTiles {
   // s_[nk, lanes] = K[k0:k0+nk] * qt_ (scale already in qt_).
   void scores(Index b, Index hk, Index k0, Index nk, Index lanes) {
     gemm::StridedA keys{kp_, p_.head_dim, 1};
-    if (k_direct_) keys = {as_f32(k_.row(b, hk, k0)), k_.seq_stride, 1};
-    else pack_rows(k_, b, hk, k0, nk, kp_, p_.head_dim);
+    if (k_direct_)
+      keys = {as_f32(k_.row(b, hk, k0)), k_.seq_stride, 1};
+    else
+      pack_rows(k_, b, hk, k0, nk, kp_, p_.head_dim);
     gemm::gemm(nk, lanes, p_.head_dim, keys, qt_, kBq, s_, kBq, false);
   }
 
@@ -132,8 +141,7 @@ class AttentionTiles {
   // Logits -> weights, lane block by lane block; rescales the accumulator rows.
   void absorb(Index nk, Index nq, Index lanes) {
     for (Index c = 0; c < lanes; c += simd::kWidth) {
-      const simd::Vec alpha =
-          spec_.normalizer.absorb(states_[c / simd::kWidth], s_ + c, nk, kBq);
+      const simd::Vec alpha = spec_.normalizer.absorb(states_[c / simd::kWidth], s_ + c, nk, kBq);
       simd::store(factor_ + c, alpha);
     }
     for (Index r = 0; r < nq; ++r) {
@@ -182,12 +190,12 @@ class AttentionTiles {
   bool k_direct_, v_direct_;  // f32 K/V rows feed the GEMMs in place, no packing
   // Scratch of one thread, carved once:
   Scratch scratch_;
-  float* qt_;      // [D, kBq]       scaled queries, transposed
-  float* kp_;      // [kBk, D]       f32 keys (only for non-f32 storage)
-  float* vp_;      // [kBk, dv_pad]  f32 values, padded (only when not used in place)
-  float* s_;       // [kBk, kBq]     logits, then weights
-  float* acc_;     // [kBq, dv_pad]  output accumulator
-  float* factor_;  // [kBq]          per-query rescale / finalize factors
+  float* qt_;                  // [D, kBq]       scaled queries, transposed
+  float* kp_;                  // [kBk, D]       f32 keys (only for non-f32 storage)
+  float* vp_;                  // [kBk, dv_pad]  f32 values, padded (only when not used in place)
+  float* s_;                   // [kBk, kBq]     logits, then weights
+  float* acc_;                 // [kBq, dv_pad]  output accumulator
+  float* factor_;              // [kBq]          per-query rescale / finalize factors
   std::vector<State> states_;  // [kBq / kWidth] normalizer state, one lane per query
 };
 
@@ -221,8 +229,8 @@ void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<
   const Index q_tiles = (p.q_len + Tiles::kBq - 1) / Tiles::kBq;
   const Index heads = p.batch * p.q_heads;
   const Index items = q_tiles * heads;
-  const int threads = static_cast<int>(std::min<Index>(detail::thread_count(p.threads),
-                                                       std::max<Index>(items, 1)));
+  const int threads =
+      static_cast<int>(std::min<Index>(detail::thread_count(p.threads), std::max<Index>(items, 1)));
 
   // Items go head by head, so consecutive query tiles reuse the same K and V from cache
   // (+20% at H=8, L=4096 on one thread against a query-tile-major order). Within a head the

@@ -23,7 +23,7 @@ struct Softmax {
   /// Running statistics of simd::kWidth queries, one per lane.
   struct State {
     simd::Vec m = simd::Vec(kNegInf);  // max logit seen
-    simd::Vec l = simd::Vec(0.f);     // sum of exp(s - m)
+    simd::Vec l = simd::Vec(0.f);      // sum of exp(s - m)
   };
 
   State begin() const { return State{}; }

@@ -98,8 +98,6 @@ inline float reduce_max(Vec a) {
 #endif
 
 /// Rounds n up to a whole number of vectors.
-constexpr std::ptrdiff_t round_up(std::ptrdiff_t n) {
-  return (n + kWidth - 1) / kWidth * kWidth;
-}
+constexpr std::ptrdiff_t round_up(std::ptrdiff_t n) { return (n + kWidth - 1) / kWidth * kWidth; }
 
 }  // namespace attnkit::simd
