@@ -54,29 +54,39 @@ inline void micro_kernel(Index k, StridedA a, const float* b, Index ldb, float* 
 
 namespace detail {
 
-// The last `rows` (< kMR) rows: the micro-kernel instantiated for exactly that many, so
-// that its accumulators stay in registers.
-template <int Rows, int NR>
-inline void remainder_rows(Index rows, Index k, StridedA a, const float* b, Index ldb, float* c,
-                           Index ldc, bool accumulate) {
-  if constexpr (Rows > 0) {
-    if (rows == Rows) return micro_kernel<Rows, NR>(k, a, b, ldb, c, ldc, accumulate);
-    remainder_rows<Rows - 1, NR>(rows, k, a, b, ldb, c, ldc, accumulate);
-  }
-}
-
 // Runs the micro-kernel over rows [0, m) in blocks of kMR, the last block with fewer rows.
 template <int NR>
 inline void row_blocks(Index m, Index k, StridedA a, const float* b, Index ldb, float* c, Index ldc,
                        bool accumulate) {
+  Index i = 0;
   const auto rows_from = [&](Index i0) {
     return StridedA{a.at(i0, 0), a.row_stride, a.col_stride};
   };
-  Index i = 0;
   for (; i + kMR <= m; i += kMR)
     micro_kernel<kMR, NR>(k, rows_from(i), b, ldb, c + i * ldc, ldc, accumulate);
-  if (i < m)  // (rows_from(m) would point past A)
-    remainder_rows<kMR - 1, NR>(m - i, k, rows_from(i), b, ldb, c + i * ldc, ldc, accumulate);
+  const auto at = [&](auto rows) {
+    micro_kernel<decltype(rows)::value, NR>(k, rows_from(i), b, ldb, c + i * ldc, ldc, accumulate);
+  };
+  static_assert(kMR <= 6, "row_blocks: extend the remainder switch for a larger kMR");
+  switch (m - i) {
+    case 1:
+      at(std::integral_constant<int, 1>{});
+      break;
+    case 2:
+      at(std::integral_constant<int, 2>{});
+      break;
+    case 3:
+      at(std::integral_constant<int, 3>{});
+      break;
+    case 4:
+      at(std::integral_constant<int, 4>{});
+      break;
+    case 5:
+      at(std::integral_constant<int, 5>{});
+      break;
+    default:
+      break;
+  }
 }
 
 }  // namespace detail
