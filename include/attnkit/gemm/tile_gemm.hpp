@@ -55,6 +55,8 @@ inline void micro_kernel(Index k, StridedA a, const float* b, Index ldb, float* 
 namespace detail {
 
 // Runs the micro-kernel over rows [0, m) in blocks of kMR, the last block with fewer rows.
+// The remainder is a switch over instantiations: a compile-time recursion measured 2-3%
+// slower in the kernel (d=128, L=4096, H=8, one thread).
 template <int NR>
 inline void row_blocks(Index m, Index k, StridedA a, const float* b, Index ldb, float* c, Index ldc,
                        bool accumulate) {
