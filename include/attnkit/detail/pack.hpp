@@ -63,4 +63,18 @@ const float* as_f32(const T* p) {
     return nullptr;
 }
 
+/// `rows` f32 rows from (b, h, row0) and their stride: the view's own memory when it can
+/// serve in place, else a copy into `scratch` with stride `ld` (converted, zero-padded).
+struct F32Rows {
+  const float* data;
+  Index ld;
+};
+template <class T>
+F32Rows f32_rows(const View<T>& src, bool in_place, Index b, Index h, Index row0, Index rows,
+                 float* scratch, Index ld) {
+  if (in_place) return {as_f32(src.row(b, h, row0)), src.seq_stride};
+  pack_rows(src, b, h, row0, rows, scratch, ld);
+  return {scratch, ld};
+}
+
 }  // namespace attnkit::detail

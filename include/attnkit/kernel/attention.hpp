@@ -110,12 +110,8 @@ class AttentionTiles {
  private:
   // s_[nk, lanes] = K[k0:k0+nk] * qt_ (scale already in qt_).
   void scores(Index b, Index hk, Index k0, Index nk, Index lanes) {
-    gemm::StridedA keys{kp_, p_.head_dim, 1};
-    if (k_direct_)
-      keys = {as_f32(k_.row(b, hk, k0)), k_.seq_stride, 1};
-    else
-      pack_rows(k_, b, hk, k0, nk, kp_, p_.head_dim);
-    gemm::gemm(nk, lanes, p_.head_dim, keys, qt_, kBq, s_, kBq, false);
+    const F32Rows keys = f32_rows(k_, k_direct_, b, hk, k0, nk, kp_, p_.head_dim);
+    gemm::gemm(nk, lanes, p_.head_dim, {keys.data, keys.ld, 1}, qt_, kBq, s_, kBq, false);
   }
 
   void apply_score_mods(const ScoreTile& where, Index nk, Index lanes) {
@@ -154,10 +150,8 @@ class AttentionTiles {
 
   // acc_[nq, dv] += P[nq, nk] * V[k0:k0+nk], with P read transposed from s_.
   void accumulate_values(Index b, Index hk, Index k0, Index nk, Index nq) {
-    const float* values = v_direct_ ? as_f32(v_.row(b, hk, k0)) : vp_;
-    const Index ldv = v_direct_ ? v_.seq_stride : dv_pad_;
-    if (!v_direct_) pack_rows(v_, b, hk, k0, nk, vp_, dv_pad_);
-    gemm::gemm(nq, dv_pad_, nk, gemm::StridedA{s_, 1, kBq}, values, ldv, acc_, dv_pad_, true);
+    const F32Rows values = f32_rows(v_, v_direct_, b, hk, k0, nk, vp_, dv_pad_);
+    gemm::gemm(nq, dv_pad_, nk, {s_, 1, kBq}, values.data, values.ld, acc_, dv_pad_, true);
   }
 
   void write_output(Index b, Index h, Index q0, Index nq, Index lanes) {
