@@ -10,9 +10,11 @@
 namespace attnkit {
 
 struct Options {
+  static constexpr int kMaxThreads = 1024;  // a larger `threads` is an Error
+
   std::optional<float> scale;     // default 1/sqrt(head_dim)
   std::optional<Index> q_offset;  // absolute position of query row 0; default kv_len - q_len
-  int threads = 0;                // 0: all OpenMP threads; 1: serial
+  int threads = 0;                // 0: all OpenMP threads; 1: serial; at most kMaxThreads
   float* lse = nullptr;           // optional [batch, q_heads, q_len] log-sum-exp (natural log)
 
   // Setters return a modified copy, so `const auto& o = Options{}.with_lse(p);` is safe.

@@ -2,11 +2,10 @@
 // Options, and checked once by validate(). Kernels trust a validated Problem.
 #pragma once
 
-#include <algorithm>
 #include <cmath>
-#include <iterator>
 #include <string>
 
+#include "attnkit/detail/view_checks.hpp"
 #include "attnkit/error.hpp"
 #include "attnkit/options.hpp"
 #include "attnkit/tensor.hpp"
@@ -30,63 +29,55 @@ struct Problem {
     require(batch >= 0, "batch", ">= 0", batch);
     require(q_len >= 0, "q_len", ">= 0", q_len);
     require(kv_len >= 0, "kv_len", ">= 0", kv_len);
-    require(head_dim >= 1, "head_dim", ">= 1", head_dim);
-    require(value_dim >= 1, "value_dim", ">= 1", value_dim);
+    require(head_dim >= 1 && head_dim <= kMaxDim, "head_dim", "1 to 2^20", head_dim);
+    require(value_dim >= 1 && value_dim <= kMaxDim, "value_dim", "1 to 2^20", value_dim);
     require(kv_heads >= 1, "kv_heads", ">= 1", kv_heads);
     require(q_heads >= 1 && q_heads % kv_heads == 0, "q_heads",
             "a positive multiple of kv_heads (" + std::to_string(kv_heads) + ")", q_heads);
     require(std::isfinite(scale) && scale != 0.f, "scale", "finite and non-zero", scale);
-    require(threads >= 0, "threads", ">= 0", threads);
+    require(threads >= 0 && threads <= kMaxThreads, "threads",
+            "0 (all) to " + std::to_string(kMaxThreads), threads);
     // Positions i + q_offset and the ranges built from them must not overflow Index.
     require(q_offset >= -kMaxOffset && q_offset <= kMaxOffset, "q_offset", "within +-2^62",
             q_offset);
   }
 
   static constexpr Index kMaxOffset = Index{1} << 62;
+  // Far above any model's head size; it bounds the per-thread scratch (tiles of
+  // kBlockK x head_dim floats) so that its size never overflows.
+  static constexpr Index kMaxDim = Index{1} << 20;
+  // More threads than any machine runs attention on; beyond a few thousand OpenMP runtimes
+  // crash (libgomp) or take minutes to start them (libomp).
+  static constexpr int kMaxThreads = Options::kMaxThreads;
 };
 
 namespace detail {
 
-template <class T>
-void check_view(const View<T>& v, const std::string& name) {
-  require(v.batch >= 0, name + ".batch", ">= 0", v.batch);
-  require(v.heads >= 0, name + ".heads", ">= 0", v.heads);
-  require(v.seq >= 0, name + ".seq", ">= 0", v.seq);
-  require(v.dim >= 0, name + ".dim", ">= 0", v.dim);
-  require(v.batch_stride >= 0, name + ".batch_stride", ">= 0", v.batch_stride);
-  require(v.head_stride >= 0, name + ".head_stride", ">= 0", v.head_stride);
-  require(v.seq_stride >= 0, name + ".seq_stride", ">= 0", v.seq_stride);
-  const bool empty = v.batch == 0 || v.heads == 0 || v.seq == 0 || v.dim == 0;
-  require(empty || v.data != nullptr, name + ".data", "non-null", "nullptr");
-}
-
-// The rows of an output view must be distinct memory: threads write them concurrently.
-// Sufficient check: sorted by stride, each dimension of extent > 1 steps past the whole
-// block spanned by the smaller ones (every dense or padded layout passes).
-template <class T>
-void check_rows_distinct(const View<T>& v, const std::string& name) {
-  if (v.batch == 0 || v.heads == 0 || v.seq == 0) return;  // no rows, nothing to overlap
-  struct Dim {
-    Index stride, extent;
-    const char* label;
-  };
-  Dim dims[3] = {{v.seq_stride, v.seq, ".seq_stride"},
-                 {v.head_stride, v.heads, ".head_stride"},
-                 {v.batch_stride, v.batch, ".batch_stride"}};
-  std::sort(std::begin(dims), std::end(dims),
-            [](const Dim& a, const Dim& b) { return a.stride < b.stride; });
-  Index span = v.dim;  // elements covered by one row, then by each block of rows
-  for (const Dim& d : dims) {
-    if (d.extent <= 1) continue;
-    require(d.stride >= span, name + d.label,
-            ">= " + std::to_string(span) + " (rows must not overlap)", d.stride);
-    span = d.stride * d.extent;
-  }
-}
+inline constexpr Index kMaxLseRows = Index{1} << 60;  // LSE bytes fit in Index
 
 inline void require_dim(Index actual, Index expected, const std::string& what,
                         const std::string& source) {
   require(actual == expected, what, std::to_string(expected) + " (" + source + ")", actual);
+}
+
+// Outputs never share memory with the inputs (a tile's output would overwrite keys and
+// values other tiles still read) nor with each other. In-place output over q is refused
+// too: it would hold only while every kernel reads a query row before writing it.
+template <class Q, class K, class V, class O>
+void check_outputs_disjoint(const View<Q>& q, const View<K>& k, const View<V>& v, const View<O>& o,
+                            const float* lse) {
+  const ByteSpan out = byte_span(o);
+  const ByteSpan in[3] = {byte_span(q), byte_span(k), byte_span(v)};
+  const char* in_names[3] = {"q", "k", "v"};
+  for (int i = 0; i < 3; ++i) require_disjoint(out, "o", in[i], in_names[i]);
+  if (lse == nullptr) return;
+  Index rows = 0;
+  require(checked_product({q.batch, q.heads, q.seq}, &rows) && rows <= kMaxLseRows, "lse",
+          "a buffer of batch * q_heads * q_len floats that fits in memory", "an overflow");
+  const auto begin = reinterpret_cast<std::uintptr_t>(lse);
+  const ByteSpan stats{begin, begin + static_cast<std::uintptr_t>(rows) * sizeof(float)};
+  require_disjoint(stats, "lse", out, "o");
+  for (int i = 0; i < 3; ++i) require_disjoint(stats, "lse", in[i], in_names[i]);
 }
 
 }  // namespace detail
@@ -102,6 +93,7 @@ Problem make_problem(const View<Q>& q, const View<K>& k, const View<V>& v, const
   detail::check_view(v, "v");
   detail::check_view(o, "o");
   detail::check_rows_distinct(o, "o");
+  detail::check_outputs_disjoint(q, k, v, o, options.lse);
   require_dim(k.batch, q.batch, "k.batch", "q.batch");
   require_dim(v.batch, q.batch, "v.batch", "q.batch");
   require_dim(o.batch, q.batch, "o.batch", "q.batch");

@@ -7,6 +7,9 @@
 #include <cstddef>
 #include <type_traits>
 
+#include "attnkit/detail/checked.hpp"
+#include "attnkit/error.hpp"
+
 namespace attnkit {
 
 using Index = std::ptrdiff_t;
@@ -36,16 +39,38 @@ View<T> strided(T* data, std::array<Index, 4> sizes, std::array<Index, 3> stride
   return {data, sizes[0], sizes[1], sizes[2], sizes[3], strides[0], strides[1], strides[2]};
 }
 
-/// Dense [batch, heads, seq, dim] memory.
-template <class T>
-View<T> bhsd(T* data, Index B, Index H, Index S, Index D) {
-  return strided(data, {B, H, S, D}, {H * S * D, S * D, D});
+namespace detail {
+
+// The stride of a dense layout: the product of the inner sizes. A product that overflows
+// Index would wrap to a wrong (even zero) stride, so it is an Error instead.
+inline Index dense_stride(const char* factory, const char* product,
+                          std::initializer_list<Index> inner) {
+  Index stride = 0;
+  if (!checked_product(inner, &stride))
+    fail(std::string(factory) + ": " + product, "a product that fits in Index (int64)",
+         "an overflow");
+  return stride;
 }
 
-/// Dense [batch, seq, heads, dim] memory (the layout of most model code).
+}  // namespace detail
+
+/// Dense [batch, heads, seq, dim] memory. Throws Error when a stride overflows Index.
+template <class T>
+View<T> bhsd(T* data, Index B, Index H, Index S, Index D) {
+  using detail::dense_stride;
+  return strided(
+      data, {B, H, S, D},
+      {dense_stride("bhsd", "H*S*D", {H, S, D}), dense_stride("bhsd", "S*D", {S, D}), D});
+}
+
+/// Dense [batch, seq, heads, dim] memory (the layout of most model code). Throws Error when
+/// a stride overflows Index.
 template <class T>
 View<T> bshd(T* data, Index B, Index S, Index H, Index D) {
-  return strided(data, {B, H, S, D}, {S * H * D, D, H * D});
+  using detail::dense_stride;
+  return strided(
+      data, {B, H, S, D},
+      {dense_stride("bshd", "S*H*D", {S, H, D}), D, dense_stride("bshd", "H*D", {H, D})});
 }
 
 }  // namespace attnkit

@@ -9,7 +9,9 @@
 #include <catch2/matchers/catch_matchers_exception.hpp>
 #include <catch2/matchers/catch_matchers_floating_point.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
+#include <algorithm>
 #include <cmath>
+#include <deque>
 #include <functional>
 #include <limits>
 #include <stdexcept>
@@ -29,10 +31,13 @@ namespace {
 // 1/sqrt(D) computed in float by make_problem vs in double here.
 constexpr double kScaleRel = 1e-6;
 
-// make_problem() reads sizes and strides only; every view may point at this one float.
-float g_dummy = 0.f;
-
-ak::View<float> view(Index B, Index H, Index S, Index D) { return ak::bhsd(&g_dummy, B, H, S, D); }
+// make_problem() reads sizes, strides and addresses only; each view gets memory of its own
+// (outputs may not alias inputs), kept for the whole run.
+ak::View<float> view(Index B, Index H, Index S, Index D) {
+  static std::deque<std::vector<float>> buffers;
+  buffers.emplace_back(static_cast<std::size_t>(std::max<Index>(B * H * S * D, 1)));
+  return ak::bhsd(buffers.back().data(), B, H, S, D);
+}
 
 // A consistent GQA problem: q [2, 8, 5, 64], k [2, 2, 7, 64], v [2, 2, 7, 48], o [2, 8, 5, 48].
 struct Views {
@@ -144,9 +149,9 @@ TEST_CASE("Problem: validate names the invalid field, what it expected and what 
       {"kv_len < 0", [](ak::Problem& p) { p.kv_len = -3; },
        "attnkit: kv_len: expected >= 0, got -3"},
       {"head_dim 0", [](ak::Problem& p) { p.head_dim = 0; },
-       "attnkit: head_dim: expected >= 1, got 0"},
+       "attnkit: head_dim: expected 1 to 2^20, got 0"},
       {"value_dim 0", [](ak::Problem& p) { p.value_dim = 0; },
-       "attnkit: value_dim: expected >= 1, got 0"},
+       "attnkit: value_dim: expected 1 to 2^20, got 0"},
       {"kv_heads 0", [](ak::Problem& p) { p.kv_heads = 0; },
        "attnkit: kv_heads: expected >= 1, got 0"},
       {"q_heads 0", [](ak::Problem& p) { p.q_heads = 0; },
@@ -162,7 +167,7 @@ TEST_CASE("Problem: validate names the invalid field, what it expected and what 
       {"scale NaN", [=](ak::Problem& p) { p.scale = nan; },
        "attnkit: scale: expected finite and non-zero, got "},  // "nan" or "-nan"
       {"threads < 0", [](ak::Problem& p) { p.threads = -1; },
-       "attnkit: threads: expected >= 0, got -1"},
+       "attnkit: threads: expected 0 (all) to 1024, got -1"},
   };
   for (const Bad& bad : cases) {
     INFO(bad.what);
@@ -203,13 +208,13 @@ TEST_CASE("Problem: make_problem names the view and the size that disagree", "[p
          w.v = view(2, 2, 7, 0);
          w.o = view(2, 8, 5, 0);
        },
-       "attnkit: value_dim: expected >= 1, got 0"},
+       "attnkit: value_dim: expected 1 to 2^20, got 0"},
       // D = 0 is reported as such (the default scale would be 1/sqrt(0)).
       {[](Views& w) {
          w.q = view(2, 8, 5, 0);
          w.k = view(2, 2, 7, 0);
        },
-       "attnkit: head_dim: expected >= 1, got 0"},
+       "attnkit: head_dim: expected 1 to 2^20, got 0"},
   };
   for (std::size_t i = 0; i < cases.size(); ++i) {
     INFO("case " << i);
@@ -261,7 +266,7 @@ TEST_CASE("Problem: make_problem validates the Options", "[problem][errors]") {
       [] { Views{}.make(ak::Options{}.with_scale(std::numeric_limits<float>::infinity())); },
       "attnkit: scale: expected finite and non-zero, got inf");
   check_error([] { Views{}.make(ak::Options{}.with_threads(-2)); },
-              "attnkit: threads: expected >= 0, got -2");
+              "attnkit: threads: expected 0 (all) to 1024, got -2");
 }
 
 TEST_CASE("Error: derives from std::invalid_argument", "[error]") {

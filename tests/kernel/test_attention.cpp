@@ -404,7 +404,7 @@ TEST_CASE("attention: invalid arguments throw attnkit::Error and leave the outpu
       "scale: expected finite and non-zero", o);
   check_throws(
       [&] { ak::attention(kFull, q.cview(), K, V, o.view, ak::Options{}.with_threads(-1)); },
-      "threads: expected >= 0, got -1", o);
+      "threads: expected 0 (all) to 1024, got -1", o);
   auto null_q = q.cview();
   null_q.data = nullptr;
   check_throws([&] { ak::attention(kFull, null_q, K, V, o.view); }, "q.data: expected non-null", o);

@@ -4,6 +4,7 @@
 
 #include <cassert>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <new>
 
@@ -29,14 +30,26 @@ class Scratch {
   /// Floats this scratch holds.
   Index size() const { return size_; }
 
-  /// Floats needed to carve buffers of the given sizes.
+  /// Floats needed to carve buffers of the given sizes (each >= 0). A total that does not
+  /// fit in memory throws std::bad_array_new_length (a std::bad_alloc), as `new` would.
   template <class... N>
   static Index size_for(N... n) {
-    return (Index{0} + ... + ((n + kFloatsPerLine - 1) / kFloatsPerLine * kFloatsPerLine));
+    Index total = 0;
+    const bool fits = (... && add_line_rounded(Index{n}, &total));
+    if (!fits) throw std::bad_array_new_length();
+    return total;
   }
 
  private:
   static constexpr Index kFloatsPerLine = kAlign / sizeof(float);
+  static constexpr Index kMaxFloats = PTRDIFF_MAX / sizeof(float) / 2;  // bytes fit in Index
+
+  // *total += n rounded up to whole lines; false when it passes kMaxFloats.
+  static bool add_line_rounded(Index n, Index* total) {
+    if (n > kMaxFloats - *total) return false;
+    *total += (n + kFloatsPerLine - 1) / kFloatsPerLine * kFloatsPerLine;
+    return true;
+  }
   struct Free {
     void operator()(float* p) const { ::operator delete[](p, std::align_val_t{kAlign}); }
   };

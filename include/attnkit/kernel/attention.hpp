@@ -1,197 +1,25 @@
-// attention(): the tiled ("flash") kernel for every AttentionSpec. Per (batch, head,
-// query tile) it streams key tiles the mask does not rule out, keeping the output
-// accumulator and the normalizer state in scratch: no [Lq, Lk] buffer ever exists.
-//
-// Layout choice: the logit tile is computed transposed, S^T[keys, queries] = K * (Q^T),
-// so K rows are read straight from the caller's view (no transpose copy per key tile),
-// Q^T is packed once per query tile, and each SIMD lane of the softmax is one query.
+// attention(): the tiled ("flash") kernel for every AttentionSpec, and its dispatch. The
+// work is split into items (batch, head, query tile), shared by OpenMP threads, each with its
+// own AttentionTiles (kernel/attention_tiles.hpp): no [Lq, Lk] buffer ever exists.
 #pragma once
 
 #include <algorithm>
-#include <limits>
+#include <cstddef>
+#include <deque>
 #include <type_traits>
-#include <vector>
 
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
 #include "attnkit/detail/pack.hpp"
-#include "attnkit/detail/scratch.hpp"
-#include "attnkit/detail/traits.hpp"
-#include "attnkit/gemm/tile_gemm.hpp"
-#include "attnkit/kernel/tile_config.hpp"
-#include "attnkit/mask/tile_kind.hpp"
+#include "attnkit/kernel/attention_tiles.hpp"
 #include "attnkit/options.hpp"
 #include "attnkit/problem.hpp"
-#include "attnkit/score/score_tile.hpp"
-#include "attnkit/simd/simd.hpp"
 #include "attnkit/spec.hpp"
 
 namespace attnkit {
 namespace detail {
-
-// The keys [begin, end) of [0, kv_len) that some query of q may see under the mask.
-template <class Mask>
-Range visible_keys(const Mask& mask, Index b, Index h, Range q, Index kv_len) {
-  if constexpr (has_visible_keys<Mask, Range>::value) {
-    const Range r = mask.visible_keys(b, h, q);
-    const Index end = std::clamp<Index>(r.end, 0, kv_len);
-    return {std::clamp<Index>(r.begin, 0, end), end};
-  } else {
-    return {0, kv_len};
-  }
-}
-
-template <class Mask>
-TileKind classify_tile(const Mask& mask, Index b, Index h, Range q, Range kv) {
-  if constexpr (has_classify<Mask, Range>::value)
-    return mask.classify(b, h, q, kv);
-  else
-    return TileKind::Partial;  // correct for any mask, just slower
-}
-
-// The per-call state of one thread: its scratch buffers and the call's constants.
-template <class Spec, class Q, class K, class V, class O>
-class AttentionTiles {
- public:
-  static constexpr Index kBq = TileConfig::kBlockQ;
-  static constexpr Index kBk = TileConfig::kBlockK;
-  using State = typename Spec::Normalizer::State;
-
-  AttentionTiles(const Spec& spec, const Problem& p, const View<Q>& q, const View<K>& k,
-                 const View<V>& v, const View<O>& o, float* lse)
-      : spec_(spec),
-        p_(p),
-        q_(q),
-        k_(k),
-        v_(v),
-        o_(o),
-        lse_(lse),
-        dv_pad_(simd::round_up(p.value_dim)),
-        k_direct_(is_f32<K>()),
-        v_direct_(is_f32<V>() && dv_pad_ == p.value_dim),
-        scratch_(Scratch::size_for(p.head_dim * kBq, k_direct_ ? 0 : kBk * p.head_dim,
-                                   v_direct_ ? 0 : kBk * dv_pad_, kBk * kBq, kBq * dv_pad_, kBq)),
-        qt_(scratch_.carve(p.head_dim * kBq)),
-        kp_(k_direct_ ? nullptr : scratch_.carve(kBk * p.head_dim)),
-        vp_(v_direct_ ? nullptr : scratch_.carve(kBk * dv_pad_)),
-        s_(scratch_.carve(kBk * kBq)),
-        acc_(scratch_.carve(kBq * dv_pad_)),
-        factor_(scratch_.carve(kBq)),
-        states_(kBq / simd::kWidth) {}
-
-  /// Computes output rows [q0, q0 + nq) of query head h in batch b.
-  void run(Index b, Index h, Index q0, Index nq) {
-    const Index hk = p_.kv_head(h);
-    const Index lanes = simd::round_up(nq);  // queries padded to whole vectors
-    const Range q_pos{q0 + p_.q_offset, q0 + nq + p_.q_offset};
-
-    pack_q_transposed(q_, b, h, q0, nq, lanes, p_.scale, qt_, kBq);  // qt_ [D, kBq]
-    for (State& st : states_) st = spec_.normalizer.begin();
-    std::fill(acc_, acc_ + nq * dv_pad_, 0.f);  // acc_ [kBq, dv_pad]
-
-    // Only the keys the mask lets some query see; with Causal the diagonal tile then ends
-    // at the last visible key instead of computing a full tile of masked logits.
-    const Range keys = visible_keys(spec_.mask, b, h, q_pos, p_.kv_len);
-    for (Index k0 = keys.begin; k0 < keys.end; k0 += kBk) {
-      const Index nk = std::min(kBk, keys.end - k0);
-      const TileKind kind = classify_tile(spec_.mask, b, h, q_pos, Range{k0, k0 + nk});
-      if (kind == TileKind::Empty) continue;
-      scores(b, hk, k0, nk, lanes);  // s_ [nk, kBq]
-      apply_score_mods(ScoreTile{b, h, q_pos.begin, k0}, nk, lanes);
-      if (kind == TileKind::Partial) apply_mask(b, h, q_pos.begin, k0, nk, nq);
-      absorb(nk, nq, lanes);                 // weights, rescale
-      accumulate_values(b, hk, k0, nk, nq);  // acc_ += P V
-    }
-    write_output(b, h, q0, nq, lanes);
-  }
-
- private:
-  // s_[nk, lanes] = K[k0:k0+nk] * qt_ (scale already in qt_).
-  void scores(Index b, Index hk, Index k0, Index nk, Index lanes) {
-    const F32Rows keys = f32_rows(k_, k_direct_, b, hk, k0, nk, kp_, p_.head_dim);
-    gemm::gemm(nk, lanes, p_.head_dim, {keys.data, keys.ld, 1}, qt_, kBq, s_, kBq, false);
-  }
-
-  void apply_score_mods(const ScoreTile& where, Index nk, Index lanes) {
-    using Score = typename Spec::Score;
-    if constexpr (has_apply_tile<Score>::value) {
-      spec_.score.apply_tile(s_, nk, lanes, kBq, where);
-    } else {
-      static_assert(!has_modify<Score>::value,
-                    "attention(): a Score policy with modify() also needs apply_tile()");
-    }
-  }
-
-  // Logits of (query i, key j) pairs the mask drops become -inf. Partial tiles only.
-  void apply_mask(Index b, Index h, Index i0, Index k0, Index nk, Index nq) {
-    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-    for (Index jj = 0; jj < nk; ++jj) {
-      float* row = s_ + jj * kBq;  // one key, kBq queries
-      for (Index r = 0; r < nq; ++r)
-        if (!spec_.mask.keep(b, h, i0 + r, k0 + jj)) row[r] = kNegInf;
-    }
-  }
-
-  // Logits -> weights, lane block by lane block; rescales the accumulator rows.
-  void absorb(Index nk, Index nq, Index lanes) {
-    for (Index c = 0; c < lanes; c += simd::kWidth) {
-      const simd::Vec alpha = spec_.normalizer.absorb(states_[c / simd::kWidth], s_ + c, nk, kBq);
-      simd::store(factor_ + c, alpha);
-    }
-    for (Index r = 0; r < nq; ++r) {
-      const simd::Vec f(factor_[r]);
-      float* row = acc_ + r * dv_pad_;
-      for (Index c = 0; c < dv_pad_; c += simd::kWidth)
-        simd::store(row + c, simd::load(row + c) * f);
-    }
-  }
-
-  // acc_[nq, dv] += P[nq, nk] * V[k0:k0+nk], with P read transposed from s_.
-  void accumulate_values(Index b, Index hk, Index k0, Index nk, Index nq) {
-    const F32Rows values = f32_rows(v_, v_direct_, b, hk, k0, nk, vp_, dv_pad_);
-    gemm::gemm(nq, dv_pad_, nk, {s_, 1, kBq}, values.data, values.ld, acc_, dv_pad_, true);
-  }
-
-  void write_output(Index b, Index h, Index q0, Index nq, Index lanes) {
-    for (Index c = 0; c < lanes; c += simd::kWidth) {
-      const State& st = states_[c / simd::kWidth];
-      simd::store(factor_ + c, spec_.normalizer.finalize(st));
-      if (lse_ != nullptr) store_lse(st, (b * p_.q_heads + h) * p_.q_len + q0 + c, nq - c);
-    }
-    for (Index r = 0; r < nq; ++r) {
-      const float* acc = acc_ + r * dv_pad_;
-      O* out = o_.row(b, h, q0 + r);
-      for (Index c = 0; c < p_.value_dim; ++c) out[c] = static_cast<O>(acc[c] * factor_[r]);
-    }
-  }
-
-  void store_lse(const State& st, Index at, Index valid) {
-    alignas(64) float lanes[simd::kWidth];
-    simd::store(lanes, spec_.normalizer.lse(st));
-    std::copy(lanes, lanes + std::min<Index>(valid, simd::kWidth), lse_ + at);
-  }
-
-  const Spec& spec_;
-  const Problem& p_;
-  View<Q> q_;
-  View<K> k_;
-  View<V> v_;
-  View<O> o_;
-  float* lse_;
-  Index dv_pad_;
-  bool k_direct_, v_direct_;  // f32 K/V rows feed the GEMMs in place, no packing
-  // Scratch of one thread, carved once:
-  Scratch scratch_;
-  float* qt_;                  // [D, kBq]       scaled queries, transposed
-  float* kp_;                  // [kBk, D]       f32 keys (only for non-f32 storage)
-  float* vp_;                  // [kBk, dv_pad]  f32 values, padded (only when not used in place)
-  float* s_;                   // [kBk, kBq]     logits, then weights
-  float* acc_;                 // [kBq, dv_pad]  output accumulator
-  float* factor_;              // [kBq]          per-query rescale / finalize factors
-  std::vector<State> states_;  // [kBq / kWidth] normalizer state, one lane per query
-};
 
 inline int thread_count(int requested) {
 #ifdef _OPENMP
@@ -207,7 +35,9 @@ inline int thread_count(int requested) {
 /// o[B, Hq, Lq, Dv] = attention of q[B, Hq, Lq, D] over k[B, Hkv, Lk, D], v[B, Hkv, Lk, Dv]
 /// under `spec`. Sizes come from the views; options carry scale, q_offset, threads and
 /// the optional LSE output [B, Hq, Lq]. Throws Error before writing anything on bad input.
-/// `o` (and the LSE buffer) must not alias q, k or v.
+/// `o` and the LSE buffer must not share memory with q, k, v or each other (checked).
+/// Policy hooks run inside the parallel region and must not throw. Scratch is allocated
+/// before any thread starts: when it cannot be, std::bad_alloc reaches the caller.
 template <class Spec, class Q, class K, class V, class O>
 void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
                const View<O>& o, const Options& options = {}) {
@@ -237,17 +67,22 @@ void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<
     tiles.run(bh / p.q_heads, bh % p.q_heads, q0, std::min(Tiles::kBq, p.q_len - q0));
   };
 
+  if (items == 0) return;
+  // Every thread's scratch is allocated here, on the calling thread, so that a failed
+  // allocation throws to the caller instead of calling std::terminate inside the parallel
+  // region. Each thread still first-touches (and so places) its own pages.
+  std::deque<Tiles> tiles;  // a deque never relocates: each thread's Tiles stays put
+  for (int t = 0; t < threads; ++t) tiles.emplace_back(spec, p, q, k, v, o, options.lse);
+
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
-    Tiles tiles(spec, p, q, k, v, o, options.lse);
+    Tiles& mine = tiles[static_cast<std::size_t>(omp_get_thread_num())];
 #pragma omp for schedule(dynamic, 1)
-    for (Index item = 0; item < items; ++item) run_item(tiles, item);
+    for (Index item = 0; item < items; ++item) run_item(mine, item);
   }
 #else
-  (void)threads;
-  Tiles tiles(spec, p, q, k, v, o, options.lse);
-  for (Index item = 0; item < items; ++item) run_item(tiles, item);
+  for (Index item = 0; item < items; ++item) run_item(tiles.front(), item);
 #endif
 }
 

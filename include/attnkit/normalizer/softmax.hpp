@@ -2,6 +2,8 @@
 // tiles: a running max m and sum l per query, and the output accumulator rescaled by
 // alpha = exp(m_old - m_new) when m grows. exp is exp2 with log2(e) folded into one FMA.
 // Masked logits are -inf and weigh 0; a query with no visible key finalizes to 0, LSE -inf.
+// A NaN or +inf logit among a query's visible keys makes that query's output and LSE NaN:
+// "no key" (LSE -inf) is never reported for a row that saw a key, so a merge cannot drop it.
 #pragma once
 
 #include <algorithm>
@@ -55,27 +57,34 @@ struct Softmax {
   }
 
   /// Per-query factor that turns the accumulator into the output: 1 / l, or 0 for a query
-  /// that saw no key (never NaN).
+  /// that saw no key (l = 0). A NaN logit made l NaN (exp2 of NaN), and a +inf one made
+  /// s - m = inf - inf = NaN: 1 / NaN keeps that query NaN.
   simd::Vec finalize(const State& st) const {
     alignas(64) float l[simd::kWidth];
     simd::store(l, st.l);
-    for (float& x : l) x = x > 0.f ? 1.f / x : 0.f;
+    for (float& x : l) x = x == 0.f ? 0.f : 1.f / x;
     return simd::load(l);
   }
 
-  /// Natural-log log-sum-exp per query: m + log(l); -inf for a query that saw no key.
+  /// Natural-log log-sum-exp per query: m + log(l); -inf for a query that saw no key, NaN
+  /// for one whose logits held a NaN or +inf.
   simd::Vec lse(const State& st) const {
     alignas(64) float m[simd::kWidth], l[simd::kWidth];
     simd::store(m, st.m);
     simd::store(l, st.l);
-    for (int i = 0; i < simd::kWidth; ++i) m[i] = l[i] > 0.f ? m[i] + std::log(l[i]) : kNegInf;
+    for (int i = 0; i < simd::kWidth; ++i) m[i] = l[i] == 0.f ? kNegInf : m[i] + std::log(l[i]);
     return simd::load(m);
   }
 
   /// Reference rule in double for one query: logits s[n] (masked = -inf) -> weights in
-  /// place; returns the LSE.
+  /// place; returns the LSE. A NaN or +inf logit makes every weight and the LSE NaN.
   double reference_row(double* s, Index n) const {
     const double neg_inf = -std::numeric_limits<double>::infinity();
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    if (std::any_of(s, s + n, [](double x) { return std::isnan(x) || x == HUGE_VAL; })) {
+      std::fill(s, s + n, nan);
+      return nan;
+    }
     const double m = n > 0 ? *std::max_element(s, s + n) : neg_inf;
     if (m == neg_inf) {
       std::fill(s, s + n, 0.0);

@@ -14,6 +14,22 @@
 #include "attnkit/spec.hpp"
 
 namespace attnkit::reference {
+namespace detail {
+
+// scale * q . k in double, then the Score's element rule.
+template <class Spec, class Q, class K>
+double logit(const Spec& spec, const Q* q, const K* k, const Problem& p, Index b, Index h, Index i,
+             Index j) {
+  double dot = 0.0;
+  for (Index c = 0; c < p.head_dim; ++c) dot += double(q[c]) * double(k[c]);
+  const double s = double(p.scale) * dot;
+  if constexpr (attnkit::detail::has_modify<typename Spec::Score>::value)
+    return spec.score.modify(s, b, h, i, j);
+  else
+    return s;
+}
+
+}  // namespace detail
 
 /// Same contract as attnkit::attention(); `o` may be a View<double> to keep full
 /// precision. options.threads is ignored (the reference is serial).
@@ -22,32 +38,36 @@ void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<
                const View<O>& o, const Options& options = {}) {
   static_assert(std::is_same_v<typename Spec::Position, NoPosition>,
                 "reference::attention(): only NoPosition is supported yet");
-  static_assert(detail::has_modify<typename Spec::Score>::value ||
-                    !detail::has_apply_tile<typename Spec::Score>::value,
+  static_assert(attnkit::detail::has_modify<typename Spec::Score>::value ||
+                    !attnkit::detail::has_apply_tile<typename Spec::Score>::value,
                 "reference::attention(): a Score policy with apply_tile() needs modify() too");
   const Problem p = make_problem(q, k, v, o, options);
   const double neg_inf = -std::numeric_limits<double>::infinity();
-  std::vector<double> s(static_cast<std::size_t>(p.kv_len));  // one row of [Lq, Lk]
-  std::vector<double> out(static_cast<std::size_t>(p.value_dim));
+  std::vector<double> s_row(static_cast<std::size_t>(p.kv_len));       // one row of [Lq, Lk]
+  std::vector<char> kept_row(static_cast<std::size_t>(p.kv_len));      // the mask's row
+  std::vector<double> out_row(static_cast<std::size_t>(p.value_dim));  // [Dv]
+  double* s = s_row.data();
+  char* kept = kept_row.data();
+  double* out = out_row.data();
 
+  // A masked pair contributes nothing, exactly: its key is never read and its value never
+  // multiplied (0 * inf would be NaN), so garbage in keys and values the mask excludes
+  // cannot reach the output.
   for (Index b = 0; b < p.batch; ++b)
     for (Index h = 0; h < p.q_heads; ++h) {
       const Index hk = p.kv_head(h);
       for (Index r = 0; r < p.q_len; ++r) {
         const Index i = r + p.q_offset;  // absolute query position
         for (Index j = 0; j < p.kv_len; ++j) {
-          double dot = 0.0;
-          for (Index c = 0; c < p.head_dim; ++c)
-            dot += double(q.row(b, h, r)[c]) * double(k.row(b, hk, j)[c]);
-          double logit = double(p.scale) * dot;
-          if constexpr (detail::has_modify<typename Spec::Score>::value)
-            logit = spec.score.modify(logit, b, h, i, j);
-          s[j] = spec.mask.keep(b, h, i, j) ? logit : neg_inf;
+          kept[j] = spec.mask.keep(b, h, i, j);
+          s[j] = kept[j] ? detail::logit(spec, q.row(b, h, r), k.row(b, hk, j), p, b, h, i, j)
+                         : neg_inf;
         }
-        const double lse = spec.normalizer.reference_row(s.data(), p.kv_len);
-        std::fill(out.begin(), out.end(), 0.0);
+        const double lse = spec.normalizer.reference_row(s, p.kv_len);
+        std::fill(out, out + p.value_dim, 0.0);
         for (Index j = 0; j < p.kv_len; ++j)
-          for (Index c = 0; c < p.value_dim; ++c) out[c] += s[j] * double(v.row(b, hk, j)[c]);
+          if (kept[j])
+            for (Index c = 0; c < p.value_dim; ++c) out[c] += s[j] * double(v.row(b, hk, j)[c]);
         for (Index c = 0; c < p.value_dim; ++c)
           o.row(b, h, r)[c] = static_cast<std::remove_const_t<O>>(out[c]);
         if (options.lse != nullptr)

@@ -1,0 +1,99 @@
+// Checks on caller-supplied views, run once by make_problem() before anything is read or
+// written: sizes and strides are sane, element offsets fit in Index, output rows are
+// distinct, and outputs do not share memory with inputs or with each other.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <iterator>
+#include <string>
+
+#include "attnkit/detail/checked.hpp"
+#include "attnkit/error.hpp"
+#include "attnkit/tensor.hpp"
+
+namespace attnkit::detail {
+
+/// The bytes [begin, end) a view or buffer may touch; empty when begin == end.
+struct ByteSpan {
+  std::uintptr_t begin = 0, end = 0;
+  bool empty() const { return begin == end; }
+};
+
+template <class T>
+bool is_empty(const View<T>& v) {
+  return v.batch == 0 || v.heads == 0 || v.seq == 0 || v.dim == 0;
+}
+
+/// Elements from v.data to one past the last element of the last row, or -1 when that
+/// number (or its size in bytes) overflows Index. 0 for an empty view.
+template <class T>
+Index element_extent(const View<T>& v) {
+  if (is_empty(v)) return 0;
+  Index total = v.dim, term = 0;
+  const Index extents[3] = {v.batch, v.heads, v.seq};
+  const Index strides[3] = {v.batch_stride, v.head_stride, v.seq_stride};
+  for (int d = 0; d < 3; ++d)
+    if (!checked_mul(extents[d] - 1, strides[d], &term) || !checked_add(total, term, &total))
+      return -1;
+  Index bytes = 0;
+  return checked_mul(total, Index{sizeof(T)}, &bytes) ? total : -1;
+}
+
+template <class T>
+void check_view(const View<T>& v, const std::string& name) {
+  require(v.batch >= 0, name + ".batch", ">= 0", v.batch);
+  require(v.heads >= 0, name + ".heads", ">= 0", v.heads);
+  require(v.seq >= 0, name + ".seq", ">= 0", v.seq);
+  require(v.dim >= 0, name + ".dim", ">= 0", v.dim);
+  require(v.batch_stride >= 0, name + ".batch_stride", ">= 0", v.batch_stride);
+  require(v.head_stride >= 0, name + ".head_stride", ">= 0", v.head_stride);
+  require(v.seq_stride >= 0, name + ".seq_stride", ">= 0", v.seq_stride);
+  require(is_empty(v) || v.data != nullptr, name + ".data", "non-null", "nullptr");
+  require(element_extent(v) >= 0, name,
+          "sizes and strides whose element offsets fit in Index (int64)", "an overflow");
+}
+
+/// The bytes a (checked) view spans, padding included.
+template <class T>
+ByteSpan byte_span(const View<T>& v) {
+  const auto begin = reinterpret_cast<std::uintptr_t>(v.data);
+  return {begin, begin + static_cast<std::uintptr_t>(element_extent(v)) * sizeof(T)};
+}
+
+/// Throws Error naming both arguments when the two spans share a byte. Sufficient (a
+/// conservative test on address ranges: interleaved views are refused too).
+inline void require_disjoint(const ByteSpan& a, const std::string& a_name, const ByteSpan& b,
+                             const std::string& b_name) {
+  const bool overlap = !a.empty() && !b.empty() && a.begin < b.end && b.begin < a.end;
+  if (overlap)
+    fail(a_name, "memory disjoint from " + b_name,
+         std::to_string(std::min(a.end, b.end) - std::max(a.begin, b.begin)) +
+             " shared bytes (aliasing " + b_name + ")");
+}
+
+// The rows of an output view must be distinct memory: threads write them concurrently.
+// Sufficient check: sorted by stride, each dimension of extent > 1 steps past the whole
+// block spanned by the smaller ones (every dense or padded layout passes).
+template <class T>
+void check_rows_distinct(const View<T>& v, const std::string& name) {
+  if (v.batch == 0 || v.heads == 0 || v.seq == 0) return;  // no rows, nothing to overlap
+  struct Dim {
+    Index stride, extent;
+    const char* label;
+  };
+  Dim dims[3] = {{v.seq_stride, v.seq, ".seq_stride"},
+                 {v.head_stride, v.heads, ".head_stride"},
+                 {v.batch_stride, v.batch, ".batch_stride"}};
+  std::sort(std::begin(dims), std::end(dims),
+            [](const Dim& a, const Dim& b) { return a.stride < b.stride; });
+  Index span = v.dim;  // elements covered by one row, then by each block of rows
+  for (const Dim& d : dims) {
+    if (d.extent <= 1) continue;
+    require(d.stride >= span, name + d.label,
+            ">= " + std::to_string(span) + " (rows must not overlap)", d.stride);
+    if (!checked_mul(d.stride, d.extent, &span)) return;  // nothing larger can follow
+  }
+}
+
+}  // namespace attnkit::detail

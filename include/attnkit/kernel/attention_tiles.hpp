@@ -1,0 +1,236 @@
+// AttentionTiles: the per-thread engine of attention(). It owns one thread's scratch and
+// computes whole query tiles: per (batch, head, query tile) it streams the key tiles the mask
+// does not rule out, keeping the output accumulator and the normalizer state in scratch.
+//
+// Layout choice: the logit tile is computed transposed, S^T[keys, queries] = K * (Q^T),
+// so K rows are read straight from the caller's view (no transpose copy per key tile),
+// Q^T is packed once per query tile, and each SIMD lane of the softmax is one query.
+#pragma once
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "attnkit/detail/pack.hpp"
+#include "attnkit/detail/scratch.hpp"
+#include "attnkit/detail/traits.hpp"
+#include "attnkit/gemm/tile_gemm.hpp"
+#include "attnkit/kernel/tile_config.hpp"
+#include "attnkit/mask/tile_kind.hpp"
+#include "attnkit/problem.hpp"
+#include "attnkit/score/score_tile.hpp"
+#include "attnkit/simd/simd.hpp"
+
+namespace attnkit {
+namespace detail {
+
+// The keys [begin, end) of [0, kv_len) that some query of q may see under the mask.
+template <class Mask>
+Range visible_keys(const Mask& mask, Index b, Index h, Range q, Index kv_len) {
+  if constexpr (has_visible_keys<Mask, Range>::value) {
+    const Range r = mask.visible_keys(b, h, q);
+    const Index end = std::clamp<Index>(r.end, 0, kv_len);
+    return {std::clamp<Index>(r.begin, 0, end), end};
+  } else {
+    return {0, kv_len};
+  }
+}
+
+template <class Mask>
+TileKind classify_tile(const Mask& mask, Index b, Index h, Range q, Range kv) {
+  if constexpr (has_classify<Mask, Range>::value)
+    return mask.classify(b, h, q, kv);
+  else
+    return TileKind::Partial;  // correct for any mask, just slower
+}
+
+// The per-call state of one thread: its scratch buffers and the call's constants.
+template <class Spec, class Q, class K, class V, class O>
+class AttentionTiles {
+ public:
+  static constexpr Index kBq = TileConfig::kBlockQ;
+  static constexpr Index kBk = TileConfig::kBlockK;
+  using State = typename Spec::Normalizer::State;
+
+  AttentionTiles(const Spec& spec, const Problem& p, const View<Q>& q, const View<K>& k,
+                 const View<V>& v, const View<O>& o, float* lse)
+      : spec_(spec),
+        p_(p),
+        q_(q),
+        k_(k),
+        v_(v),
+        o_(o),
+        lse_(lse),
+        dv_pad_(simd::round_up(p.value_dim)),
+        k_direct_(is_f32<K>()),
+        v_direct_(is_f32<V>() && dv_pad_ == p.value_dim),
+        scratch_(Scratch::size_for(p.head_dim * kBq, k_direct_ ? 0 : kBk * p.head_dim,
+                                   v_direct_ ? 0 : kBk * dv_pad_, kBk * kBq, kBq * dv_pad_, kBq)),
+        qt_(scratch_.carve(p.head_dim * kBq)),
+        kp_(k_direct_ ? nullptr : scratch_.carve(kBk * p.head_dim)),
+        vp_(v_direct_ ? nullptr : scratch_.carve(kBk * dv_pad_)),
+        s_(scratch_.carve(kBk * kBq)),
+        acc_(scratch_.carve(kBq * dv_pad_)),
+        factor_(scratch_.carve(kBq)),
+        states_(kBq / simd::kWidth) {}
+
+  /// Computes output rows [q0, q0 + nq) of query head h in batch b.
+  void run(Index b, Index h, Index q0, Index nq) {
+    const Index hk = p_.kv_head(h);
+    const Index lanes = simd::round_up(nq);  // queries padded to whole vectors
+    const Range q_pos{q0 + p_.q_offset, q0 + nq + p_.q_offset};
+
+    pack_q_transposed(q_, b, h, q0, nq, lanes, p_.scale, qt_, kBq);  // qt_ [D, kBq]
+    for (State& st : states_) st = spec_.normalizer.begin();
+    std::fill(acc_, acc_ + nq * dv_pad_, 0.f);  // acc_ [kBq, dv_pad]
+
+    // Only the keys the mask lets some query see; with Causal the diagonal tile then ends
+    // at the last visible key instead of computing a full tile of masked logits.
+    const Range keys = visible_keys(spec_.mask, b, h, q_pos, p_.kv_len);
+    for (Index k0 = keys.begin; k0 < keys.end; k0 += kBk) {
+      const Index nk = std::min(kBk, keys.end - k0);
+      const TileKind kind = classify_tile(spec_.mask, b, h, q_pos, Range{k0, k0 + nk});
+      if (kind == TileKind::Empty) continue;
+      scores(b, hk, k0, nk, lanes);  // s_ [nk, kBq]
+      apply_score_mods(ScoreTile{b, h, q_pos.begin, k0}, nk, lanes);
+      if (kind == TileKind::Partial) apply_mask(b, h, q_pos.begin, k0, nk, nq);
+      absorb(nk, nq, lanes);                                       // weights, rescale
+      accumulate_values(b, h, hk, q_pos.begin, k0, nk, nq, kind);  // acc_ += P V
+    }
+    write_output(b, h, q0, nq, lanes);
+  }
+
+ private:
+  // s_[nk, lanes] = K[k0:k0+nk] * qt_ (scale already in qt_).
+  void scores(Index b, Index hk, Index k0, Index nk, Index lanes) {
+    const F32Rows keys = f32_rows(k_, k_direct_, b, hk, k0, nk, kp_, p_.head_dim);
+    gemm::gemm(nk, lanes, p_.head_dim, {keys.data, keys.ld, 1}, qt_, kBq, s_, kBq, false);
+  }
+
+  void apply_score_mods(const ScoreTile& where, Index nk, Index lanes) {
+    using Score = typename Spec::Score;
+    if constexpr (has_apply_tile<Score>::value) {
+      spec_.score.apply_tile(s_, nk, lanes, kBq, where);
+    } else {
+      static_assert(!has_modify<Score>::value,
+                    "attention(): a Score policy with modify() also needs apply_tile()");
+    }
+  }
+
+  // Logits of (query i, key j) pairs the mask drops become -inf. Partial tiles only.
+  void apply_mask(Index b, Index h, Index i0, Index k0, Index nk, Index nq) {
+    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+    for (Index jj = 0; jj < nk; ++jj) {
+      float* row = s_ + jj * kBq;  // one key, kBq queries
+      for (Index r = 0; r < nq; ++r)
+        if (!spec_.mask.keep(b, h, i0 + r, k0 + jj)) row[r] = kNegInf;
+    }
+  }
+
+  // Logits -> weights, lane block by lane block; rescales the accumulator rows.
+  void absorb(Index nk, Index nq, Index lanes) {
+    for (Index c = 0; c < lanes; c += simd::kWidth) {
+      const simd::Vec alpha = spec_.normalizer.absorb(states_[c / simd::kWidth], s_ + c, nk, kBq);
+      simd::store(factor_ + c, alpha);
+    }
+    for (Index r = 0; r < nq; ++r) {
+      const simd::Vec f(factor_[r]);
+      float* row = acc_ + r * dv_pad_;
+      for (Index c = 0; c < dv_pad_; c += simd::kWidth)
+        simd::store(row + c, simd::load(row + c) * f);
+    }
+  }
+
+  // acc_[nq, dv] += P[nq, nk] * V[k0:k0+nk], with P read transposed from s_.
+  // A masked pair weighs 0, but 0 * inf and 0 * NaN are NaN: on a Partial tile a value row
+  // that is not finite (garbage past a KV cache's length, a poisoned future key) would leak
+  // into rows that cannot see it. One pass finds such rows (1/kBq of the product's work,
+  // Partial tiles only); the product then skips them and adds each to the rows that see it.
+  void accumulate_values(Index b, Index h, Index hk, Index i0, Index k0, Index nk, Index nq,
+                         TileKind kind) {
+    const F32Rows values = f32_rows(v_, v_direct_, b, hk, k0, nk, vp_, dv_pad_);
+    if (kind == TileKind::Full || rows_finite(values, 0, nk)) {
+      weighted_sum(values, 0, nk, nq);
+      return;
+    }
+    Index run = 0;  // first key of the current run of finite value rows
+    for (Index jj = 0; jj < nk; ++jj) {
+      if (rows_finite(values, jj, jj + 1)) continue;
+      weighted_sum(values, run, jj, nq);
+      add_to_visible_rows(values, b, h, i0, k0, jj, nq);
+      run = jj + 1;
+    }
+    weighted_sum(values, run, nk, nq);
+  }
+
+  // acc_[nq, dv] += P[nq, j0:j1] * values[j0:j1].
+  void weighted_sum(const F32Rows& values, Index j0, Index j1, Index nq) {
+    gemm::gemm(nq, dv_pad_, j1 - j0, {s_ + j0 * kBq, 1, kBq}, values.data + j0 * values.ld,
+               values.ld, acc_, dv_pad_, true);
+  }
+
+  // True when every element of value rows [j0, j1) is finite: x - x is 0 exactly for finite
+  // x and NaN for inf or NaN, and NaN survives the sum.
+  bool rows_finite(const F32Rows& values, Index j0, Index j1) const {
+    simd::Vec sum(0.f);
+    for (Index jj = j0; jj < j1; ++jj)
+      for (Index c = 0; c < dv_pad_; c += simd::kWidth) {
+        const simd::Vec x = simd::load(values.data + jj * values.ld + c);
+        sum = sum + (x - x);
+      }
+    return simd::reduce_add(sum) == 0.f;
+  }
+
+  // acc_[r] += P[r, jj] * values[jj] for the query rows r whose mask keeps key k0 + jj.
+  void add_to_visible_rows(const F32Rows& values, Index b, Index h, Index i0, Index k0, Index jj,
+                           Index nq) {
+    const float* value = values.data + jj * values.ld;
+    for (Index r = 0; r < nq; ++r) {
+      if (!spec_.mask.keep(b, h, i0 + r, k0 + jj)) continue;
+      const float w = s_[jj * kBq + r];
+      float* acc = acc_ + r * dv_pad_;
+      for (Index c = 0; c < dv_pad_; ++c) acc[c] += w * value[c];
+    }
+  }
+
+  void write_output(Index b, Index h, Index q0, Index nq, Index lanes) {
+    for (Index c = 0; c < lanes; c += simd::kWidth) {
+      const State& st = states_[c / simd::kWidth];
+      simd::store(factor_ + c, spec_.normalizer.finalize(st));
+      if (lse_ != nullptr) store_lse(st, (b * p_.q_heads + h) * p_.q_len + q0 + c, nq - c);
+    }
+    for (Index r = 0; r < nq; ++r) {
+      const float* acc = acc_ + r * dv_pad_;
+      O* out = o_.row(b, h, q0 + r);
+      for (Index c = 0; c < p_.value_dim; ++c) out[c] = static_cast<O>(acc[c] * factor_[r]);
+    }
+  }
+
+  void store_lse(const State& st, Index at, Index valid) {
+    alignas(64) float lanes[simd::kWidth];
+    simd::store(lanes, spec_.normalizer.lse(st));
+    std::copy(lanes, lanes + std::min<Index>(valid, simd::kWidth), lse_ + at);
+  }
+
+  const Spec& spec_;
+  const Problem& p_;
+  View<Q> q_;
+  View<K> k_;
+  View<V> v_;
+  View<O> o_;
+  float* lse_;
+  Index dv_pad_;
+  bool k_direct_, v_direct_;  // f32 K/V rows feed the GEMMs in place, no packing
+  // Scratch of one thread, carved once:
+  Scratch scratch_;
+  float* qt_;                  // [D, kBq]       scaled queries, transposed
+  float* kp_;                  // [kBk, D]       f32 keys (only for non-f32 storage)
+  float* vp_;                  // [kBk, dv_pad]  f32 values, padded (only when not used in place)
+  float* s_;                   // [kBk, kBq]     logits, then weights
+  float* acc_;                 // [kBq, dv_pad]  output accumulator
+  float* factor_;              // [kBq]          per-query rescale / finalize factors
+  std::vector<State> states_;  // [kBq / kWidth] normalizer state, one lane per query
+};
+
+}  // namespace detail
+}  // namespace attnkit
