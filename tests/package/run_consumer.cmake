@@ -1,10 +1,13 @@
-# Builds and runs tests/package/consumer against attnkit, as a user would. Run with
+# Builds and runs tests/package/consumer against attnkit, as a strict user would. Run with
 #   cmake -DMODE=find_package|subdirectory -DATTNKIT_SOURCE_DIR=<src> -DATTNKIT_BUILD_DIR=<build>
 #         -DCONSUMER_SOURCE_DIR=<dir> -DWORK_DIR=<dir> -DCXX_COMPILER=<path>
 #         [-DGENERATOR=<gen>] [-DMAKE_PROGRAM=<path>] [-DCONFIG=<cfg>]
-#         [-DPREFIX_PATH=<a|b|...>] -P run_consumer.cmake
+#         [-DCXX_FLAGS=<flags>] [-DCONFIG_FLAGS=<flags>] [-DLINKER_FLAGS=<flags>]
+#         [-DARCH_FLAGS=<flags>] [-DPREFIX_PATH=<a|b|...>] -P run_consumer.cmake
 # find_package: installs ATTNKIT_BUILD_DIR to WORK_DIR/prefix and finds it there.
 # subdirectory: the consumer calls add_subdirectory(ATTNKIT_SOURCE_DIR).
+# The consumer compiles with CXX_FLAGS and ARCH_FLAGS, CONFIG_FLAGS (default -O1 -DNDEBUG),
+# links with LINKER_FLAGS, and adds the strict warning set with -Werror to its target.
 # Everything happens in WORK_DIR, which is deleted first. Any failing step fails the test.
 cmake_minimum_required(VERSION 3.25)
 
@@ -42,8 +45,16 @@ if(MODE STREQUAL "find_package")
   list(PREPEND prefix_path "${prefix}")
 endif()
 
-# -O1 and no -march: this checks packaging, not speed, and attnkit::attnkit itself must
-# carry no ISA flags. The package registry is off so only the fresh prefix can be found.
+# The consumer is built as the parent build is (its flags, so that sanitizers reach it);
+# without build-type flags -O1 suffices, this checks packaging, not speed. No -march unless
+# ARCH_FLAGS asks: attnkit::attnkit itself must carry no ISA flags. The warnings are a
+# strict user's, as errors: attnkit's headers are not SYSTEM includes under
+# add_subdirectory. The package registry is off so only the fresh prefix can be found.
+include("${ATTNKIT_SOURCE_DIR}/cmake/attnkitStrictWarnings.cmake")
+if(NOT DEFINED CONFIG_FLAGS)
+  set(CONFIG_FLAGS "-O1 -DNDEBUG")
+endif()
+string(STRIP "${CXX_FLAGS} ${ARCH_FLAGS}" consumer_cxx_flags)
 set(generator_args "")
 if(NOT "${GENERATOR}" STREQUAL "")
   list(APPEND generator_args -G "${GENERATOR}")
@@ -51,11 +62,14 @@ endif()
 if(NOT "${MAKE_PROGRAM}" STREQUAL "")
   list(APPEND generator_args "-DCMAKE_MAKE_PROGRAM=${MAKE_PROGRAM}")
 endif()
-message(STATUS "run_consumer: configuring the consumer (${MODE}) in ${build}")
+message(STATUS "run_consumer: configuring the consumer (${MODE}, ${CXX_COMPILER}) in ${build}")
 execute_process(
   COMMAND "${CMAKE_COMMAND}" -S "${CONSUMER_SOURCE_DIR}" -B "${build}" ${generator_args}
           "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}"
-          -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG"
+          "-DCMAKE_CXX_FLAGS=${consumer_cxx_flags}"
+          -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=${CONFIG_FLAGS}"
+          "-DCMAKE_EXE_LINKER_FLAGS=${LINKER_FLAGS}"
+          "-DCONSUMER_CXX_OPTIONS=${ATTNKIT_STRICT_WARNINGS}"
           "-DCMAKE_PREFIX_PATH=${prefix_path}"
           -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF
           "-DATTNKIT_CONSUMER_MODE=${MODE}"

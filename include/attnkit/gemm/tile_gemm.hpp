@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstddef>
+#include <type_traits>
 
 #include "attnkit/simd/simd.hpp"
 #include "attnkit/tensor.hpp"
@@ -34,13 +36,13 @@ struct StridedA {
 template <int MR, int NR>
 inline void micro_kernel(Index k, StridedA a, const float* b, Index ldb, float* c, Index ldc,
                          bool accumulate) {
-  Vec acc[MR][NR];
+  Vec acc[std::size_t{MR}][std::size_t{NR}];  // array bounds are unsigned (-Wsign-conversion)
   for (int i = 0; i < MR; ++i)
     for (int r = 0; r < NR; ++r)
       acc[i][r] = accumulate ? simd::load(c + i * ldc + r * kWidth) : Vec(0.f);
 
   for (Index p = 0; p < k; ++p) {
-    Vec brow[NR];
+    Vec brow[std::size_t{NR}];
     for (int r = 0; r < NR; ++r) brow[r] = simd::load(b + p * ldb + r * kWidth);
     for (int i = 0; i < MR; ++i) {
       const Vec ai(a.data[i * a.row_stride + p * a.col_stride]);

@@ -27,7 +27,8 @@ struct Softcap {
 
   /// Element rule (the reference uses it): s -> cap * tanh(s / cap).
   double modify(double s, Index /*b*/, Index /*h*/, Index /*i*/, Index /*j*/) const {
-    return cap * std::tanh(s / cap);
+    const double c = static_cast<double>(cap);  // the reference computes in double
+    return c * std::tanh(s / c);
   }
 
   /// Tile form: s[keys, lanes] with row stride ld, lanes a whole number of vectors. The
