@@ -1,6 +1,7 @@
 // Problem and make_problem(): sizes deduced from the views, the defaults of scale and
 // q_offset, Options overriding them, the GQA head mapping, and every error path with its
 // message "attnkit: <argument>: expected <x>, got <y>" (error.hpp).
+#include <algorithm>
 #include <attnkit/error.hpp>
 #include <attnkit/options.hpp>
 #include <attnkit/problem.hpp>
@@ -9,7 +10,6 @@
 #include <catch2/matchers/catch_matchers_exception.hpp>
 #include <catch2/matchers/catch_matchers_floating_point.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
-#include <algorithm>
 #include <cmath>
 #include <deque>
 #include <functional>
@@ -17,6 +17,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace ak = attnkit;
@@ -267,6 +268,73 @@ TEST_CASE("Problem: make_problem validates the Options", "[problem][errors]") {
       "attnkit: scale: expected finite and non-zero, got inf");
   check_error([] { Views{}.make(ak::Options{}.with_threads(-2)); },
               "attnkit: threads: expected 0 (all) to 1024, got -2");
+}
+
+TEST_CASE("Problem: threads above Options::kMaxThreads are refused", "[problem][errors]") {
+  // 100000 segfaulted inside libgomp; 5000 took minutes to start with libomp.
+  check_error([] { Views{}.make(ak::Options{}.with_threads(100000)); },
+              "attnkit: threads: expected 0 (all) to 1024, got 100000");
+  CHECK_NOTHROW(Views{}.make(ak::Options{}.with_threads(ak::Options::kMaxThreads)));
+}
+
+TEST_CASE("Problem: head and value dimensions above 2^20 are refused", "[problem][errors]") {
+  // They bound the per-thread scratch (kBlockK x head_dim floats), so its size cannot overflow.
+  float x = 0.f;
+  const Index big = ak::Problem::kMaxDim + 1;
+  const auto one_row = [&](Index dim) { return ak::bhsd(&x, 1, 1, 1, dim); };
+  std::vector<float> q(static_cast<std::size_t>(big)), o(static_cast<std::size_t>(big));
+  check_error(
+      [&] {
+        ak::make_problem(ak::bhsd(q.data(), 1, 1, 1, big), one_row(big), one_row(8),
+                         ak::bhsd(o.data(), 1, 1, 1, 8));
+      },
+      "attnkit: head_dim: expected 1 to 2^20, got 1048577");
+}
+
+TEST_CASE("Problem: a view whose element offsets overflow Index is refused", "[problem][errors]") {
+  const auto which = GENERATE(as<std::string>{}, "q", "k", "v", "o");
+  Views w;
+  ak::View<float>& view = which == "q" ? w.q : which == "k" ? w.k : which == "v" ? w.v : w.o;
+  view.batch_stride = Index{1} << 62;  // (batch - 1) * stride * sizeof(float) > 2^63
+  check_error([&] { w.make(); }, "attnkit: " + which +
+                                     ": expected sizes and strides whose element offsets fit in "
+                                     "Index (int64), got an overflow");
+}
+
+TEST_CASE("Problem: outputs that share memory with an input or each other are refused",
+          "[problem][errors][alias]") {
+  // One buffer holding q, k, v and o back to back, so views can be made to overlap.
+  std::vector<float> mem(4096);
+  float* base = mem.data();
+  const auto at = [&](Index offset, Index S, Index D) {
+    return ak::bhsd(base + offset, 1, 2, S, D);
+  };
+  const auto q = at(0, 5, 32), k = at(400, 7, 32), v = at(1000, 7, 16), o = at(1300, 5, 16);
+  REQUIRE_NOTHROW(ak::make_problem(q, k, v, o));  // disjoint: fine
+
+  SECTION("o over q, in place") {
+    check_error([&] { ak::make_problem(q, k, v, ak::bhsd(base, 1, 2, 5, 16)); },
+                "attnkit: o: expected memory disjoint from q, got ");
+  }
+  SECTION("o over the tail of k") {
+    check_error([&] { ak::make_problem(q, k, v, at(800, 5, 16)); },
+                "attnkit: o: expected memory disjoint from k, got 192 shared bytes (aliasing k)");
+  }
+  SECTION("o over v") {
+    check_error([&] { ak::make_problem(q, k, v, at(1100, 5, 16)); },
+                "attnkit: o: expected memory disjoint from v");
+  }
+  SECTION("lse over o, q, k or v") {
+    const std::pair<Index, const char*> cases[] = {
+        {1300 + 150, "o"}, {4, "q"}, {420, "k"}, {1100, "v"}};
+    for (const auto& [offset, name] : cases) {
+      INFO("lse at " << offset);
+      check_error(
+          [&, off = offset] { ak::make_problem(q, k, v, o, ak::Options{}.with_lse(base + off)); },
+          std::string("attnkit: lse: expected memory disjoint from ") + name);
+    }
+    CHECK_NOTHROW(ak::make_problem(q, k, v, o, ak::Options{}.with_lse(base + 3000)));
+  }
 }
 
 TEST_CASE("Error: derives from std::invalid_argument", "[error]") {

@@ -1,8 +1,11 @@
 // View<T> and its factories: the strides bhsd(), bshd() and strided() set, where row()
 // points for each layout, and the conversion to a const view. Int views keep every
 // address check exact.
+#include <attnkit/error.hpp>
 #include <attnkit/tensor.hpp>
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_exception.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 #include <cstddef>
 #include <numeric>
 #include <type_traits>
@@ -10,6 +13,8 @@
 
 namespace ak = attnkit;
 using ak::Index;
+using Catch::Matchers::ContainsSubstring;
+using Catch::Matchers::MessageMatches;
 
 namespace {
 
@@ -148,4 +153,17 @@ TEST_CASE("View: a default view is empty and null", "[tensor]") {
   CHECK(v.heads == 0);
   CHECK(v.seq == 0);
   CHECK(v.dim == 0);
+}
+
+TEST_CASE("View: bhsd() and bshd() refuse sizes whose strides overflow Index", "[tensor][errors]") {
+  // S = H = 2^31, D = 2: S*H*D = 2^63 wraps (to a negative or zero stride) in Index.
+  const Index big = Index{1} << 31;
+  float x = 0.f;
+  CHECK_THROWS_MATCHES(ak::bshd(&x, 1, big, big, 2), ak::Error,
+                       MessageMatches(ContainsSubstring("bshd: S*H*D: expected a product that "
+                                                        "fits in Index (int64), got an overflow")));
+  CHECK_THROWS_MATCHES(ak::bhsd(&x, 1, big, big, 2), ak::Error,
+                       MessageMatches(ContainsSubstring("bhsd: H*S*D")));
+  CHECK_THROWS_AS(ak::bshd(&x, 1, 2, big * 4, big), ak::Error);  // H*D alone overflows
+  CHECK_NOTHROW(ak::bshd(&x, 1, big, 2, 2));                     // large, but representable
 }

@@ -12,10 +12,17 @@
 #include <catch2/generators/catch_generators.hpp>
 #include <catch2/matchers/catch_matchers_exception.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
+#include <cstdio>
 #include <cstring>
+#include <new>
 #include <optional>
 
 #include "support/attnkit_test.hpp"
+
+#ifdef __linux__
+#include <sys/resource.h>
+#include <unistd.h>
+#endif
 
 namespace ak = attnkit;
 using ak::Index;
@@ -405,6 +412,20 @@ TEST_CASE("attention: invalid arguments throw attnkit::Error and leave the outpu
   check_throws(
       [&] { ak::attention(kFull, q.cview(), K, V, o.view, ak::Options{}.with_threads(-1)); },
       "threads: expected 0 (all) to 1024, got -1", o);
+  check_throws(
+      [&] { ak::attention(kFull, q.cview(), K, V, o.view, ak::Options{}.with_threads(100000)); },
+      "threads: expected 0 (all) to 1024, got 100000", o);
+  {  // in place over q is refused: o and q are the same memory
+    auto in_place = q.view;
+    check_throws([&] { ak::attention(kFull, q.cview(), K, V, in_place); },
+                 "o: expected memory disjoint from q", q);
+    std::vector<float> lse(64, 7.f);
+    check_throws(
+        [&] {
+          ak::attention(kFull, q.cview(), K, V, o.view, ak::Options{}.with_lse(o.view.data + 8));
+        },
+        "lse: expected memory disjoint from o", o);
+  }
   auto null_q = q.cview();
   null_q.data = nullptr;
   check_throws([&] { ak::attention(kFull, null_q, K, V, o.view); }, "q.data: expected non-null", o);
@@ -412,4 +433,51 @@ TEST_CASE("attention: invalid arguments throw attnkit::Error and leave the outpu
   negative.seq_stride = -32;
   check_throws([&] { ak::attention(kFull, q.cview(), negative, V, o.view); },
                "k.seq_stride: expected >= 0, got -32", o);
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#define ATTNKIT_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ATTNKIT_TEST_ASAN 1
+#endif
+#endif
+
+TEST_CASE("attention: scratch that cannot be allocated throws std::bad_alloc to the caller",
+          "[attention][errors]") {
+#if defined(ATTNKIT_TEST_ASAN) || !defined(__linux__)
+  SKIP("needs RLIMIT_AS on Linux, which AddressSanitizer's shadow memory defeats");
+#else
+  // The largest head and value dimension (2^20) needs 512 MiB of scratch per thread. Cap
+  // the address space at what is mapped now plus 256 MiB: the allocation must fail on the
+  // calling thread, before any worker starts, and the output stays untouched.
+  const Index D = ak::Problem::kMaxDim;
+  Tensor<float> q(Layout::Bhsd, 1, 1, 1, D), k(Layout::Bhsd, 1, 1, 1, D),
+      v(Layout::Bhsd, 1, 1, 1, D), o(Layout::Bhsd, 1, 1, 1, D);
+  o.for_each([](float& x) { x = 42.f; });
+  long pages = 0;
+  {
+    std::FILE* statm = std::fopen("/proc/self/statm", "r");
+    REQUIRE(statm != nullptr);
+    REQUIRE(std::fscanf(statm, "%ld", &pages) == 1);
+    std::fclose(statm);
+  }
+  rlimit saved{};
+  REQUIRE(getrlimit(RLIMIT_AS, &saved) == 0);
+  rlimit capped = saved;
+  capped.rlim_cur =
+      static_cast<rlim_t>(pages) * static_cast<rlim_t>(sysconf(_SC_PAGESIZE)) + (rlim_t{256} << 20);
+  REQUIRE(setrlimit(RLIMIT_AS, &capped) == 0);
+  bool threw_bad_alloc = false;
+  try {
+    ak::attention(kFull, q.cview(), k.cview(), v.cview(), o.view, ak::Options{}.with_threads(2));
+  } catch (const std::bad_alloc&) {
+    threw_bad_alloc = true;
+  }
+  REQUIRE(setrlimit(RLIMIT_AS, &saved) == 0);
+  CHECK(threw_bad_alloc);
+  bool untouched = true;
+  o.for_each([&](float& x) { untouched = untouched && x == 42.f; });
+  CHECK(untouched);
+#endif
 }

@@ -14,6 +14,7 @@
 #include <catch2/matchers/catch_matchers_floating_point.hpp>
 #include <cstdint>
 #include <limits>
+#include <new>
 #include <vector>
 
 namespace ak = attnkit;
@@ -28,6 +29,15 @@ constexpr float kSentinel = -777.f;  // memory that packing must not touch
 bool aligned64(const float* p) { return reinterpret_cast<std::uintptr_t>(p) % 64 == 0; }
 
 }  // namespace
+
+TEST_CASE("Scratch: a size that cannot fit in memory throws std::bad_alloc, never wraps",
+          "[scratch][errors]") {
+  const Index huge = std::numeric_limits<Index>::max() / 4;
+  CHECK_THROWS_AS(Scratch::size_for(huge), std::bad_alloc);  // as bytes it overflows
+  CHECK_THROWS_AS(Scratch::size_for(huge / 4, huge / 4, huge / 4), std::bad_alloc);
+  CHECK_THROWS_AS(Scratch::size_for(std::numeric_limits<Index>::max()), std::bad_array_new_length);
+  CHECK(Scratch::size_for(Index{1} << 40) == Index{1} << 40);  // large is fine
+}
 
 TEST_CASE("Scratch: size_for rounds every buffer up to whole 64-byte lines", "[scratch]") {
   // 16 floats per line.

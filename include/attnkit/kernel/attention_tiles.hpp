@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <limits>
 #include <vector>
 
@@ -130,7 +131,8 @@ class AttentionTiles {
   // Logits -> weights, lane block by lane block; rescales the accumulator rows.
   void absorb(Index nk, Index nq, Index lanes) {
     for (Index c = 0; c < lanes; c += simd::kWidth) {
-      const simd::Vec alpha = spec_.normalizer.absorb(states_[c / simd::kWidth], s_ + c, nk, kBq);
+      const simd::Vec alpha = spec_.normalizer.absorb(
+          states_[static_cast<std::size_t>(c / simd::kWidth)], s_ + c, nk, kBq);
       simd::store(factor_ + c, alpha);
     }
     for (Index r = 0; r < nq; ++r) {
@@ -195,7 +197,7 @@ class AttentionTiles {
 
   void write_output(Index b, Index h, Index q0, Index nq, Index lanes) {
     for (Index c = 0; c < lanes; c += simd::kWidth) {
-      const State& st = states_[c / simd::kWidth];
+      const State& st = states_[static_cast<std::size_t>(c / simd::kWidth)];
       simd::store(factor_ + c, spec_.normalizer.finalize(st));
       if (lse_ != nullptr) store_lse(st, (b * p_.q_heads + h) * p_.q_len + q0 + c, nq - c);
     }
