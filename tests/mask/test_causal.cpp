@@ -10,67 +10,12 @@
 #include <type_traits>
 #include <utility>
 
+#include "support/mask_checks.hpp"
+
 namespace ak = attnkit;
 using ak::Index;
 using ak::Range;
 using ak::TileKind;
-
-namespace {
-
-const char* name(TileKind k) {
-  return k == TileKind::Empty ? "Empty" : k == TileKind::Full ? "Full" : "Partial";
-}
-
-// How many (i, j) pairs of the tile the element rule keeps.
-template <class Mask>
-Index kept_pairs(const Mask& mask, Range q, Range kv) {
-  Index kept = 0;
-  for (Index i = q.begin; i < q.end; ++i)
-    for (Index j = kv.begin; j < kv.end; ++j) kept += mask.keep(0, 0, i, j) ? 1 : 0;
-  return kept;
-}
-
-// Classifies many random non-empty tiles and checks each against keep() pair by pair.
-// Query positions may be negative (q_offset < 0 puts rows before key 0).
-template <class Mask>
-void check_classify_agrees_with_keep(const Mask& mask, bool partial_means_mixed) {
-  std::mt19937 rng(2024);
-  std::uniform_int_distribution<Index> q_start(-40, 120), kv_start(0, 120), length(1, 40);
-  int seen[3] = {0, 0, 0};
-  for (int t = 0; t < 5000; ++t) {
-    const Index qb = q_start(rng), kb = kv_start(rng);
-    const Range q{qb, qb + length(rng)}, kv{kb, kb + length(rng)};
-    const TileKind kind = mask.classify(0, 0, q, kv);
-    const Index kept = kept_pairs(mask, q, kv);
-    const Index pairs = (q.end - q.begin) * (kv.end - kv.begin);
-    ++seen[static_cast<int>(kind)];
-    INFO("q [" << q.begin << ", " << q.end << ") kv [" << kv.begin << ", " << kv.end << ") -> "
-               << name(kind) << ", keeps " << kept << " of " << pairs);
-    switch (kind) {
-      case TileKind::Empty:
-        CHECK(kept == 0);
-        break;
-      case TileKind::Full:
-        CHECK(kept == pairs);
-        break;
-      case TileKind::Partial:
-        if (partial_means_mixed) CHECK((kept > 0 && kept < pairs));
-        break;
-    }
-  }
-  UNSCOPED_INFO("Empty " << seen[0] << ", Full " << seen[1] << ", Partial " << seen[2]);
-}
-
-// Detects the optional visible_keys(b, h, Range q) -> Range hook without naming the
-// library's trait, so this file does not depend on where that trait lives.
-template <class M, class = void>
-struct offers_visible_keys : std::false_type {};
-template <class M>
-struct offers_visible_keys<
-    M, std::void_t<decltype(std::declval<const M&>().visible_keys(Index{}, Index{}, Range{}))>>
-    : std::true_type {};
-
-}  // namespace
 
 TEST_CASE("Range: is half-open and last() is end - 1", "[mask][range]") {
   CHECK(Range{3, 8}.last() == 7);
@@ -114,29 +59,26 @@ TEST_CASE("Causal: classify agrees with keep on random tiles, and Partial tiles 
   // Empty => no pair kept, Full => every pair kept, and Partial => some pairs kept and some
   // not: Causal's classification is tight, so the kernel never evaluates keep() on a tile
   // that is in fact uniform.
-  check_classify_agrees_with_keep(ak::Causal{}, /*partial_means_mixed=*/true);
+  ak::test::check_classify_agrees_with_keep(ak::Causal{}, /*partial_means_mixed=*/true);
 }
 
-TEST_CASE("Causal: visible_keys, when offered, covers every kept key and no more",
-          "[mask][causal]") {
-  if constexpr (offers_visible_keys<ak::Causal>::value) {
-    const ak::Causal causal;
-    for (Index qb = -10; qb < 40; qb += 3)
-      for (Index len = 1; len < 9; ++len) {
-        const Range q{qb, qb + len};
-        const Range keys = causal.visible_keys(0, 0, q);
-        INFO("q [" << q.begin << ", " << q.end << ") -> keys [" << keys.begin << ", " << keys.end
-                   << ")");
-        // Every key in [0, 60) kept by some query of q lies inside `keys`...
-        for (Index j = 0; j < 60; ++j)
-          if (kept_pairs(causal, q, Range{j, j + 1}) > 0) CHECK((keys.begin <= j && j < keys.end));
-        // ... and the last key of `keys` is really kept (the range is tight at the end).
-        if (keys.end > 0 && keys.end > keys.begin)
-          CHECK(kept_pairs(causal, q, Range{keys.last(), keys.end}) > 0);
-      }
-  } else {
-    SUCCEED("Causal offers no visible_keys hook");
+TEST_CASE("Causal: key_ranges covers every kept key and ends at the last one", "[mask][causal]") {
+  const ak::Causal causal;
+  ak::test::check_key_ranges_cover(causal);
+  for (Index qb = -10; qb < 40; qb += 3) {
+    const Range q{qb, qb + 5};
+    const auto keys = causal.key_ranges(0, 0, q);
+    if (q.last() < 0) {  // every query before key 0: nothing to walk
+      CHECK(keys.count == 0);
+      continue;
+    }
+    REQUIRE(keys.count == 1);
+    CHECK(keys.ranges[0].end == q.last() + 1);  // tight: the kernel stops at the last key
   }
+}
+
+TEST_CASE("Causal: runs lists exactly the keys each query keeps", "[mask][causal]") {
+  ak::test::check_runs_equal_keep(ak::Causal{});
 }
 
 TEST_CASE("Full: keeps every pair and classifies every tile Full", "[mask][full]") {
@@ -145,5 +87,5 @@ TEST_CASE("Full: keeps every pair and classifies every tile Full", "[mask][full]
   CHECK(full.keep(0, 0, 0, 1000));  // keys after the query too
   CHECK(full.keep(1, 2, -7, 3));
   CHECK(full.classify(0, 0, Range{0, 64}, Range{64, 128}) == TileKind::Full);
-  check_classify_agrees_with_keep(full, /*partial_means_mixed=*/true);
+  ak::test::check_classify_agrees_with_keep(full, /*partial_means_mixed=*/true);
 }

@@ -33,13 +33,37 @@ struct has_classify<
     std::void_t<decltype(std::declval<const P&>().classify(Index{}, Index{}, Range{}, Range{}))>>
     : std::true_type {};
 
-// Mask: visible_keys(b, h, Range q) -> Range, the keys any query of q may see.
+// Mask: key_ranges(b, h, Range q) -> KeyRanges<N>, the keys any query of q may see.
 template <class P, class Range, class = void>
-struct has_visible_keys : std::false_type {};
+struct has_key_ranges : std::false_type {};
 template <class P, class Range>
-struct has_visible_keys<
-    P, Range,
-    std::void_t<decltype(std::declval<const P&>().visible_keys(Index{}, Index{}, Range{}))>>
+struct has_key_ranges<
+    P, Range, std::void_t<decltype(std::declval<const P&>().key_ranges(Index{}, Index{}, Range{}))>>
     : std::true_type {};
+
+// Mask: runs(b, h, i) -> KeyRanges<N>, exactly the keys query i sees.
+template <class P, class = void>
+struct has_runs : std::false_type {};
+template <class P>
+struct has_runs<P, std::void_t<decltype(std::declval<const P&>().runs(Index{}, Index{}, Index{}))>>
+    : std::true_type {};
+
+// Mask: for_each_block(b, h, Range q, visit) calls visit(Range kv, TileKind) for each key
+// block to visit, in key order (data masks such as BlockMask).
+template <class P, class Range, class Visit, class = void>
+struct has_for_each_block : std::false_type {};
+template <class P, class Range, class Visit>
+struct has_for_each_block<P, Range, Visit,
+                          std::void_t<decltype(std::declval<const P&>().for_each_block(
+                              Index{}, Index{}, Range{}, std::declval<Visit&>()))>>
+    : std::true_type {};
+
+// Any policy: validate(q_len, kv_len, q_offset, batch, q_heads) throws Error when the
+// policy's own data does not fit the call (a BlockMask built for other sizes).
+template <class P, class = void>
+struct has_validate : std::false_type {};
+template <class P>
+struct has_validate<P, std::void_t<decltype(std::declval<const P&>().validate(
+                           Index{}, Index{}, Index{}, Index{}, Index{}))>> : std::true_type {};
 
 }  // namespace attnkit::detail

@@ -16,7 +16,9 @@
 #include "attnkit/detail/scratch.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/gemm/tile_gemm.hpp"
+#include "attnkit/kernel/key_schedule.hpp"
 #include "attnkit/kernel/tile_config.hpp"
+#include "attnkit/kernel/tile_mask.hpp"
 #include "attnkit/mask/tile_kind.hpp"
 #include "attnkit/problem.hpp"
 #include "attnkit/score/score_tile.hpp"
@@ -24,26 +26,6 @@
 
 namespace attnkit {
 namespace detail {
-
-// The keys [begin, end) of [0, kv_len) that some query of q may see under the mask.
-template <class Mask>
-Range visible_keys(const Mask& mask, Index b, Index h, Range q, Index kv_len) {
-  if constexpr (has_visible_keys<Mask, Range>::value) {
-    const Range r = mask.visible_keys(b, h, q);
-    const Index end = std::clamp<Index>(r.end, 0, kv_len);
-    return {std::clamp<Index>(r.begin, 0, end), end};
-  } else {
-    return {0, kv_len};
-  }
-}
-
-template <class Mask>
-TileKind classify_tile(const Mask& mask, Index b, Index h, Range q, Range kv) {
-  if constexpr (has_classify<Mask, Range>::value)
-    return mask.classify(b, h, q, kv);
-  else
-    return TileKind::Partial;  // correct for any mask, just slower
-}
 
 // The per-call state of one thread: its scratch buffers and the call's constants.
 template <class Spec, class Q, class K, class V, class O>
@@ -85,19 +67,17 @@ class AttentionTiles {
     for (State& st : states_) st = spec_.normalizer.begin();
     std::fill(acc_, acc_ + nq * dv_pad_, 0.f);  // acc_ [kBq, dv_pad]
 
-    // Only the keys the mask lets some query see; with Causal the diagonal tile then ends
-    // at the last visible key instead of computing a full tile of masked logits.
-    const Range keys = visible_keys(spec_.mask, b, h, q_pos, p_.kv_len);
-    for (Index k0 = keys.begin; k0 < keys.end; k0 += kBk) {
-      const Index nk = std::min(kBk, keys.end - k0);
-      const TileKind kind = classify_tile(spec_.mask, b, h, q_pos, Range{k0, k0 + nk});
-      if (kind == TileKind::Empty) continue;
+    // Only the key tiles the mask lets some query see (key_schedule.hpp): with Causal the
+    // diagonal tile ends at the last visible key, `Sinks | window` visits two short ranges.
+    for_each_key_tile(spec_.mask, b, h, q_pos, p_.kv_len, kBk, [&](Range kv, TileKind kind) {
+      const Index k0 = kv.begin, nk = kv.end - kv.begin;
       scores(b, hk, k0, nk, lanes);  // s_ [nk, kBq]
       apply_score_mods(ScoreTile{b, h, q_pos.begin, k0}, nk, lanes);
-      if (kind == TileKind::Partial) apply_mask(b, h, q_pos.begin, k0, nk, nq);
+      if (kind == TileKind::Partial)
+        mask_partial_tile(spec_.mask, s_, kBq, b, h, q_pos.begin, k0, nk, nq, lanes);
       absorb(nk, nq, lanes);                                       // weights, rescale
       accumulate_values(b, h, hk, q_pos.begin, k0, nk, nq, kind);  // acc_ += P V
-    }
+    });
     write_output(b, h, q0, nq, lanes);
   }
 
@@ -115,16 +95,6 @@ class AttentionTiles {
     } else {
       static_assert(!has_modify<Score>::value,
                     "attention(): a Score policy with modify() also needs apply_tile()");
-    }
-  }
-
-  // Logits of (query i, key j) pairs the mask drops become -inf. Partial tiles only.
-  void apply_mask(Index b, Index h, Index i0, Index k0, Index nk, Index nq) {
-    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-    for (Index jj = 0; jj < nk; ++jj) {
-      float* row = s_ + jj * kBq;  // one key, kBq queries
-      for (Index r = 0; r < nq; ++r)
-        if (!spec_.mask.keep(b, h, i0 + r, k0 + jj)) row[r] = kNegInf;
     }
   }
 

@@ -3,6 +3,7 @@
 // bottom-right aligned (queries sit at the end of the keys, as in decode).
 #pragma once
 
+#include "attnkit/mask/key_ranges.hpp"
 #include "attnkit/mask/tile_kind.hpp"
 #include "attnkit/slots.hpp"
 
@@ -13,8 +14,13 @@ struct Causal {
 
   bool keep(Index /*b*/, Index /*h*/, Index i, Index j) const { return j <= i; }
 
-  /// Keys any query of q may see: [0, q.last()] (the kernel clips the key loop to it).
-  Range visible_keys(Index /*b*/, Index /*h*/, Range q) const { return {0, q.last() + 1}; }
+  /// The keys query i sees: [0, i].
+  KeyRanges<1> runs(Index /*b*/, Index /*h*/, Index i) const { return key_range(0, i + 1); }
+
+  /// Keys any query of q may see: [0, q.last()] (the kernel walks only these).
+  KeyRanges<1> key_ranges(Index /*b*/, Index /*h*/, Range q) const {
+    return key_range(0, q.last() + 1);
+  }
 
   TileKind classify(Index /*b*/, Index /*h*/, Range q, Range kv) const {
     if (kv.begin > q.last()) return TileKind::Empty;  // every key is in every row's future

@@ -51,6 +51,10 @@ inline Vec tanh(Vec a) { return std::tanh(a.x); }
 inline float reduce_add(Vec a) { return a.x; }
 inline float reduce_max(Vec a) { return a.x; }
 inline Vec zero_if_neg_inf(Vec a) { return a.x == -HUGE_VALF ? 0.f : a.x; }
+using Mask = bool;
+inline Mask in_range(Vec x, Vec lo, Vec hi) { return lo.x <= x.x && x.x < hi.x; }
+inline Mask either(Mask a, Mask b) { return a || b; }
+inline Vec select(Mask m, Vec a, Vec b) { return m ? a : b; }
 
 #else
 
@@ -78,6 +82,14 @@ inline Vec tanh(Vec a) { return xsimd::tanh(a); }
 
 /// a, with lanes equal to -inf replaced by 0.
 inline Vec zero_if_neg_inf(Vec a) { return xsimd::select(a == Vec(-HUGE_VALF), Vec(0.f), a); }
+
+/// Per-lane booleans of a Vec.
+using Mask = Vec::batch_bool_type;
+/// lo <= x < hi, lane by lane.
+inline Mask in_range(Vec x, Vec lo, Vec hi) { return (lo <= x) & (x < hi); }
+inline Mask either(Mask a, Mask b) { return a | b; }
+/// a where m is set, else b.
+inline Vec select(Mask m, Vec a, Vec b) { return xsimd::select(m, a, b); }
 
 inline float reduce_add(Vec a) {
 #if XSIMD_VERSION_MAJOR >= 10

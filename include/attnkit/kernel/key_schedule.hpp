@@ -1,0 +1,48 @@
+// The key loop of one query tile: which key tiles the kernel visits, in key order, each with
+// its TileKind. A data mask (BlockMask) lists its blocks itself (for_each_block); any other
+// mask is walked over its key_ranges() (all keys without them) in tiles of at most
+// `max_keys`, each classified (Partial without classify()). Empty tiles are never visited.
+#pragma once
+
+#include <algorithm>
+
+#include "attnkit/detail/traits.hpp"
+#include "attnkit/mask/combine.hpp"
+#include "attnkit/mask/tile_kind.hpp"
+
+namespace attnkit::detail {
+
+// The visitor type for_each_block() is probed with.
+struct BlockVisitorProbe {
+  void operator()(Range, TileKind) const {}
+};
+
+/// Calls visit(Range kv, TileKind kind) for each key tile of [0, kv_len) that query
+/// positions q may see: kv is at most max_keys long and kind is Full or Partial.
+template <class Mask, class Visit>
+void for_each_key_tile(const Mask& mask, Index b, Index h, Range q, Index kv_len, Index max_keys,
+                       Visit&& visit) {
+  const auto clip = [kv_len](Range r) {
+    const Index end = std::clamp<Index>(r.end, 0, kv_len);
+    return Range{std::clamp<Index>(r.begin, 0, end), end};
+  };
+  if constexpr (has_for_each_block<Mask, Range, BlockVisitorProbe>::value) {
+    mask.for_each_block(b, h, q, [&](Range block, TileKind kind) {
+      const Range kv = clip(block);
+      if (kind == TileKind::Empty) return;
+      for (Index k0 = kv.begin; k0 < kv.end; k0 += max_keys)
+        visit(Range{k0, std::min(k0 + max_keys, kv.end)}, kind);
+    });
+  } else {
+    for (const Range& range : key_ranges_of(mask, b, h, q)) {
+      const Range keys = clip(range);
+      for (Index k0 = keys.begin; k0 < keys.end; k0 += max_keys) {
+        const Range kv{k0, std::min(k0 + max_keys, keys.end)};
+        const TileKind kind = tile_kind_of(mask, b, h, q, kv);
+        if (kind != TileKind::Empty) visit(kv, kind);
+      }
+    }
+  }
+}
+
+}  // namespace attnkit::detail

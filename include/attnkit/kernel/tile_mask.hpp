@@ -1,0 +1,61 @@
+// Masking of a Partial tile of logits s[keys, lanes] (one SIMD lane per query): pairs the
+// mask drops become -inf. A mask with runs() is applied with SIMD compares, one key row at a
+// time against each lane's visible key intervals; any other mask calls keep() per element.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <limits>
+
+#include "attnkit/detail/traits.hpp"
+#include "attnkit/mask/tile_kind.hpp"
+#include "attnkit/simd/simd.hpp"
+
+namespace attnkit::detail {
+
+/// s[nk, ld]: keys k0 .. k0+nk-1 against queries i0 .. i0+nq-1 (lanes up to `lanes` are
+/// padding and get -inf too when masked by runs; they are never written out).
+template <class Mask>
+void mask_partial_tile(const Mask& mask, float* s, Index ld, Index b, Index h, Index i0, Index k0,
+                       Index nk, Index nq, Index lanes) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  if constexpr (has_runs<Mask>::value) {
+    using Runs = decltype(mask.runs(b, h, i0));
+    constexpr int kRuns = Runs::kCapacity;
+    constexpr std::size_t kSlots = std::size_t{kRuns}, kLanes = std::size_t{simd::kWidth};
+    const simd::Vec neg_inf(kNegInf);
+    for (Index c = 0; c < lanes; c += simd::kWidth) {
+      // Each lane's intervals relative to k0, clamped to [0, nk]: small integers, exact in f32.
+      alignas(64) float lo[kSlots][kLanes] = {}, hi[kSlots][kLanes] = {};
+      for (int lane = 0; lane < simd::kWidth && c + lane < nq; ++lane) {
+        const Runs runs = mask.runs(b, h, i0 + c + lane);
+        for (int t = 0; t < runs.count; ++t) {
+          lo[t][lane] = static_cast<float>(std::clamp<Index>(runs.ranges[t].begin - k0, 0, nk));
+          hi[t][lane] = static_cast<float>(std::clamp<Index>(runs.ranges[t].end - k0, 0, nk));
+        }
+      }
+      simd::Vec lo_v[kSlots], hi_v[kSlots];
+      for (int t = 0; t < kRuns; ++t) {
+        lo_v[t] = simd::load(lo[t]);
+        hi_v[t] = simd::load(hi[t]);
+      }
+      for (Index jj = 0; jj < nk; ++jj) {
+        const simd::Vec key(static_cast<float>(jj));
+        simd::Mask visible = simd::in_range(key, lo_v[0], hi_v[0]);
+        for (int t = 1; t < kRuns; ++t)
+          visible = simd::either(visible, simd::in_range(key, lo_v[t], hi_v[t]));
+        float* row = s + jj * ld + c;
+        simd::store(row, simd::select(visible, simd::load(row), neg_inf));
+      }
+    }
+  } else {
+    (void)lanes;
+    for (Index jj = 0; jj < nk; ++jj) {
+      float* row = s + jj * ld;  // one key, ld queries
+      for (Index r = 0; r < nq; ++r)
+        if (!mask.keep(b, h, i0 + r, k0 + jj)) row[r] = kNegInf;
+    }
+  }
+}
+
+}  // namespace attnkit::detail

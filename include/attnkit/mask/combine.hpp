@@ -1,0 +1,130 @@
+// Mask combinators: `a & b` keeps a pair when both masks keep it, `a | b` when either does
+// (named forms mask_and, mask_or for masks outside namespace attnkit). Every face derives
+// from the operands' exactly: tile kinds combine (Empty & x = Empty, Full | x = Full), key
+// ranges intersect or unite (an `|` of two ranges is two ranges, not their hull), and
+// runs() exists when both operands have it, so windows of windows stay on the SIMD path.
+#pragma once
+
+#include <type_traits>
+
+#include "attnkit/detail/traits.hpp"
+#include "attnkit/mask/key_ranges.hpp"
+#include "attnkit/mask/tile_kind.hpp"
+#include "attnkit/slots.hpp"
+
+namespace attnkit {
+namespace detail {
+
+template <class M>
+TileKind tile_kind_of(const M& m, Index b, Index h, Range q, Range kv) {
+  if constexpr (has_classify<M, Range>::value)
+    return m.classify(b, h, q, kv);
+  else
+    return TileKind::Partial;  // says nothing: correct for any mask
+}
+
+template <class M>
+auto key_ranges_of(const M& m, Index b, Index h, Range q) {
+  if constexpr (has_key_ranges<M, Range>::value)
+    return m.key_ranges(b, h, q);
+  else
+    return KeyRanges<1>::all();
+}
+
+// SFINAE-friendly: the operators below must not break `x & y` for other class types.
+template <class P, class = void>
+struct is_mask_t : std::false_type {};
+template <class P>
+struct is_mask_t<P, std::void_t<typename P::slot>> : std::is_same<typename P::slot, MaskSlot> {};
+template <class P>
+constexpr bool is_mask() {
+  return is_mask_t<P>::value;
+}
+
+}  // namespace detail
+
+/// Pairs both masks keep.
+template <class A, class B>
+struct MaskAnd {
+  using slot = MaskSlot;
+  A a;
+  B b;
+
+  bool keep(Index bi, Index h, Index i, Index j) const {
+    return a.keep(bi, h, i, j) && b.keep(bi, h, i, j);
+  }
+
+  TileKind classify(Index bi, Index h, Range q, Range kv) const {
+    const TileKind x = detail::tile_kind_of(a, bi, h, q, kv);
+    if (x == TileKind::Empty) return x;
+    const TileKind y = detail::tile_kind_of(b, bi, h, q, kv);
+    if (y == TileKind::Empty) return y;
+    return x == TileKind::Full && y == TileKind::Full ? TileKind::Full : TileKind::Partial;
+  }
+
+  auto key_ranges(Index bi, Index h, Range q) const {
+    return intersect(detail::key_ranges_of(a, bi, h, q), detail::key_ranges_of(b, bi, h, q));
+  }
+
+  template <class A_ = A, class B_ = B,
+            std::enable_if_t<detail::has_runs<A_>::value && detail::has_runs<B_>::value, int> = 0>
+  auto runs(Index bi, Index h, Index i) const {
+    return intersect(a.runs(bi, h, i), b.runs(bi, h, i));
+  }
+};
+
+/// Pairs either mask keeps.
+template <class A, class B>
+struct MaskOr {
+  using slot = MaskSlot;
+  A a;
+  B b;
+
+  bool keep(Index bi, Index h, Index i, Index j) const {
+    return a.keep(bi, h, i, j) || b.keep(bi, h, i, j);
+  }
+
+  TileKind classify(Index bi, Index h, Range q, Range kv) const {
+    const TileKind x = detail::tile_kind_of(a, bi, h, q, kv);
+    if (x == TileKind::Full) return x;
+    const TileKind y = detail::tile_kind_of(b, bi, h, q, kv);
+    if (y == TileKind::Full) return y;
+    return x == TileKind::Empty && y == TileKind::Empty ? TileKind::Empty : TileKind::Partial;
+  }
+
+  auto key_ranges(Index bi, Index h, Range q) const {
+    return unite(detail::key_ranges_of(a, bi, h, q), detail::key_ranges_of(b, bi, h, q));
+  }
+
+  template <class A_ = A, class B_ = B,
+            std::enable_if_t<detail::has_runs<A_>::value && detail::has_runs<B_>::value, int> = 0>
+  auto runs(Index bi, Index h, Index i) const {
+    return unite(a.runs(bi, h, i), b.runs(bi, h, i));
+  }
+};
+
+/// a & b for any two masks.
+template <class A, class B>
+MaskAnd<A, B> mask_and(A a, B b) {
+  static_assert(detail::is_mask<A>() && detail::is_mask<B>(), "mask_and: both must be masks");
+  return {a, b};
+}
+
+/// a | b for any two masks.
+template <class A, class B>
+MaskOr<A, B> mask_or(A a, B b) {
+  static_assert(detail::is_mask<A>() && detail::is_mask<B>(), "mask_or: both must be masks");
+  return {a, b};
+}
+
+template <class A, class B, std::enable_if_t<detail::is_mask<A>() && detail::is_mask<B>(), int> = 0>
+MaskAnd<A, B> operator&(A a, B b) {
+  return {a, b};
+}
+
+template <class A, class B, std::enable_if_t<detail::is_mask<A>() && detail::is_mask<B>(), int> = 0>
+MaskOr<A, B> operator|(A a, B b) {
+  return {a, b};
+}
+
+}  // namespace attnkit

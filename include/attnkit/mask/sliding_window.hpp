@@ -1,0 +1,52 @@
+// SlidingWindow{left, right}: query i sees keys i - left <= j <= i + right (absolute
+// positions). `Causal{} & SlidingWindow{w, 0}` is the usual local attention, and a KV cache
+// of W recent tokens (the current one included) is left = W - 1.
+#pragma once
+
+#include <algorithm>
+
+#include "attnkit/error.hpp"
+#include "attnkit/mask/key_ranges.hpp"
+#include "attnkit/mask/tile_kind.hpp"
+#include "attnkit/slots.hpp"
+
+namespace attnkit {
+
+struct SlidingWindow {
+  using slot = MaskSlot;
+
+  // Reach is capped so that i + right never overflows for any valid position (|i| <= 2^62
+  // plus the query count); a window that long is the same as an unbounded one.
+  static constexpr Index kMaxReach = Index{1} << 60;
+
+  Index left = 0, right = 0;
+
+  /// Throws Error for a negative reach; reaches above 2^60 are clamped to 2^60.
+  SlidingWindow(Index left_keys, Index right_keys)
+      : left(std::min(left_keys, kMaxReach)), right(std::min(right_keys, kMaxReach)) {
+    detail::require(left_keys >= 0, "SlidingWindow.left", ">= 0", left_keys);
+    detail::require(right_keys >= 0, "SlidingWindow.right", ">= 0", right_keys);
+  }
+
+  bool keep(Index /*b*/, Index /*h*/, Index i, Index j) const {
+    return i - left <= j && j <= i + right;
+  }
+
+  /// The keys query i sees: [i - left, i + right].
+  KeyRanges<1> runs(Index /*b*/, Index /*h*/, Index i) const {
+    return key_range(i - left, i + right + 1);
+  }
+
+  /// Keys any query of q may see: [q.begin - left, q.last() + right].
+  KeyRanges<1> key_ranges(Index /*b*/, Index /*h*/, Range q) const {
+    return key_range(q.begin - left, q.last() + right + 1);
+  }
+
+  TileKind classify(Index /*b*/, Index /*h*/, Range q, Range kv) const {
+    if (kv.last() < q.begin - left || kv.begin > q.last() + right) return TileKind::Empty;
+    if (kv.begin >= q.last() - left && kv.last() <= q.begin + right) return TileKind::Full;
+    return TileKind::Partial;
+  }
+};
+
+}  // namespace attnkit
