@@ -4,7 +4,9 @@
 
 #include <cmath>
 #include <string>
+#include <type_traits>
 
+#include "attnkit/detail/traits.hpp"
 #include "attnkit/detail/view_checks.hpp"
 #include "attnkit/error.hpp"
 #include "attnkit/options.hpp"
@@ -118,6 +120,20 @@ Problem make_problem(const View<Q>& q, const View<K>& k, const View<V>& v, const
   p.threads = options.threads;
   p.validate();
   return p;
+}
+
+/// Lets each policy of `spec` that carries data of its own (a BlockMask built for other
+/// sizes) check it against the call: validate(q_len, kv_len, q_offset, batch, q_heads).
+template <class Spec>
+void validate_policies(const Spec& spec, const Problem& p) {
+  const auto check = [&p](const auto& policy) {
+    if constexpr (detail::has_validate<std::decay_t<decltype(policy)>>::value)
+      policy.validate(p.q_len, p.kv_len, p.q_offset, p.batch, p.q_heads);
+  };
+  check(spec.score);
+  check(spec.mask);
+  check(spec.normalizer);
+  check(spec.position);
 }
 
 }  // namespace attnkit

@@ -48,14 +48,15 @@ template <class P>
 struct has_runs<P, std::void_t<decltype(std::declval<const P&>().runs(Index{}, Index{}, Index{}))>>
     : std::true_type {};
 
-// Mask: for_each_block(b, h, Range q, visit) calls visit(Range kv, TileKind) for each key
-// block to visit, in key order (data masks such as BlockMask).
+// Mask: for_each_key_range(b, h, Range q, visit) calls visit(Range kv) for each range of
+// keys some query of q may see, in key order: the streamed form of key_ranges() for data
+// masks (BlockMask) whose ranges have no fixed bound.
 template <class P, class Range, class Visit, class = void>
-struct has_for_each_block : std::false_type {};
+struct has_for_each_key_range : std::false_type {};
 template <class P, class Range, class Visit>
-struct has_for_each_block<P, Range, Visit,
-                          std::void_t<decltype(std::declval<const P&>().for_each_block(
-                              Index{}, Index{}, Range{}, std::declval<Visit&>()))>>
+struct has_for_each_key_range<P, Range, Visit,
+                              std::void_t<decltype(std::declval<const P&>().for_each_key_range(
+                                  Index{}, Index{}, Range{}, std::declval<Visit&>()))>>
     : std::true_type {};
 
 // Any policy: validate(q_len, kv_len, q_offset, batch, q_heads) throws Error when the

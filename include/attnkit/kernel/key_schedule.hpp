@@ -1,7 +1,8 @@
 // The key loop of one query tile: which key tiles the kernel visits, in key order, each with
-// its TileKind. A data mask (BlockMask) lists its blocks itself (for_each_block); any other
-// mask is walked over its key_ranges() (all keys without them) in tiles of at most
-// `max_keys`, each classified (Partial without classify()). Empty tiles are never visited.
+// its TileKind. The mask's key ranges -- key_ranges(), or streamed by for_each_key_range()
+// for data masks such as BlockMask, or all keys without either -- are cut into tiles of at
+// most `max_keys` from each range's start, and each tile is classified (Partial without
+// classify()). Empty tiles are never visited.
 #pragma once
 
 #include <algorithm>
@@ -12,9 +13,9 @@
 
 namespace attnkit::detail {
 
-// The visitor type for_each_block() is probed with.
-struct BlockVisitorProbe {
-  void operator()(Range, TileKind) const {}
+// The visitor type for_each_key_range() is probed with.
+struct KeyRangeVisitorProbe {
+  void operator()(Range) const {}
 };
 
 /// Calls visit(Range kv, TileKind kind) for each key tile of [0, kv_len) that query
@@ -26,22 +27,18 @@ void for_each_key_tile(const Mask& mask, Index b, Index h, Range q, Index kv_len
     const Index end = std::clamp<Index>(r.end, 0, kv_len);
     return Range{std::clamp<Index>(r.begin, 0, end), end};
   };
-  if constexpr (has_for_each_block<Mask, Range, BlockVisitorProbe>::value) {
-    mask.for_each_block(b, h, q, [&](Range block, TileKind kind) {
-      const Range kv = clip(block);
-      if (kind == TileKind::Empty) return;
-      for (Index k0 = kv.begin; k0 < kv.end; k0 += max_keys)
-        visit(Range{k0, std::min(k0 + max_keys, kv.end)}, kind);
-    });
-  } else {
-    for (const Range& range : key_ranges_of(mask, b, h, q)) {
-      const Range keys = clip(range);
-      for (Index k0 = keys.begin; k0 < keys.end; k0 += max_keys) {
-        const Range kv{k0, std::min(k0 + max_keys, keys.end)};
-        const TileKind kind = tile_kind_of(mask, b, h, q, kv);
-        if (kind != TileKind::Empty) visit(kv, kind);
-      }
+  const auto walk = [&](Range range) {
+    const Range keys = clip(range);
+    for (Index k0 = keys.begin; k0 < keys.end; k0 += max_keys) {
+      const Range kv{k0, std::min(k0 + max_keys, keys.end)};
+      const TileKind kind = tile_kind_of(mask, b, h, q, kv);
+      if (kind != TileKind::Empty) visit(kv, kind);
     }
+  };
+  if constexpr (has_for_each_key_range<Mask, Range, KeyRangeVisitorProbe>::value) {
+    mask.for_each_key_range(b, h, q, walk);
+  } else {
+    for (const Range& range : key_ranges_of(mask, b, h, q)) walk(range);
   }
 }
 

@@ -42,6 +42,7 @@ void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<
                     !attnkit::detail::has_apply_tile<typename Spec::Score>::value,
                 "reference::attention(): a Score policy with apply_tile() needs modify() too");
   const Problem p = make_problem(q, k, v, o, options);
+  validate_policies(spec, p);
   const double neg_inf = -std::numeric_limits<double>::infinity();
   std::vector<double> s_row(static_cast<std::size_t>(p.kv_len));       // one row of [Lq, Lk]
   std::vector<char> kept_row(static_cast<std::size_t>(p.kv_len));      // the mask's row
