@@ -1,0 +1,216 @@
+// Sparse masks against dense attention on the same inputs, in the same run: sliding window,
+// StreamingLLM sinks + window, chunked, PowerOfTwo and a BlockMask with 10% live blocks,
+// each beside dense causal (and dense full, the BlockMask's baseline). The question a user
+// asks: does the time follow the work the mask leaves? So the summary reports, per
+// variant, the live fraction (kept pairs / causal pairs), the effective GFLOP/s over the
+// kept pairs (4 d per kept pair), and time / (baseline time x live fraction of the
+// baseline's pairs): 1.0 means the sparse call is exactly as efficient per kept pair as the
+// dense one. Times are the best of the repetitions (the machines are shared).
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <attnkit/attnkit.hpp>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace ak = attnkit;
+using ak::Index;
+
+namespace {
+
+constexpr Index kDim = 128, kLen = 16384, kHeads = 1;
+
+// Q, K, V, O of one shape in BSHD layout (B = 1), filled once.
+struct Buffers {
+  std::vector<float> q, k, v, o;
+  Buffers() {
+    const auto n = static_cast<std::size_t>(kLen * kHeads * kDim);
+    q.resize(n);
+    k.resize(n);
+    v.resize(n);
+    o.resize(n);
+    std::mt19937 rng(42);
+    std::normal_distribution<float> dist;
+    for (auto* t : {&q, &k, &v})
+      for (float& x : *t) x = dist(rng);
+  }
+  ak::View<const float> in(const std::vector<float>& t) const {
+    return ak::bshd(t.data(), 1, kLen, kHeads, kDim);
+  }
+  ak::View<float> out() { return ak::bshd(o.data(), 1, kLen, kHeads, kDim); }
+};
+
+Buffers& buffers() {
+  static Buffers b;
+  return b;
+}
+
+// A random BlockMask with `live` of its 128 x 128 blocks listed full, the same number in
+// every query block, shared across heads.
+ak::BlockMask<> random_block_mask(double live) {
+  ak::BlockMaskLayout layout;
+  layout.q_len = layout.kv_len = kLen;
+  const Index per_row = std::max<Index>(1, Index(live * double(layout.kv_blocks()) + 0.5));
+  std::mt19937 rng(7);
+  std::vector<Index> all(static_cast<std::size_t>(layout.kv_blocks()));
+  std::iota(all.begin(), all.end(), Index{0});
+  ak::BlockList full{{0}, {}}, partial{std::vector<Index>(layout.rows() + 1, 0), {}};
+  for (Index r = 0; r < layout.rows(); ++r) {
+    std::shuffle(all.begin(), all.end(), rng);
+    std::vector<Index> row(all.begin(), all.begin() + per_row);
+    std::sort(row.begin(), row.end());
+    full.blocks.insert(full.blocks.end(), row.begin(), row.end());
+    full.offsets.push_back(static_cast<Index>(full.blocks.size()));
+  }
+  return ak::BlockMask<>(layout, std::move(partial), std::move(full));
+}
+
+// Pairs (i, j) of the kLen x kLen problem the mask keeps, counted exactly once per variant,
+// outside the timed loop: from runs() where the mask has them, else with keep().
+template <class Mask>
+double kept_pairs(const Mask& mask) {
+  double kept = 0;
+  for (Index i = 0; i < kLen; ++i) {
+    if constexpr (ak::detail::has_runs<Mask>::value) {
+      for (const ak::Range& r : mask.runs(0, 0, i))
+        kept += double(std::max<Index>(0, std::min(r.end, kLen) - std::max<Index>(r.begin, 0)));
+    } else {
+      for (Index j = 0; j < kLen; ++j) kept += mask.keep(0, 0, i, j) ? 1 : 0;
+    }
+  }
+  return kept;
+}
+
+// A BlockMask without an element rule keeps whole blocks: count them.
+double kept_pairs(const ak::BlockMask<>& mask) {
+  const ak::BlockMaskLayout& l = mask.layout();
+  double kept = 0;
+  for (const ak::BlockList* list : {&mask.full_blocks(), &mask.partial_blocks()})
+    for (Index r = 0; r < l.rows(); ++r)
+      for (Index t = list->offsets[std::size_t(r)]; t < list->offsets[std::size_t(r + 1)]; ++t) {
+        const Index qb = r % l.q_blocks(), kb = list->blocks[std::size_t(t)];
+        const Index rows = std::min(l.block_q, l.q_len - qb * l.block_q);
+        kept += double(rows) * double(std::min(l.block_k, l.kv_len - kb * l.block_k));
+      }
+  return kept;
+}
+
+struct Variant {
+  std::string name, baseline;  // baseline: the dense variant it is compared with
+  double kept = 0;             // pairs kept
+};
+
+struct Result {
+  double seconds = 1e300;  // best iteration
+};
+
+std::map<std::string, Variant>& variants() {
+  static std::map<std::string, Variant> v;
+  return v;
+}
+std::map<std::string, Result>& results() {
+  static std::map<std::string, Result> r;
+  return r;
+}
+
+template <class Mask>
+void bench_mask(benchmark::State& state, const std::string& key, Mask mask, int threads) {
+  Buffers& buf = buffers();
+  const auto spec = ak::make_spec(mask);
+  const auto options = ak::Options{}.with_threads(threads);
+  Result& best = results()[key];
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    ak::attention(spec, buf.in(buf.q), buf.in(buf.k), buf.in(buf.v), buf.out(), options);
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best.seconds = std::min(best.seconds, s);
+    benchmark::DoNotOptimize(buf.o.data());
+    benchmark::ClobberMemory();
+  }
+  const double flops = 4.0 * kHeads * kDim * variants()[key.substr(0, key.find('/'))].kept;
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+template <class Mask>
+void add(const std::string& name, const std::string& baseline, Mask mask) {
+  variants()[name] = Variant{name, baseline, kept_pairs(mask)};
+  for (const int threads : {1, 2}) {
+    const std::string key = name + "/threads:" + std::to_string(threads);
+    benchmark::RegisterBenchmark(key.c_str(),
+                                 [=](benchmark::State& s) { bench_mask(s, key, mask, threads); })
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime()
+        ->MinTime(0.3)
+        ->Repetitions(3)
+        ->ReportAggregatesOnly(false);
+  }
+}
+
+void print_summary() {
+  const double causal_pairs = double(kLen) * double(kLen + 1) / 2;
+  std::printf(
+      "\nSummary: d=%ld, L=%ld, H=%ld, f32, BSHD, ISA %s; best of 3 repetitions.\n"
+      "live = kept pairs / causal pairs; GFLOP/s over kept pairs (4 d each);\n"
+      "ratio = time / (baseline time x kept pairs / baseline pairs): 1.0 = as efficient per\n"
+      "kept pair as the dense baseline (targets: window <= 1.25, BlockMask 10%% <= 1.3;\n"
+      "sinks+window / window <= 1.1)\n\n",
+      long(kDim), long(kLen), long(kHeads), ak::simd::kArchName);
+  std::printf("| variant | threads | live | ms | GFLOP/s | baseline | ratio |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  for (const auto& [name, variant] : variants())
+    for (const int threads : {1, 2}) {
+      const std::string t = "/threads:" + std::to_string(threads);
+      const auto it = results().find(name + t);
+      if (it == results().end()) continue;
+      const double seconds = it->second.seconds;
+      std::string ratio = "";
+      if (!variant.baseline.empty()) {
+        const auto base = results().find(variant.baseline + t);
+        if (base != results().end()) {
+          const double work = variant.kept / variants()[variant.baseline].kept;
+          char text[32];
+          std::snprintf(text, sizeof text, "%.2f", seconds / (base->second.seconds * work));
+          ratio = text;
+        }
+      }
+      std::printf("| %s | %d | %.4f | %.1f | %.1f | %s | %s |\n", name.c_str(), threads,
+                  variant.kept / causal_pairs, seconds * 1e3,
+                  4.0 * kHeads * kDim * variant.kept / seconds / 1e9,
+                  variant.baseline.empty() ? "-" : variant.baseline.c_str(), ratio.c_str());
+    }
+  for (const int threads : {1, 2}) {
+    const std::string t = "/threads:" + std::to_string(threads);
+    const auto sinks = results().find("causal&(sinks4|window512)" + t);
+    const auto window = results().find("causal&window512" + t);
+    if (sinks != results().end() && window != results().end())
+      std::printf("sinks+window / window, %d thread(s): %.2f\n", threads,
+                  sinks->second.seconds / window->second.seconds);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  add("dense_causal", "", ak::Causal{});
+  add("dense_full", "", ak::Full{});
+  add("causal&window512", "dense_causal", ak::Causal{} & ak::SlidingWindow{512, 0});
+  add("causal&(sinks4|window512)", "dense_causal",
+      ak::Causal{} & (ak::Sinks{4} | ak::SlidingWindow{512, 0}));
+  add("causal&chunk2048", "dense_causal", ak::Causal{} & ak::Chunked{2048});
+  add("power_of_two(4,64)", "dense_causal", ak::PowerOfTwo{4, 64});
+  add("block_mask_10%", "dense_full", random_block_mask(0.1));
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  print_summary();
+  return 0;
+}
