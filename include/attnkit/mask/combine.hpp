@@ -43,65 +43,65 @@ constexpr bool is_mask() {
 
 }  // namespace detail
 
-/// Pairs both masks keep.
-template <class A, class B>
-struct MaskAnd {
+/// How `&` combines: a pair, tile or key range survives when both operands keep it.
+struct AndRule {
+  static bool keep(bool x, bool y) { return x && y; }
+  static TileKind kind(TileKind x, TileKind y) {
+    if (x == TileKind::Empty || y == TileKind::Empty) return TileKind::Empty;
+    return x == TileKind::Full && y == TileKind::Full ? TileKind::Full : TileKind::Partial;
+  }
+  template <class X, class Y>
+  static auto ranges(const X& x, const Y& y) {
+    return intersect(x, y);
+  }
+};
+
+/// How `|` combines: a pair, tile or key range survives when either operand keeps it.
+struct OrRule {
+  static bool keep(bool x, bool y) { return x || y; }
+  static TileKind kind(TileKind x, TileKind y) {
+    if (x == TileKind::Full || y == TileKind::Full) return TileKind::Full;
+    return x == TileKind::Empty && y == TileKind::Empty ? TileKind::Empty : TileKind::Partial;
+  }
+  template <class X, class Y>
+  static auto ranges(const X& x, const Y& y) {
+    return unite(x, y);
+  }
+};
+
+/// Two masks combined by Rule (AndRule, OrRule): every face of the pair from the operands'.
+template <class Rule, class A, class B>
+struct MaskCombination {
   using slot = MaskSlot;
   A a;
   B b;
 
   bool keep(Index bi, Index h, Index i, Index j) const {
-    return a.keep(bi, h, i, j) && b.keep(bi, h, i, j);
+    return Rule::keep(a.keep(bi, h, i, j), b.keep(bi, h, i, j));
   }
 
   TileKind classify(Index bi, Index h, Range q, Range kv) const {
-    const TileKind x = detail::tile_kind_of(a, bi, h, q, kv);
-    if (x == TileKind::Empty) return x;
-    const TileKind y = detail::tile_kind_of(b, bi, h, q, kv);
-    if (y == TileKind::Empty) return y;
-    return x == TileKind::Full && y == TileKind::Full ? TileKind::Full : TileKind::Partial;
+    return Rule::kind(detail::tile_kind_of(a, bi, h, q, kv), detail::tile_kind_of(b, bi, h, q, kv));
   }
 
   auto key_ranges(Index bi, Index h, Range q) const {
-    return intersect(detail::key_ranges_of(a, bi, h, q), detail::key_ranges_of(b, bi, h, q));
+    return Rule::ranges(detail::key_ranges_of(a, bi, h, q), detail::key_ranges_of(b, bi, h, q));
   }
 
   template <class A_ = A, class B_ = B,
             std::enable_if_t<detail::has_runs<A_>::value && detail::has_runs<B_>::value, int> = 0>
   auto runs(Index bi, Index h, Index i) const {
-    return intersect(a.runs(bi, h, i), b.runs(bi, h, i));
+    return Rule::ranges(a.runs(bi, h, i), b.runs(bi, h, i));
   }
 };
+
+/// Pairs both masks keep.
+template <class A, class B>
+using MaskAnd = MaskCombination<AndRule, A, B>;
 
 /// Pairs either mask keeps.
 template <class A, class B>
-struct MaskOr {
-  using slot = MaskSlot;
-  A a;
-  B b;
-
-  bool keep(Index bi, Index h, Index i, Index j) const {
-    return a.keep(bi, h, i, j) || b.keep(bi, h, i, j);
-  }
-
-  TileKind classify(Index bi, Index h, Range q, Range kv) const {
-    const TileKind x = detail::tile_kind_of(a, bi, h, q, kv);
-    if (x == TileKind::Full) return x;
-    const TileKind y = detail::tile_kind_of(b, bi, h, q, kv);
-    if (y == TileKind::Full) return y;
-    return x == TileKind::Empty && y == TileKind::Empty ? TileKind::Empty : TileKind::Partial;
-  }
-
-  auto key_ranges(Index bi, Index h, Range q) const {
-    return unite(detail::key_ranges_of(a, bi, h, q), detail::key_ranges_of(b, bi, h, q));
-  }
-
-  template <class A_ = A, class B_ = B,
-            std::enable_if_t<detail::has_runs<A_>::value && detail::has_runs<B_>::value, int> = 0>
-  auto runs(Index bi, Index h, Index i) const {
-    return unite(a.runs(bi, h, i), b.runs(bi, h, i));
-  }
-};
+using MaskOr = MaskCombination<OrRule, A, B>;
 
 /// a & b for any two masks.
 template <class A, class B>
