@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Installs everything attnkit needs to build, test and benchmark on Debian/Ubuntu:
 # a C++17 compiler, CMake >= 3.25, Ninja, Eigen 3.4, xsimd >= 8.1, Catch2 v3,
-# Google Benchmark and OpenMP. Idempotent: when everything is present it only checks.
+# Google Benchmark, OpenMP, and clang with its libFuzzer runtime for the fuzz test.
+# Idempotent: when everything is present it only checks.
 # On Debian 12 Catch2 v3 lives in bookworm-backports, which is enabled when needed.
 set -euo pipefail
 
 # libomp-dev is LLVM's OpenMP runtime, for Clang builds; g++ brings its own libgomp.
-packages=(g++ cmake ninja-build libeigen3-dev libxsimd-dev catch2 libbenchmark-dev libomp-dev)
+# clang builds the fuzz test (tests/fuzz); its libFuzzer runtime is a separate package, see
+# fuzzer_runtime_package below.
+packages=(g++ cmake ninja-build libeigen3-dev libxsimd-dev catch2 libbenchmark-dev libomp-dev
+          clang)
 
 if [ "$(id -u)" -eq 0 ]; then
   sudo=()
@@ -27,11 +31,44 @@ have_catch2_v3() {
   [ -f /usr/include/catch2/catch_test_macros.hpp ]
 }
 
+# True when clang++ links a libFuzzer target (libFuzzer, ASan and UBSan runtimes present).
+have_libfuzzer() {
+  command -v clang++ >/dev/null 2>&1 || return 1
+  local dir
+  dir=$(mktemp -d)
+  printf '%s\n' '#include <cstddef>' '#include <cstdint>' \
+    'extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t*, std::size_t) { return 0; }' \
+    >"$dir/probe.cpp"
+  local ok=0
+  clang++ -fsanitize=fuzzer,address,undefined "$dir/probe.cpp" -o "$dir/probe" \
+    >/dev/null 2>&1 || ok=1
+  rm -rf "$dir"
+  return $ok
+}
+
+# The package with clang's compiler-rt (libFuzzer, sanitizers): the libclang-rt-dev meta
+# package that follows the default clang where there is one (Debian 12+, recent Ubuntu),
+# else libclang-rt-<N>-dev for the installed clang's major version N. Older releases ship
+# the runtime inside clang's own dependencies and have neither: prints nothing then.
+fuzzer_runtime_package() {
+  local major
+  has_candidate() { apt-cache policy "$1" 2>/dev/null | grep -q 'Candidate: [0-9]'; }
+  if has_candidate libclang-rt-dev; then
+    echo libclang-rt-dev
+    return
+  fi
+  major=$(clang++ --version 2>/dev/null |
+    sed -n 's/.*clang version \([0-9][0-9]*\).*/\1/p' | head -n 1)
+  if [ -n "$major" ] && has_candidate "libclang-rt-$major-dev"; then
+    echo "libclang-rt-$major-dev"
+  fi
+}
+
 missing=()
 for p in "${packages[@]}"; do
   is_installed "$p" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ] && have_catch2_v3; then
+if [ ${#missing[@]} -eq 0 ] && have_catch2_v3 && have_libfuzzer; then
   echo "install-deps.sh: all dependencies present"
   exit 0
 fi
@@ -61,9 +98,20 @@ others=()
 for p in "${packages[@]}"; do [ "$p" = catch2 ] || others+=("$p"); done
 "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${others[@]}"
 "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${backports[@]}" catch2
+if ! have_libfuzzer; then
+  runtime=$(fuzzer_runtime_package)
+  if [ -n "$runtime" ]; then
+    "${sudo[@]}" apt-get install -y -qq --no-install-recommends "$runtime"
+  fi
+fi
 
 if ! have_catch2_v3; then
   echo "install-deps.sh: Catch2 v3 was not installed (found an older Catch2?)" >&2
   exit 1
+fi
+if ! have_libfuzzer; then
+  # Not fatal: the fuzz test then reports itself skipped; everything else works.
+  echo "install-deps.sh: warning: clang++ cannot link a libFuzzer target; the fuzz test" \
+       "will be skipped (install the compiler-rt package of your clang)" >&2
 fi
 echo "install-deps.sh: done"
