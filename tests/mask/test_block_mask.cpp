@@ -402,6 +402,17 @@ TEST_CASE("BlockMask: accepts empty rows and blocks repeated across rows", "[mas
   CHECK_NOTHROW(ak::BlockMask<>(layout_of(8, 8, 4, 4, 0, 0), list_of({}), list_of({})));
 }
 
+TEST_CASE("BlockMask: to_string and to_dense refuse a batch or head out of range",
+          "[mask][block_mask][errors]") {
+  const auto mask = ak::make_block_mask(ak::Causal{}, 8, 8, 4, 4);
+  CHECK_THROWS_MATCHES(mask.to_string(3, 0), ak::Error,
+                       Catch::Matchers::MessageMatches(
+                           ContainsSubstring("BlockMask: b: expected in [0, 1), got 3")));
+  CHECK_THROWS_AS(mask.to_dense(-1, 0), ak::Error);
+  CHECK_THROWS_AS(mask.to_dense(0, -1), ak::Error);
+  CHECK_NOTHROW(mask.to_string(0, 5));  // shared across heads: any head reads the one pattern
+}
+
 TEST_CASE("BlockMask: every malformed list throws attnkit::Error naming the field",
           "[mask][block_mask][errors]") {
   const auto l = small_layout();  // 3 BCSR rows, 3 key blocks
@@ -431,9 +442,15 @@ TEST_CASE("BlockMask: every malformed list throws attnkit::Error naming the fiel
   }
   SECTION("decreasing offsets") {
     throws(ak::BlockList{{0, 2, 1, 3}, {0, 1, 2}}, empty(),
-           "BlockMask.partial.offsets[2]: expected >= offsets[1] = 2, got 1");
+           "BlockMask.partial.offsets[2]: expected >= offsets[1] = 2 and <= blocks.size(), got 1");
     throws(empty(), ak::BlockList{{0, 0, -1, 0}, {}},
-           "BlockMask.full.offsets[2]: expected >= offsets[1] = 0, got -1");
+           "BlockMask.full.offsets[2]: expected >= offsets[1] = 0 and <= blocks.size(), got -1");
+  }
+  SECTION("offsets past blocks.size() are caught before any block is read") {
+    // Regression: offsets that rise past the end and fall back made the block checks read
+    // blocks[] out of bounds (found by a reviewer under ASan).
+    throws(ak::BlockList{{0, 5, 3, 3}, {0, 1, 2}}, empty(),
+           "BlockMask.partial.offsets[1]: expected >= offsets[0] = 0 and <= blocks.size(), got 5");
   }
   SECTION("unsorted or repeated block indices") {
     throws(list_of({{2, 1}, {}, {}}), empty(),

@@ -147,6 +147,7 @@ class BlockMask {
   /// The block pattern of (b, h), one text line per query block: '#' full, '+' partial,
   /// '.' skipped (FlexAttention's BlockMask.to_string, in ASCII).
   std::string to_string(Index b = 0, Index h = 0) const {
+    check_batch_head(b, h);
     const Layout& l = data_->layout;
     std::string out;
     for (Index qb = 0; qb < l.q_blocks(); ++qb) {
@@ -160,6 +161,7 @@ class BlockMask {
 
   /// The dense [q_len, kv_len] pattern of (b, h): 1 where the pair is kept.
   std::vector<char> to_dense(Index b = 0, Index h = 0) const {
+    check_batch_head(b, h);
     const Layout& l = data_->layout;
     std::vector<char> dense(static_cast<std::size_t>(l.q_len * l.kv_len));
     for (Index row = 0; row < l.q_len; ++row)
@@ -174,6 +176,16 @@ class BlockMask {
     Layout layout;
     BlockList partial, full;
   };
+
+  // The debugging faces take (b, h) from users; the kernel's come validated.
+  void check_batch_head(Index b, Index h) const {
+    const Layout& l = data_->layout;
+    detail::require(b >= 0 && b < l.batch, "BlockMask: b",
+                    "in [0, " + std::to_string(l.batch) + ")", b);
+    detail::require(
+        h >= 0 && (l.heads == 1 || h < l.heads), "BlockMask: h",
+        l.heads == 1 ? std::string(">= 0 (shared)") : "in [0, " + std::to_string(l.heads) + ")", h);
+  }
 
   Index bcsr_row(Index b, Index h, Index qb) const {
     const Layout& l = data_->layout;
@@ -220,10 +232,16 @@ class BlockMask {
     require(list.offsets.front() == 0, name + ".offsets[0]", 0, list.offsets.front());
     require(list.offsets.back() == static_cast<Index>(list.blocks.size()), name + ".offsets[rows]",
             "blocks.size() = " + std::to_string(list.blocks.size()), list.offsets.back());
+    // Offsets first, all of them: the block checks below index blocks[] through them.
+    for (std::size_t r = 0; r + 1 < list.offsets.size(); ++r)
+      require(list.offsets[r] <= list.offsets[r + 1] &&
+                  list.offsets[r + 1] <= static_cast<Index>(list.blocks.size()),
+              name + ".offsets[" + std::to_string(r + 1) + "]",
+              ">= offsets[" + std::to_string(r) + "] = " + std::to_string(list.offsets[r]) +
+                  " and <= blocks.size()",
+              list.offsets[r + 1]);
     for (std::size_t r = 0; r + 1 < list.offsets.size(); ++r) {
       const Index begin = list.offsets[r], end = list.offsets[r + 1];
-      require(begin <= end, name + ".offsets[" + std::to_string(r + 1) + "]",
-              ">= offsets[" + std::to_string(r) + "] = " + std::to_string(begin), end);
       for (Index t = begin; t < end; ++t) {
         const Index kb = list.blocks[static_cast<std::size_t>(t)];
         const std::string at = name + ".blocks[" + std::to_string(t) + "]";
