@@ -1,0 +1,380 @@
+// attention() under the static masks (SlidingWindow, Chunked, Sinks, PowerOfTwo and their
+// combinations) against reference::attention(), over ragged lengths, Lq != Lk with any
+// q_offset, Lq = 1, GQA, several head dimensions, each storage type and 1 or 2 threads;
+// then properties of the kernel's mask paths: the runs() path, the keep() path and the
+// walk over every key agree; a window reaching key 0 is Causal bit for bit; keep() runs on
+// Partial tiles only. Built three times: native ISA, x86-64-v2, scalar.
+#include <Eigen/Core>
+#include <algorithm>
+#include <atomic>
+#include <attnkit/kernel/attention.hpp>
+#include <attnkit/kernel/tile_config.hpp>
+#include <attnkit/mask/causal.hpp>
+#include <attnkit/mask/chunked.hpp>
+#include <attnkit/mask/combine.hpp>
+#include <attnkit/mask/power_of_two.hpp>
+#include <attnkit/mask/sinks.hpp>
+#include <attnkit/mask/sliding_window.hpp>
+#include <attnkit/reference/attention.hpp>
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <type_traits>
+
+#include "support/attention_runner.hpp"
+
+namespace ak = attnkit;
+using ak::Causal;
+using ak::Chunked;
+using ak::Index;
+using ak::PowerOfTwo;
+using ak::Range;
+using ak::Sinks;
+using ak::SlidingWindow;
+using ak::TileKind;
+using ak::test::Case;
+using ak::test::Layout;
+namespace tol = ak::test::tol;
+
+namespace {
+
+// The masks of the grid, each with its name. Windows and chunks are shorter than a key
+// tile, so that most tiles are Partial (the runs() and keep() masking) and key ranges start
+// mid-sequence; "long windows" below covers Full tiles.
+template <class Visit>
+void for_each_mask(Visit&& visit) {
+  visit("SlidingWindow{40, 0}", SlidingWindow{40, 0});
+  visit("Causal & SlidingWindow{100, 0}", Causal{} & SlidingWindow{100, 0});
+  visit("SlidingWindow{30, 17}", SlidingWindow{30, 17});
+  visit("Chunked{50}", Chunked{50});
+  visit("Causal & Chunked{96}", Causal{} & Chunked{96});
+  visit("Sinks{4}", Sinks{4});
+  visit("Causal & (Sinks{4} | SlidingWindow{64, 0})", Causal{} & (Sinks{4} | SlidingWindow{64, 0}));
+  visit("Chunked{64} | SlidingWindow{10, 10}", Chunked{64} | SlidingWindow{10, 10});
+  visit("PowerOfTwo{2, 8}", PowerOfTwo{2, 8});
+  visit("Causal & PowerOfTwo{0, 0}", Causal{} & PowerOfTwo{0, 0});
+}
+
+// The masks above that have runs(), for the runs-vs-keep comparison.
+template <class Visit>
+void for_each_runs_mask(Visit&& visit) {
+  for_each_mask([&](const char* name, const auto& mask) {
+    if constexpr (ak::detail::has_runs<std::decay_t<decltype(mask)>>::value) visit(name, mask);
+  });
+}
+
+// M with its runs() hidden: the kernel masks Partial tiles with keep(), element by element,
+// over the same tiles (same classify and key_ranges).
+template <class M>
+struct KeepPath {
+  using slot = ak::MaskSlot;
+  M mask;
+  bool keep(Index b, Index h, Index i, Index j) const { return mask.keep(b, h, i, j); }
+  TileKind classify(Index b, Index h, Range q, Range kv) const {
+    return mask.classify(b, h, q, kv);
+  }
+  auto key_ranges(Index b, Index h, Range q) const { return mask.key_ranges(b, h, q); }
+};
+
+// M with only its element rule: every tile is Partial and every key is walked.
+template <class M>
+struct KeepOnly {
+  using slot = ak::MaskSlot;
+  M mask;
+  bool keep(Index b, Index h, Index i, Index j) const { return mask.keep(b, h, i, j); }
+};
+
+std::string describe(const Case& c) {
+  std::ostringstream s;
+  s << "B=" << c.batch << " Hq=" << c.q_heads << " Hkv=" << c.kv_heads << " Lq=" << c.q_len
+    << " Lk=" << c.kv_len << " D=" << c.dim << " layout=" << ak::test::name(c.layout)
+    << " threads=" << c.threads
+    << " q_offset=" << (c.q_offset ? std::to_string(*c.q_offset) : std::string("default"));
+  return s.str();
+}
+
+template <class T>
+const char* storage_name() {
+  if constexpr (std::is_same_v<T, Eigen::bfloat16>)
+    return "bf16";
+  else if constexpr (std::is_same_v<T, Eigen::half>)
+    return "f16";
+  else
+    return "f32";
+}
+
+// Kernel against reference; inputs of storage T are rounded before both read them, so the
+// f32 tolerance holds for every storage type.
+template <class T = float, class Spec>
+ak::test::Outcome check(const char* mask, const Spec& spec, const Case& c) {
+  INFO(mask << ", " << describe(c) << ", " << storage_name<T>());
+  const ak::test::Outcome r = ak::test::run_case<T>(spec, c);
+  CHECK(r.out_err <= tol::kF32);
+  CHECK(r.lse_err <= tol::kLseF32);
+  CHECK(r.padding_intact);
+  CHECK(r.empty_rows_exact);  // a row that sees no key: output 0, LSE -inf
+  return r;
+}
+
+template <class T = float>
+void check_every_mask(const Case& c) {
+  for_each_mask(
+      [&](const char* name, const auto& mask) { check<T>(name, ak::make_spec(mask), c); });
+}
+
+// One head (GQA has its own case): the masks do not depend on the head.
+Case shape(Index q_len, Index kv_len, Index dim, int threads) {
+  Case c;
+  c.q_heads = c.kv_heads = 1;
+  c.q_len = q_len;
+  c.kv_len = kv_len;
+  c.dim = dim;
+  c.threads = threads;
+  return c;
+}
+
+Case shape(Index q_len, Index kv_len, Index dim, int threads, Index q_offset) {
+  Case c = shape(q_len, kv_len, dim, threads);
+  c.q_offset = q_offset;
+  return c;
+}
+
+// The kernel's key tiles for one (batch, head), as key_schedule.hpp documents them: per
+// query tile, each key range clipped to [0, Lk) and cut into tiles of at most kBlockK keys,
+// each classified. Pairs are (query, key) pairs of the tiles of each kind.
+struct TilePairs {
+  Index full = 0, partial = 0, walked = 0;  // walked: Full + Partial
+};
+
+template <class Mask>
+TilePairs tile_pairs(const Mask& mask, Index q_len, Index kv_len, Index q_offset) {
+  const Index bq = ak::TileConfig::kBlockQ, bk = ak::TileConfig::kBlockK;
+  TilePairs t;
+  for (Index q0 = 0; q0 < q_len; q0 += bq) {
+    const Index nq = std::min(bq, q_len - q0);
+    const Range rows{q0 + q_offset, q0 + nq + q_offset};
+    for (const Range& r : mask.key_ranges(0, 0, rows)) {
+      const Index end = std::clamp<Index>(r.end, 0, kv_len);
+      for (Index k0 = std::clamp<Index>(r.begin, 0, end); k0 < end; k0 += bk) {
+        const Index nk = std::min(bk, end - k0);
+        const TileKind kind = mask.classify(0, 0, rows, Range{k0, k0 + nk});
+        if (kind == TileKind::Full) t.full += nq * nk;
+        if (kind == TileKind::Partial) t.partial += nq * nk;
+        if (kind != TileKind::Empty) t.walked += nq * nk;
+      }
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("attention: masks match the reference for ragged lengths and Lq = 1",
+          "[attention][mask][grid]") {
+  check_every_mask(shape(1, 1, 32, 1));
+  check_every_mask(shape(300, 300, 32, 2));  // neither a multiple of 64 nor of 256
+  check_every_mask(shape(1, 517, 128, 1));   // decode: one query after 516 keys
+  Case padded = shape(65, 257, 80, 2);
+  padded.layout = Layout::Padded;  // NaN in every padding element
+  check_every_mask(padded);
+}
+
+TEST_CASE("attention: masks match the reference when Lq != Lk, for any q_offset",
+          "[attention][mask][grid]") {
+  check_every_mask(shape(130, 90, 32, 2, -25));   // rows before key 0, Lq > Lk
+  check_every_mask(shape(100, 260, 32, 1, 200));  // rows past the last key
+  check_every_mask(shape(70, 333, 32, 2, 0));     // top-left aligned
+  check_every_mask(shape(100, 260, 32, 2));       // bottom-right (the default)
+  check_every_mask(shape(40, 90, 32, 1, -70));    // most rows before key 0
+}
+
+TEST_CASE("attention: masks match the reference with GQA and head dimensions 32, 80, 128",
+          "[attention][mask][grid]") {
+  const Index dim = GENERATE(32, 80, 128);
+  Case c = shape(77, 200, dim, dim == 80 ? 1 : 2);
+  c.batch = 2;
+  c.q_heads = 4;
+  c.kv_heads = 2;
+  check_every_mask(c);
+}
+
+TEST_CASE("attention: masks match the reference for bf16 and f16 storage",
+          "[attention][mask][dtype]") {
+  const Case c = shape(100, 270, 32, 2);
+  check_every_mask<Eigen::bfloat16>(c);
+  check_every_mask<Eigen::half>(c);
+  Case gqa = shape(33, 70, 80, 1, -5);
+  gqa.q_heads = 4;
+  gqa.kv_heads = 2;
+  check_every_mask<Eigen::bfloat16>(gqa);
+  check_every_mask<Eigen::half>(gqa);
+}
+
+TEST_CASE("attention: long windows have Full tiles and match the reference",
+          "[attention][mask][grid]") {
+  // Windows and chunks longer than a key tile: Full tiles skip the mask entirely.
+  const Case c = shape(800, 800, 16, 2);
+  const auto run = [&](const char* name, const auto& mask) {
+    const TilePairs t = tile_pairs(mask, c.q_len, c.kv_len, c.kv_len - c.q_len);
+    INFO(name << ": Full pairs " << t.full << ", Partial pairs " << t.partial);
+    CHECK(t.full > 0);
+    CHECK(t.partial > 0);
+    check(name, ak::make_spec(mask), c);
+  };
+  run("Causal & SlidingWindow{520, 0}", Causal{} & SlidingWindow{520, 0});
+  run("SlidingWindow{520, 300}", SlidingWindow{520, 300});
+  run("Causal & (Sinks{4} | SlidingWindow{520, 0})", Causal{} & (Sinks{4} | SlidingWindow{520, 0}));
+  run("Chunked{300}", Chunked{300});  // query tiles straddle chunk ends: Partial tiles
+  run("Causal & Chunked{512}", Causal{} & Chunked{512});
+  run("PowerOfTwo{4, 520}", PowerOfTwo{4, 520});
+}
+
+TEST_CASE("attention: rows that see no key give 0 and LSE -inf under every mask",
+          "[attention][mask][edge]") {
+  // Expected counts per head, from each mask's rule over query positions i and keys [0, Lk).
+  const auto count = [](const char* name, const auto& mask, const Case& c) {
+    return check(name, ak::make_spec(mask), c).empty_rows / c.q_heads;
+  };
+  const Case before = shape(130, 90, 32, 2, -25);  // positions -25 .. 104, keys 0 .. 89
+  CHECK(count("Causal & SlidingWindow{16, 0}", Causal{} & SlidingWindow{16, 0}, before) == 25);
+  CHECK(count("Causal & (Sinks{4} | SlidingWindow{8, 0})",
+              Causal{} & (Sinks{4} | SlidingWindow{8, 0}), before) == 25);
+  CHECK(count("PowerOfTwo{2, 8}", PowerOfTwo{2, 8}, before) == 25);
+  // Chunks [-50, 0) and [100, 150) hold no key: positions -25..-1 and 100..104.
+  CHECK(count("Chunked{50}", Chunked{50}, before) == 30);
+  // Windows [i - 5, i + 3]: empty for i <= -4 and for i >= 55 (Lk = 50).
+  CHECK(count("SlidingWindow{5, 3}", SlidingWindow{5, 3}, shape(100, 50, 32, 1, -10)) == 7 + 35);
+  CHECK(count("SlidingWindow{5, 3}", SlidingWindow{5, 3}, shape(100, 50, 32, 2, 40)) == 85);
+  CHECK(count("Sinks{0}", Sinks{0}, shape(10, 20, 32, 2)) == 10);
+  CHECK(count("Causal & Sinks{0}", Causal{} & Sinks{0}, shape(70, 300, 32, 1)) == 70);
+}
+
+TEST_CASE("attention: SlidingWindow{w, 0} & Causal equals Causal bit for bit when w reaches key 0",
+          "[attention][mask][property]") {
+  // With w >= the last query position, every window starts at or before key 0: the key
+  // ranges intersect to Causal's, each tile's kind is Causal's (the window's Full and Empty
+  // conditions reduce to Causal's), and the runs clamp to the same interval in every tile.
+  // Same tiles, same masked logits, same order of operations: the same bits, not merely
+  // the same values within tolerance. One key less (w - 1) drops key 0 from the last row.
+  const auto [q_len, kv_len, q_offset] = GENERATE(table<Index, Index, Index>(
+      {{300, 300, 0}, {1, 517, 516}, {130, 90, -25}, {100, 260, 200}, {77, 333, 0}}));
+  const Case c = shape(q_len, kv_len, 32, 1, q_offset);
+  const Index w = q_len - 1 + q_offset;  // the last query's position: its window is [0, w]
+  INFO(describe(c) << ", w = " << w);
+  const auto causal = ak::test::run_kernel(ak::make_spec(Causal{}), c);
+  const auto same = [&](const ak::test::KernelResult& r) {
+    return r.out.size() == causal.out.size() &&
+           std::memcmp(r.out.data(), causal.out.data(), r.out.size() * sizeof(float)) == 0 &&
+           std::memcmp(r.lse.data(), causal.lse.data(), r.lse.size() * sizeof(float)) == 0;
+  };
+  CHECK(same(ak::test::run_kernel(ak::make_spec(SlidingWindow{w, 0} & Causal{}), c)));
+  CHECK(same(ak::test::run_kernel(ak::make_spec(Causal{} & SlidingWindow{w, 0}), c)));
+  CHECK(same(ak::test::run_kernel(ak::make_spec(SlidingWindow{w, 0}), c)));
+  CHECK(same(ak::test::run_kernel(ak::make_spec(SlidingWindow{Index{1} << 62, 0} & Causal{}), c)));
+  CHECK_FALSE(same(ak::test::run_kernel(ak::make_spec(SlidingWindow{w - 1, 0} & Causal{}), c)));
+}
+
+TEST_CASE("attention: a mask through runs() and through keep() gives the same output",
+          "[attention][mask][property]") {
+  // KeepPath hides runs(): the same tiles are visited and classified alike, and Partial
+  // tiles are masked by keep() instead of the SIMD compares. The masked logits are the same
+  // -inf, so the outputs agree within the f32 tolerance (equal in practice).
+  const auto [q_len, kv_len, q_offset] = GENERATE(
+      table<Index, Index, Index>({{300, 300, 0}, {130, 90, -25}, {1, 517, 516}, {100, 260, 200}}));
+  const Case c = shape(q_len, kv_len, 32, 1, q_offset);
+  for_each_runs_mask([&](const char* name, const auto& mask) {
+    using M = std::decay_t<decltype(mask)>;
+    STATIC_REQUIRE_FALSE(ak::detail::has_runs<KeepPath<M>>::value);
+    const auto simd = ak::test::run_kernel(ak::make_spec(mask), c);
+    const auto element = ak::test::run_kernel(ak::make_spec(KeepPath<M>{mask}), c);
+    INFO(name << ", " << describe(c));
+    CHECK(ak::test::max_lse_diff(simd.out, element.out) <= tol::kF32);
+    CHECK(ak::test::max_lse_diff(simd.lse, element.lse) <= tol::kLseF32);
+  });
+}
+
+TEST_CASE("attention: a mask with key_ranges and the same mask with only keep() agree",
+          "[attention][mask][property]") {
+  // KeepOnly has neither classify nor key_ranges: every key is walked, every tile is Partial.
+  // The tiles differ (key tiles start at 0, not at the key ranges), so the order of the
+  // online softmax differs too: equal within the f32 tolerance, not bit for bit.
+  const auto [q_len, kv_len, q_offset] =
+      GENERATE(table<Index, Index, Index>({{300, 300, 0}, {130, 90, -25}, {100, 260, 200}}));
+  const Case c = shape(q_len, kv_len, 32, 1, q_offset);
+  for_each_mask([&](const char* name, const auto& mask) {
+    using M = std::decay_t<decltype(mask)>;
+    const auto fast = ak::test::run_kernel(ak::make_spec(mask), c);
+    const auto walked = ak::test::run_kernel(ak::make_spec(KeepOnly<M>{mask}), c);
+    INFO(name << ", " << describe(c));
+    CHECK(ak::test::max_lse_diff(fast.out, walked.out) <= tol::kF32);
+    CHECK(ak::test::max_lse_diff(fast.lse, walked.lse) <= tol::kLseF32);
+  });
+}
+
+namespace {
+
+// A mask without runs(), so Partial tiles call keep(), every call counted.
+template <class M>
+struct CountingKeep {
+  using slot = ak::MaskSlot;
+  M mask;
+  std::atomic<long>* keep_calls;
+  bool keep(Index b, Index h, Index i, Index j) const {
+    keep_calls->fetch_add(1, std::memory_order_relaxed);
+    return mask.keep(b, h, i, j);
+  }
+  TileKind classify(Index b, Index h, Range q, Range kv) const {
+    return mask.classify(b, h, q, kv);
+  }
+  auto key_ranges(Index b, Index h, Range q) const { return mask.key_ranges(b, h, q); }
+};
+
+}  // namespace
+
+TEST_CASE("attention: a sliding window calls keep() on Partial tiles only",
+          "[attention][mask][property]") {
+  // 300 queries after 700 keys. The kernel masks every pair of a Partial tile with keep()
+  // and no other: the calls are at most the pairs of Partial tiles (the bound), which are
+  // fewer than the pairs walked (Full tiles exist) and those fewer than all pairs (keys
+  // outside the key ranges are skipped). A keep() on any Full or skipped tile would add
+  // its pairs on top of the Partial ones and break the bound.
+  const Index Lq = 300, Lk = 1000;
+  const Case c = shape(Lq, Lk, 32, GENERATE(1, 2));
+  const auto run = [&](const char* name, const auto& window) {
+    std::atomic<long> calls{0};
+    const CountingKeep<std::decay_t<decltype(window)>> mask{window, &calls};
+    STATIC_REQUIRE_FALSE(ak::detail::has_runs<decltype(mask)>::value);
+    ak::test::Tensor<float> q(Layout::Bhsd, 1, 1, Lq, c.dim), k(Layout::Bhsd, 1, 1, Lk, c.dim),
+        v(Layout::Bhsd, 1, 1, Lk, c.dim), o(Layout::Bhsd, 1, 1, Lq, c.dim);
+    q.randomize(1);
+    k.randomize(2);
+    v.randomize(3);
+    ak::attention(ak::make_spec(mask), q.cview(), k.cview(), v.cview(), o.view, c.options());
+    const TilePairs t = tile_pairs(mask, Lq, Lk, Lk - Lq);
+    INFO(name << ", threads " << c.threads << ": keep() calls " << calls.load()
+              << ", Partial pairs " << t.partial << ", walked pairs " << t.walked);
+    CHECK(calls.load() > 0);
+    CHECK(calls.load() <= t.partial);
+    CHECK(t.partial < t.walked);  // the shape has Full tiles: the bound is not vacuous
+    CHECK(t.walked < Lq * Lk);    // and skipped keys
+    ak::test::Tensor<double> expected(Layout::Bhsd, 1, 1, Lq, c.dim);
+    ak::reference::attention(ak::make_spec(window), q.cview(), k.cview(), v.cview(), expected.view);
+    CHECK(ak::test::max_abs_diff(o.view, expected.view) <= tol::kF32);
+  };
+  run("SlidingWindow{600, 40}", SlidingWindow{600, 40});
+  run("Causal & (Sinks{4} | SlidingWindow{600, 0})", Causal{} & (Sinks{4} | SlidingWindow{600, 0}));
+}
+
+TEST_CASE("attention: PowerOfTwo sees the key at distance 2^62 (q_offset = 2^62)",
+          "[attention][mask][edge][!shouldfail]") {
+  // Library bug: PowerOfTwo::keep() keeps distance 2^62 (query position 2^62, the largest
+  // valid q_offset, and key 0) and the reference uses that key; key_ranges() lists distances
+  // up to 2^61 only, so the kernel never visits it and the row comes out empty (0, LSE -inf).
+  const ak::test::Outcome r =
+      ak::test::run_case(ak::make_spec(PowerOfTwo{0, 0}), shape(1, 4, 32, 1, Index{1} << 62));
+  REQUIRE(r.empty_rows == 0);  // the reference sees key 0
+  CHECK(r.out_err <= tol::kF32);
+  CHECK(r.lse_err <= tol::kLseF32);
+}

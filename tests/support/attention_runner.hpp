@@ -1,0 +1,112 @@
+// Shared runner of the kernel tests: attention() and reference::attention() on the same
+// random inputs of one shape (Case), compared element by element, with the rows that see no
+// key checked for the exact contract (output 0, LSE -inf); and attention() alone, its output
+// returned for comparing two specs with each other.
+#pragma once
+
+#include <algorithm>
+#include <attnkit/kernel/attention.hpp>
+#include <attnkit/reference/attention.hpp>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "support/attnkit_test.hpp"
+
+namespace attnkit::test {
+
+/// One shape of a kernel test: sizes, layout, threads and the query offset.
+struct Case {
+  Index batch = 1, q_heads = 2, kv_heads = 1;
+  Index q_len = 0, kv_len = 0, dim = 64, value_dim = 0;  // value_dim 0: same as dim
+  Layout layout = Layout::Bshd;
+  int threads = 2;
+  std::optional<Index> q_offset;  // default kv_len - q_len (bottom-right)
+  float stddev = 1.f;
+
+  Index dv() const { return value_dim > 0 ? value_dim : dim; }
+  Index rows() const { return batch * q_heads * q_len; }
+  Options options() const {
+    Options o = Options{}.with_threads(threads);
+    o.q_offset = q_offset;
+    return o;
+  }
+};
+
+/// The largest differences between kernel and reference, and the rows that see no key.
+struct Outcome {
+  double out_err = 0, lse_err = 0;
+  bool padding_intact = true;    // the output's padding still holds NaN: nothing wrote there
+  Index empty_rows = 0;          // rows whose reference LSE is -inf (they see no key)
+  bool empty_rows_exact = true;  // each such row is exactly 0 with LSE -inf in the kernel too
+};
+
+/// Runs the kernel and the reference on the same random inputs (storage type T; the
+/// reference reads the same rounded values) and compares them.
+template <class T = float, class Spec>
+Outcome run_case(const Spec& spec, const Case& c, std::uint32_t seed = 7) {
+  const Index dv = c.dv();
+  Tensor<T> q(c.layout, c.batch, c.q_heads, c.q_len, c.dim);
+  Tensor<T> k(c.layout, c.batch, c.kv_heads, c.kv_len, c.dim);
+  Tensor<T> v(c.layout, c.batch, c.kv_heads, c.kv_len, dv);
+  Tensor<float> o(c.layout, c.batch, c.q_heads, c.q_len, dv);
+  Tensor<double> expected(Layout::Bhsd, c.batch, c.q_heads, c.q_len, dv);
+  q.randomize(seed, c.stddev);
+  k.randomize(seed + 1, c.stddev);
+  v.randomize(seed + 2);
+  const auto rows = static_cast<std::size_t>(c.rows());
+  std::vector<float> lse(rows), lse_expected(rows);
+
+  const Options options = c.options();
+  attention(spec, q.cview(), k.cview(), v.cview(), o.view, options.with_lse(lse.data()));
+  reference::attention(spec, q.cview(), k.cview(), v.cview(), expected.view,
+                       options.with_lse(lse_expected.data()));
+
+  Outcome r;
+  r.out_err = max_abs_diff(o.view, expected.view);
+  r.lse_err = max_lse_diff(lse, lse_expected);
+  const auto nan_count =
+      std::count_if(o.memory.begin(), o.memory.end(), [](float x) { return std::isnan(x); });
+  r.padding_intact =
+      static_cast<Index>(nan_count) == static_cast<Index>(o.memory.size()) - c.rows() * dv;
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  for (Index b = 0; b < c.batch; ++b)
+    for (Index h = 0; h < c.q_heads; ++h)
+      for (Index s = 0; s < c.q_len; ++s) {
+        const auto at = static_cast<std::size_t>((b * c.q_heads + h) * c.q_len + s);
+        if (lse_expected[at] != kNegInf) continue;
+        ++r.empty_rows;
+        const float* row = o.view.row(b, h, s);
+        r.empty_rows_exact = r.empty_rows_exact && lse[at] == kNegInf &&
+                             std::all_of(row, row + dv, [](float x) { return x == 0.f; });
+      }
+  return r;
+}
+
+/// attention()'s output [B, Hq, Lq, Dv] (row-major) and LSE [B, Hq, Lq] for one Case; compare
+/// two with max_lse_diff (NaN counts as infinity, equal infinities as 0).
+struct KernelResult {
+  std::vector<float> out, lse;
+};
+
+/// Runs only the kernel, on the inputs run_case would draw for the same seed.
+template <class T = float, class Spec>
+KernelResult run_kernel(const Spec& spec, const Case& c, std::uint32_t seed = 7) {
+  Tensor<T> q(c.layout, c.batch, c.q_heads, c.q_len, c.dim);
+  Tensor<T> k(c.layout, c.batch, c.kv_heads, c.kv_len, c.dim);
+  Tensor<T> v(c.layout, c.batch, c.kv_heads, c.kv_len, c.dv());
+  Tensor<float> o(Layout::Bhsd, c.batch, c.q_heads, c.q_len, c.dv());
+  q.randomize(seed, c.stddev);
+  k.randomize(seed + 1, c.stddev);
+  v.randomize(seed + 2);
+  KernelResult r;
+  r.lse.resize(static_cast<std::size_t>(c.rows()));
+  attention(spec, q.cview(), k.cview(), v.cview(), o.view, c.options().with_lse(r.lse.data()));
+  r.out = std::move(o.memory);
+  return r;
+}
+
+}  // namespace attnkit::test
