@@ -368,10 +368,10 @@ TEST_CASE("attention: a sliding window calls keep() on Partial tiles only",
 }
 
 TEST_CASE("attention: PowerOfTwo sees the key at distance 2^62 (q_offset = 2^62)",
-          "[attention][mask][edge][!shouldfail]") {
-  // Library bug: PowerOfTwo::keep() keeps distance 2^62 (query position 2^62, the largest
-  // valid q_offset, and key 0) and the reference uses that key; key_ranges() lists distances
-  // up to 2^61 only, so the kernel never visits it and the row comes out empty (0, LSE -inf).
+          "[attention][mask][edge]") {
+  // Regression: PowerOfTwo::keep() keeps distance 2^62 (query position 2^62, the largest
+  // valid q_offset, and key 0); key_ranges() once stopped at 2^61, so the kernel never
+  // visited that key and the row came out empty (0, LSE -inf) while the reference used it.
   const ak::test::Outcome r =
       ak::test::run_case(ak::make_spec(PowerOfTwo{0, 0}), shape(1, 4, 32, 1, Index{1} << 62));
   REQUIRE(r.empty_rows == 0);  // the reference sees key 0

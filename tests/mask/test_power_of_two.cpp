@@ -172,10 +172,9 @@ TEST_CASE("PowerOfTwo: negative sizes throw attnkit::Error naming them, large wi
 }
 
 TEST_CASE("PowerOfTwo: key_ranges holds the key at distance 2^62 (q_offset = 2^62)",
-          "[mask][power_of_two][!shouldfail]") {
-  // Library bug: keep() keeps distance 2^62 (a query at q_offset = 2^62, the largest valid
-  // offset, and key 0), but key_ranges() lists distances up to 2^kMaxPower = 2^61 only, so
-  // the kernel never visits key 0 while the reference uses it.
+          "[mask][power_of_two]") {
+  // Regression: keep() keeps distance 2^62 (a query at q_offset = 2^62, the largest valid
+  // offset, and key 0); key_ranges() once stopped at 2^61, so the kernel skipped key 0.
   const PowerOfTwo m{0, 0};
   const Index far = Index{1} << 62;
   REQUIRE(m.keep(0, 0, far, 0));

@@ -17,7 +17,7 @@ namespace attnkit {
 struct PowerOfTwo {
   using slot = MaskSlot;
 
-  static constexpr int kMaxPower = 61;  // distances 2^0 .. 2^61 cover every valid position
+  static constexpr int kMaxPower = 62;  // distances up to 2^62: |q_offset| <= 2^62, keys >= 0
 
   Index sinks = 0, window = 0;
 

@@ -15,13 +15,15 @@ namespace attnkit {
 struct SlidingWindow {
   using slot = MaskSlot;
 
-  // Reach is capped so that i + right never overflows for any valid position (|i| <= 2^62
-  // plus the query count); a window that long is the same as an unbounded one.
+  // Reach is capped at 2^60 so that i + right never overflows for any valid position
+  // (|i| <= 2^62 plus the query count). A larger reach is clamped: a key more than 2^60
+  // positions from its query is outside the window even then (only q_offsets beyond 2^60
+  // can make such a pair).
   static constexpr Index kMaxReach = Index{1} << 60;
 
   Index left = 0, right = 0;
 
-  /// Throws Error for a negative reach; reaches above 2^60 are clamped to 2^60.
+  /// Throws Error for a negative reach; reaches above 2^60 are clamped to 2^60 (see above).
   SlidingWindow(Index left_keys, Index right_keys)
       : left(std::min(left_keys, kMaxReach)), right(std::min(right_keys, kMaxReach)) {
     detail::require(left_keys >= 0, "SlidingWindow.left", ">= 0", left_keys);
