@@ -466,10 +466,8 @@ TEST_CASE("attention with BlockMask: a mask laid out for another call throws and
   c.kv_heads = 2;
   c.q_len = 40;
   c.kv_len = 60;
-  const auto throws = [&](const ak::BlockMaskLayout& l, const ak::Options& options,
-                          const std::string& message) {
-    INFO(message);
-    const auto spec = ak::make_spec(ak::make_block_mask(ak::Causal{}, l));
+  const auto refused = [&](const auto& spec, const ak::Options& options,
+                           const std::string& message) {
     o.for_each([](float& x) { x = 42.f; });
     std::vector<float> lse(static_cast<std::size_t>(c.rows()), 7.f);
     CHECK_THROWS_MATCHES(
@@ -483,6 +481,15 @@ TEST_CASE("attention with BlockMask: a mask laid out for another call throws and
     CHECK_THROWS_MATCHES(
         ak::reference::attention(spec, q.cview(), k.cview(), v.cview(), ref.view, options),
         ak::Error, Catch::Matchers::MessageMatches(ContainsSubstring(message)));
+  };
+  // Alone and inside a combination (found by review: `Causal & blocks` went unchecked).
+  const auto throws = [&](const ak::BlockMaskLayout& l, const ak::Options& options,
+                          const std::string& message) {
+    INFO(message);
+    const auto blocks = ak::make_block_mask(ak::Causal{}, l);
+    refused(ak::make_spec(blocks), options, message);
+    refused(ak::make_spec(ak::Causal{} & blocks), options, message);
+    refused(ak::make_spec(ak::Sinks{0} | blocks), options, message);
   };
   const ak::Options defaults;
   ak::BlockMaskLayout l = c.layout(16, 16);

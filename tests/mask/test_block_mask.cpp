@@ -16,6 +16,7 @@
 #include <catch2/matchers/catch_matchers_exception.hpp>
 #include <catch2/matchers/catch_matchers_floating_point.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
+#include <limits>
 #include <random>
 #include <string>
 #include <utility>
@@ -400,6 +401,19 @@ TEST_CASE("BlockMask: accepts empty rows and blocks repeated across rows", "[mas
   CHECK_NOTHROW(ak::BlockMask<>(small_layout(), list_of({{0}, {}, {}}), list_of({{}, {0}, {}})));
   // Zero batches: one offset, no blocks.
   CHECK_NOTHROW(ak::BlockMask<>(layout_of(8, 8, 4, 4, 0, 0), list_of({}), list_of({})));
+}
+
+TEST_CASE("BlockMask: a layout whose block count overflows is refused",
+          "[mask][block_mask][errors]") {
+  // Found by review: (q_len + block_q - 1) overflowed for block_q = INT64_MAX, giving 0 rows.
+  ak::BlockMaskLayout l = layout_of(100, 100, std::numeric_limits<Index>::max(), 4);
+  CHECK(l.q_blocks() == 1);
+  CHECK_NOTHROW(ak::BlockMask<>(l, ak::BlockList{{0, 0}, {}}, ak::BlockList{{0, 0}, {}}));
+  l.batch = Index{1} << 40;
+  CHECK_THROWS_MATCHES(
+      ak::BlockMask<>(l, ak::BlockList{{0}, {}}, ak::BlockList{{0}, {}}), ak::Error,
+      Catch::Matchers::MessageMatches(
+          ContainsSubstring("BlockMask: expected batch * heads * q_blocks below 2^40")));
 }
 
 TEST_CASE("BlockMask: to_string and to_dense refuse a batch or head out of range",

@@ -61,15 +61,16 @@ ByteSpan byte_span(const View<T>& v) {
   return {begin, begin + static_cast<std::uintptr_t>(element_extent(v)) * sizeof(T)};
 }
 
-/// Throws Error naming both arguments when the two spans share a byte. Sufficient (a
-/// conservative test on address ranges: interleaved views are refused too).
+/// Throws Error naming both arguments when the address ranges the two spans cover overlap.
+/// Conservative: an output interleaved with an input (one fused buffer holding q, k, v and
+/// o slots per token) is refused even where no element is shared.
 inline void require_disjoint(const ByteSpan& a, const std::string& a_name, const ByteSpan& b,
                              const std::string& b_name) {
   const bool overlap = !a.empty() && !b.empty() && a.begin < b.end && b.begin < a.end;
   if (overlap)
     fail(a_name, "memory disjoint from " + b_name,
-         std::to_string(std::min(a.end, b.end) - std::max(a.begin, b.begin)) +
-             " shared bytes (aliasing " + b_name + ")");
+         "address ranges overlapping by " +
+             std::to_string(std::min(a.end, b.end) - std::max(a.begin, b.begin)) + " bytes");
 }
 
 // The rows of an output view must be distinct memory: threads write them concurrently.

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "attnkit/detail/checked.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/error.hpp"
 #include "attnkit/mask/tile_kind.hpp"
@@ -33,8 +34,8 @@ struct BlockMaskLayout {
   Index block_q = 128, block_k = 128;
   Index q_offset = 0;  // absolute position of query row 0 (attention()'s q_offset)
 
-  Index q_blocks() const { return (q_len + block_q - 1) / block_q; }
-  Index kv_blocks() const { return (kv_len + block_k - 1) / block_k; }
+  Index q_blocks() const { return q_len / block_q + (q_len % block_q != 0); }  // no overflow
+  Index kv_blocks() const { return kv_len / block_k + (kv_len % block_k != 0); }
   Index rows() const { return batch * heads * q_blocks(); }
 };
 
@@ -47,6 +48,9 @@ inline void check_block_layout(const BlockMaskLayout& l) {
   require(l.kv_len >= 0, "BlockMask.kv_len", ">= 0", l.kv_len);
   require(l.block_q >= 1, "BlockMask.block_q", ">= 1", l.block_q);
   require(l.block_k >= 1, "BlockMask.block_k", ">= 1", l.block_k);
+  Index rows = 0;
+  require(checked_product({l.batch, l.heads, l.q_blocks()}, &rows) && rows < (Index{1} << 40),
+          "BlockMask", "batch * heads * q_blocks below 2^40", "more");
 }
 
 }  // namespace detail

@@ -93,6 +93,14 @@ struct MaskCombination {
   auto runs(Index bi, Index h, Index i) const {
     return Rule::ranges(a.runs(bi, h, i), b.runs(bi, h, i));
   }
+
+  /// Operands that carry data (a BlockMask in `Causal{} & blocks`) check it against the call.
+  void validate(Index q_len, Index kv_len, Index q_offset, Index batch, Index q_heads) const {
+    if constexpr (detail::has_validate<A>::value)
+      a.validate(q_len, kv_len, q_offset, batch, q_heads);
+    if constexpr (detail::has_validate<B>::value)
+      b.validate(q_len, kv_len, q_offset, batch, q_heads);
+  }
 };
 
 /// Pairs both masks keep.

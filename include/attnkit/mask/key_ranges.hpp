@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cassert>
 #include <cstddef>
 #include <limits>
 
@@ -28,15 +29,21 @@ struct KeyRanges {
     return r;
   }
 
-  /// Appends x (ignored when empty). Ranges come in increasing order; one that touches or
-  /// overlaps the last is merged into it.
+  /// Appends x (ignored when empty). Ranges must come in increasing order of begin and fit
+  /// in N (unite / intersect size N for the worst case). One that touches or overlaps the
+  /// last merges into it. A misuse never writes out of bounds: an out-of-order or
+  /// over-capacity range widens the last one to the hull, still a superset of the keys
+  /// (fine for key_ranges(), too wide for runs(): debug builds assert).
   void add(Range x) {
     if (x.end <= x.begin) return;
-    if (count > 0 && x.begin <= ranges[count - 1].end) {
+    if (count > 0 && (x.begin <= ranges[count - 1].end || count == N)) {
+      assert(x.begin >= ranges[count - 1].begin && "KeyRanges::add: ranges out of order");
+      assert(x.begin <= ranges[count - 1].end && "KeyRanges::add: more ranges than capacity");
+      ranges[count - 1].begin = std::min(ranges[count - 1].begin, x.begin);
       ranges[count - 1].end = std::max(ranges[count - 1].end, x.end);
       return;
     }
-    ranges[count++] = x;  // callers size N for the worst case (see unite / intersect)
+    ranges[count++] = x;
   }
 
   const Range* begin() const { return ranges; }
