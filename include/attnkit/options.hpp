@@ -15,7 +15,10 @@ struct Options {
   std::optional<float> scale;     // default 1/sqrt(head_dim)
   std::optional<Index> q_offset;  // absolute position of query row 0; default kv_len - q_len
   int threads = 0;                // 0: all OpenMP threads; 1: serial; at most kMaxThreads
-  float* lse = nullptr;           // optional [batch, q_heads, q_len] log-sum-exp (natural log)
+  // Optional [batch, q_heads, q_len] row statistic of the normalizer: the log-sum-exp
+  // (natural log) for Softmax, the row sum of the weights for l1 normalizers (ReluPower);
+  // a normalizer without one (Sigmoid) refuses a buffer.
+  float* lse = nullptr;
 
   // Setters return a modified copy, so `const auto& o = Options{}.with_lse(p);` is safe.
   Options with_scale(float s) const {

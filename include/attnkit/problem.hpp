@@ -9,6 +9,7 @@
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/detail/view_checks.hpp"
 #include "attnkit/error.hpp"
+#include "attnkit/normalizer/row_context.hpp"
 #include "attnkit/options.hpp"
 #include "attnkit/tensor.hpp"
 
@@ -124,8 +125,13 @@ Problem make_problem(const View<Q>& q, const View<K>& k, const View<V>& v, const
 
 /// Lets each policy of `spec` that carries data of its own (a BlockMask built for other
 /// sizes) check it against the call: validate(q_len, kv_len, q_offset, batch, q_heads).
+/// A row-statistics buffer is refused for a normalizer that has none.
 template <class Spec>
-void validate_policies(const Spec& spec, const Problem& p) {
+void validate_policies(const Spec& spec, const Problem& p, const Options& options) {
+  using Normalizer = typename Spec::Normalizer;
+  if constexpr (detail::row_stat_kind<Normalizer>() == RowStat::None)
+    detail::require(options.lse == nullptr, "lse", "nullptr (this normalizer has no row statistic)",
+                    "a buffer");
   const auto check = [&p](const auto& policy) {
     if constexpr (detail::has_validate<std::decay_t<decltype(policy)>>::value)
       policy.validate(p.q_len, p.kv_len, p.q_offset, p.batch, p.q_heads);

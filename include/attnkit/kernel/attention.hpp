@@ -48,7 +48,7 @@ void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<
                     detail::is_storage<O>(),
                 "attention(): storage must be float, Eigen::bfloat16 or Eigen::half");
   const Problem p = make_problem(q, k, v, o, options);
-  validate_policies(spec, p);
+  validate_policies(spec, p, options);
   using Tiles = detail::AttentionTiles<Spec, Q, K, V, O>;
 
   const Index q_tiles = (p.q_len + Tiles::kBq - 1) / Tiles::kBq;

@@ -20,6 +20,7 @@
 #include "attnkit/kernel/tile_config.hpp"
 #include "attnkit/kernel/tile_mask.hpp"
 #include "attnkit/mask/tile_kind.hpp"
+#include "attnkit/normalizer/row_context.hpp"
 #include "attnkit/problem.hpp"
 #include "attnkit/score/score_tile.hpp"
 #include "attnkit/simd/simd.hpp"
@@ -33,7 +34,8 @@ class AttentionTiles {
  public:
   static constexpr Index kBq = TileConfig::kBlockQ;
   static constexpr Index kBk = TileConfig::kBlockK;
-  using State = typename Spec::Normalizer::State;
+  using Normalizer = typename Spec::Normalizer;
+  using State = typename Normalizer::State;
 
   AttentionTiles(const Spec& spec, const Problem& p, const View<Q>& q, const View<K>& k,
                  const View<V>& v, const View<O>& o, float* lse)
@@ -64,7 +66,7 @@ class AttentionTiles {
     const Range q_pos{q0 + p_.q_offset, q0 + nq + p_.q_offset};
 
     pack_q_transposed(q_, b, h, q0, nq, lanes, p_.scale, qt_, kBq);  // qt_ [D, kBq]
-    for (State& st : states_) st = spec_.normalizer.begin();
+    for (State& st : states_) st = begin_state(spec_.normalizer, RowContext{b, h, p_.kv_len});
     std::fill(acc_, acc_ + nq * dv_pad_, 0.f);  // acc_ [kBq, dv_pad]
 
     // Only the key tiles the mask lets some query see (key_schedule.hpp): with Causal the
@@ -98,13 +100,15 @@ class AttentionTiles {
     }
   }
 
-  // Logits -> weights, lane block by lane block; rescales the accumulator rows.
+  // Logits -> weights, lane block by lane block; rescales the accumulator rows unless the
+  // normalizer keeps no running maximum (sigmoid, ReLU^a: kRescales = false).
   void absorb(Index nk, Index nq, Index lanes) {
     for (Index c = 0; c < lanes; c += simd::kWidth) {
       const simd::Vec alpha = spec_.normalizer.absorb(
           states_[static_cast<std::size_t>(c / simd::kWidth)], s_ + c, nk, kBq);
       simd::store(factor_ + c, alpha);
     }
+    if constexpr (!rescales<Normalizer>()) return;
     for (Index r = 0; r < nq; ++r) {
       const simd::Vec f(factor_[r]);
       float* row = acc_ + r * dv_pad_;
@@ -169,7 +173,7 @@ class AttentionTiles {
     for (Index c = 0; c < lanes; c += simd::kWidth) {
       const State& st = states_[static_cast<std::size_t>(c / simd::kWidth)];
       simd::store(factor_ + c, spec_.normalizer.finalize(st));
-      if (lse_ != nullptr) store_lse(st, (b * p_.q_heads + h) * p_.q_len + q0 + c, nq - c);
+      if (lse_ != nullptr) store_row_stat(st, (b * p_.q_heads + h) * p_.q_len + q0 + c, nq - c);
     }
     for (Index r = 0; r < nq; ++r) {
       const float* acc = acc_ + r * dv_pad_;
@@ -178,9 +182,12 @@ class AttentionTiles {
     }
   }
 
-  void store_lse(const State& st, Index at, Index valid) {
+  void store_row_stat(const State& st, Index at, Index valid) {
     alignas(64) float lanes[simd::kWidth];
-    simd::store(lanes, spec_.normalizer.lse(st));
+    if constexpr (row_stat_kind<Normalizer>() != RowStat::None)  // attention() refuses a buffer
+      simd::store(lanes, row_stat(spec_.normalizer, st));
+    else
+      return;
     std::copy(lanes, lanes + std::min<Index>(valid, simd::kWidth), lse_ + at);
   }
 

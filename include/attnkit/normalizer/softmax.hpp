@@ -4,12 +4,21 @@
 // Masked logits are -inf and weigh 0; a query with no visible key finalizes to 0, LSE -inf.
 // A NaN or +inf logit among a query's visible keys makes that query's output and LSE NaN:
 // "no key" (LSE -inf) is never reported for a row that saw a key, so a merge cannot drop it.
+// Optional sink logits, one per query head (gpt-oss; all 0 is "softmax off by one"): the
+// sink adds exp(sink - m) to the denominator and nothing to the output. It is compared with
+// the scaled logits as it is (it is not multiplied by the scale); the online state starts at
+// m = sink, l = 1, so a row that sees no key gives 0 and LSE = sink.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "attnkit/error.hpp"
+#include "attnkit/normalizer/row_context.hpp"
 #include "attnkit/simd/simd.hpp"
 #include "attnkit/slots.hpp"
 #include "attnkit/tensor.hpp"
@@ -18,6 +27,16 @@ namespace attnkit {
 
 struct Softmax {
   using slot = NormalizerSlot;
+
+  std::vector<float> sinks;  // [q_heads] sink logits; empty: plain softmax
+
+  Softmax() = default;
+  /// Softmax with one sink logit per query head.
+  static Softmax with_sinks(std::vector<float> per_head) {
+    Softmax s;
+    s.sinks = std::move(per_head);
+    return s;
+  }
 
   static constexpr float kLog2e = 1.4426950408889634f;
   static constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -29,6 +48,12 @@ struct Softmax {
   };
 
   State begin() const { return State{}; }
+
+  /// The state of rows of head ctx.head: empty, or holding the head's sink.
+  State begin(const RowContext& ctx) const {
+    if (sinks.empty()) return State{};
+    return State{simd::Vec(sinks[static_cast<std::size_t>(ctx.head)]), simd::Vec(1.f)};
+  }
 
   /// s is a [keys, ld] block of logits whose kWidth columns are this State's queries
   /// (masked = -inf). Overwrites the logits with unnormalized weights and returns, per
@@ -76,24 +101,36 @@ struct Softmax {
     return simd::load(m);
   }
 
-  /// Reference rule in double for one query: logits s[n] (masked = -inf) -> weights in
-  /// place; returns the LSE. A NaN or +inf logit makes every weight and the LSE NaN.
-  double reference_row(double* s, Index n) const {
+  /// Reference rule in double for one query of head ctx.head: logits s[n] (masked = -inf)
+  /// -> weights in place; returns the LSE (sink included). A NaN or +inf logit makes every
+  /// weight and the LSE NaN.
+  double reference_row(double* s, Index n, const RowContext& ctx) const {
     const double neg_inf = -std::numeric_limits<double>::infinity();
     const double nan = std::numeric_limits<double>::quiet_NaN();
     if (std::any_of(s, s + n, [](double x) { return std::isnan(x) || x == HUGE_VAL; })) {
       std::fill(s, s + n, nan);
       return nan;
     }
-    const double m = n > 0 ? *std::max_element(s, s + n) : neg_inf;
+    const double sink = sinks.empty() ? neg_inf : double(sinks[static_cast<std::size_t>(ctx.head)]);
+    const double m = std::max(n > 0 ? *std::max_element(s, s + n) : neg_inf, sink);
     if (m == neg_inf) {
       std::fill(s, s + n, 0.0);
       return neg_inf;
     }
-    double l = 0.0;
+    double l = sink == neg_inf ? 0.0 : std::exp(sink - m);
     for (Index j = 0; j < n; ++j) l += (s[j] = std::exp(s[j] - m));
     for (Index j = 0; j < n; ++j) s[j] /= l;
     return m + std::log(l);
+  }
+
+  /// The same without a sink (the rule of plain softmax, for callers without a context).
+  double reference_row(double* s, Index n) const { return Softmax{}.reference_row(s, n, {}); }
+
+  /// Throws Error when the sinks do not cover the call's heads.
+  void validate(Index /*q_len*/, Index /*kv_len*/, Index /*q_offset*/, Index /*batch*/,
+                Index q_heads) const {
+    detail::require(sinks.empty() || static_cast<Index>(sinks.size()) == q_heads,
+                    "Softmax.sinks.size()", "q_heads = " + std::to_string(q_heads), sinks.size());
   }
 };
 

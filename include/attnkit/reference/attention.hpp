@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attnkit/detail/traits.hpp"
+#include "attnkit/normalizer/row_context.hpp"
 #include "attnkit/options.hpp"
 #include "attnkit/problem.hpp"
 #include "attnkit/spec.hpp"
@@ -42,7 +43,7 @@ void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<
                     !attnkit::detail::has_apply_tile<typename Spec::Score>::value,
                 "reference::attention(): a Score policy with apply_tile() needs modify() too");
   const Problem p = make_problem(q, k, v, o, options);
-  validate_policies(spec, p);
+  validate_policies(spec, p, options);
   const double neg_inf = -std::numeric_limits<double>::infinity();
   std::vector<double> s_row(static_cast<std::size_t>(p.kv_len));       // one row of [Lq, Lk]
   std::vector<char> kept_row(static_cast<std::size_t>(p.kv_len));      // the mask's row
@@ -64,7 +65,8 @@ void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<
           s[j] = kept[j] ? detail::logit(spec, q.row(b, h, r), k.row(b, hk, j), p, b, h, i, j)
                          : neg_inf;
         }
-        const double lse = spec.normalizer.reference_row(s, p.kv_len);
+        const double stat = attnkit::detail::reference_row(spec.normalizer, s, p.kv_len,
+                                                           RowContext{b, h, p.kv_len});
         std::fill(out, out + p.value_dim, 0.0);
         for (Index j = 0; j < p.kv_len; ++j)
           if (kept[j])
@@ -72,7 +74,7 @@ void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<
         for (Index c = 0; c < p.value_dim; ++c)
           o.row(b, h, r)[c] = static_cast<std::remove_const_t<O>>(out[c]);
         if (options.lse != nullptr)
-          options.lse[(b * p.q_heads + h) * p.q_len + r] = static_cast<float>(lse);
+          options.lse[(b * p.q_heads + h) * p.q_len + r] = static_cast<float>(stat);
       }
     }
 }

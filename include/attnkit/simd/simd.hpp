@@ -37,6 +37,7 @@ struct Vec {
   friend Vec operator+(Vec a, Vec b) { return a.x + b.x; }
   friend Vec operator-(Vec a, Vec b) { return a.x - b.x; }
   friend Vec operator*(Vec a, Vec b) { return a.x * b.x; }
+  friend Vec operator/(Vec a, Vec b) { return a.x / b.x; }
 };
 inline constexpr int kWidth = 1;
 inline constexpr int kRegisters = 16;  // what the compiler has for the scalar path
@@ -47,6 +48,7 @@ inline void store(float* p, Vec v) { *p = v.x; }
 inline Vec fma(Vec a, Vec b, Vec c) { return std::fma(a.x, b.x, c.x); }
 inline Vec max(Vec a, Vec b) { return std::max(a.x, b.x); }
 inline Vec exp2(Vec a) { return std::exp2(a.x); }  // same contract as the SIMD path
+inline Vec log2(Vec a) { return std::log2(a.x); }
 inline Vec tanh(Vec a) { return std::tanh(a.x); }
 inline float reduce_add(Vec a) { return a.x; }
 inline float reduce_max(Vec a) { return a.x; }
@@ -54,6 +56,7 @@ inline Vec zero_if_neg_inf(Vec a) { return a.x == -HUGE_VALF ? 0.f : a.x; }
 using Mask = bool;
 inline Mask in_range(Vec x, Vec lo, Vec hi) { return lo.x <= x.x && x.x < hi.x; }
 inline Mask either(Mask a, Mask b) { return a || b; }
+inline Mask is_nan(Vec a) { return std::isnan(a.x); }
 inline Vec select(Mask m, Vec a, Vec b) { return m ? a : b; }
 
 #else
@@ -78,6 +81,8 @@ inline Vec fma(Vec a, Vec b, Vec c) {
 inline Vec max(Vec a, Vec b) { return xsimd::max(a, b); }
 /// 2^a for a < 127 (xsimd returns inf from 127 on, and 0 at or below -127).
 inline Vec exp2(Vec a) { return xsimd::exp2(a); }
+/// log2(a); -inf at 0.
+inline Vec log2(Vec a) { return xsimd::log2(a); }
 inline Vec tanh(Vec a) { return xsimd::tanh(a); }
 
 /// a, with lanes equal to -inf replaced by 0.
@@ -88,6 +93,7 @@ using Mask = Vec::batch_bool_type;
 /// lo <= x < hi, lane by lane.
 inline Mask in_range(Vec x, Vec lo, Vec hi) { return (lo <= x) & (x < hi); }
 inline Mask either(Mask a, Mask b) { return a | b; }
+inline Mask is_nan(Vec a) { return a != a; }
 /// a where m is set, else b.
 inline Vec select(Mask m, Vec a, Vec b) { return xsimd::select(m, a, b); }
 

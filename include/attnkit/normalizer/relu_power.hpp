@@ -1,0 +1,79 @@
+// ReluPower{alpha, bias} (reconstructed; see MECHANISMS.md): a_ij = ReLU(s_ij - b)^alpha /
+// sum_j ReLU(s_ij - b)^alpha, an l1-normalized power of the shifted logits. The weights
+// need no running maximum (kRescales = false): they are summed as they come, and the row
+// sum is the row statistic (RowStat::Sum, written through Options::lse). A row whose
+// weights are all 0 (nothing visible, or every logit <= b) gives 0, never NaN.
+#pragma once
+
+#include <cmath>
+
+#include "attnkit/error.hpp"
+#include "attnkit/normalizer/row_context.hpp"
+#include "attnkit/simd/simd.hpp"
+#include "attnkit/slots.hpp"
+#include "attnkit/tensor.hpp"
+
+namespace attnkit {
+
+struct ReluPower {
+  using slot = NormalizerSlot;
+  static constexpr bool kRescales = false;
+  static constexpr RowStat kRowStat = RowStat::Sum;
+
+  float alpha = 1.f, bias = 0.f;
+
+  /// Throws Error unless alpha is finite and > 0 and bias is finite.
+  ReluPower(float power, float shift) : alpha(power), bias(shift) {
+    detail::require(std::isfinite(power) && power > 0.f, "ReluPower.alpha", "finite and > 0",
+                    power);
+    detail::require(std::isfinite(shift), "ReluPower.bias", "finite", shift);
+  }
+
+  struct State {
+    simd::Vec l = simd::Vec(0.f);  // row sum of the weights
+  };
+
+  State begin() const { return State{}; }
+
+  /// s[keys, ld] -> ReLU(s - b)^alpha = 2^(alpha log2(max(s - b, 0))) (log2(0) = -inf
+  /// gives exactly 0, so masked -inf logits weigh 0). max() may drop a NaN, so NaN logits
+  /// are put back: NaN in gives NaN out. Returns 1: nothing to rescale.
+  simd::Vec absorb(State& st, float* s, Index keys, Index ld) const {
+    const simd::Vec b(bias), a(alpha), zero(0.f);
+    simd::Vec sum(0.f);
+    for (Index j = 0; j < keys; ++j) {
+      const simd::Vec shifted = simd::load(s + j * ld) - b;
+      const simd::Vec x = simd::max(shifted, zero);
+      const simd::Vec w =
+          simd::select(simd::is_nan(shifted), shifted, simd::exp2(a * simd::log2(x)));
+      simd::store(s + j * ld, w);
+      sum = sum + w;
+    }
+    st.l = st.l + sum;
+    return simd::Vec(1.f);
+  }
+
+  /// 1 / l, or 0 for a row whose weights are all 0 (never NaN from an empty row).
+  simd::Vec finalize(const State& st) const {
+    alignas(64) float l[simd::kWidth];
+    simd::store(l, st.l);
+    for (float& x : l) x = x == 0.f ? 0.f : 1.f / x;
+    return simd::load(l);
+  }
+
+  simd::Vec row_sum(const State& st) const { return st.l; }
+
+  /// Reference rule in double: weights in place; returns the row sum.
+  double reference_row(double* s, Index n) const {
+    double l = 0.0;
+    for (Index j = 0; j < n; ++j) {
+      const double x = s[j] - double(bias);
+      s[j] = std::isnan(x) ? x : x > 0.0 ? std::pow(x, double(alpha)) : 0.0;
+      l += s[j];
+    }
+    for (Index j = 0; j < n; ++j) s[j] = l == 0.0 ? 0.0 : s[j] / l;
+    return l;
+  }
+};
+
+}  // namespace attnkit

@@ -1,0 +1,85 @@
+// Sigmoid (Ramapuram et al. 2024): o_i = sum_j sigmoid(s_ij + b) v_j, with no row
+// normalization. The recommended bias is b = -log(n): by default n is the call's key count
+// Lk (the paper's -log of the sequence length); their training configs fix it instead to
+// -log of the training length (`Sigmoid{-std::log(2048.f)}`). A bias per query head
+// overrides both. Masked pairs weigh sigmoid(-inf) = 0, so empty rows give 0. No running
+// maximum and no rescale: key tiles could be summed in any order (kRescales = false), and
+// there is no row statistic (an Options::lse buffer is an Error).
+#pragma once
+
+#include <cmath>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attnkit/error.hpp"
+#include "attnkit/normalizer/row_context.hpp"
+#include "attnkit/simd/simd.hpp"
+#include "attnkit/slots.hpp"
+#include "attnkit/tensor.hpp"
+
+namespace attnkit {
+
+struct Sigmoid {
+  using slot = NormalizerSlot;
+  static constexpr bool kRescales = false;
+  static constexpr RowStat kRowStat = RowStat::None;
+  static constexpr float kLog2e = 1.4426950408889634f;
+
+  std::optional<float> bias;     // default: -log(Lk) of the call
+  std::vector<float> head_bias;  // [q_heads], when not empty: overrides `bias`
+
+  Sigmoid() = default;
+  /// One bias for every head and call.
+  explicit Sigmoid(float b) : bias(b) {}
+  /// One bias per query head (must cover every head of the calls it is used in).
+  static Sigmoid per_head(std::vector<float> biases) {
+    Sigmoid s;
+    s.head_bias = std::move(biases);
+    return s;
+  }
+
+  /// The bias of the rows of ctx.head.
+  float bias_for(const RowContext& ctx) const {
+    if (!head_bias.empty()) return head_bias[static_cast<std::size_t>(ctx.head)];
+    if (bias) return *bias;
+    return ctx.kv_len > 0 ? -std::log(static_cast<float>(ctx.kv_len)) : 0.f;
+  }
+
+  struct State {
+    simd::Vec bias;
+  };
+
+  State begin(const RowContext& ctx) const { return State{simd::Vec(bias_for(ctx))}; }
+
+  /// s[keys, ld] -> sigmoid(s + b) = 1 / (1 + 2^(-(s + b) log2 e)). Returns 1: nothing to
+  /// rescale (the kernel does not ask, kRescales = false).
+  simd::Vec absorb(State& st, float* s, Index keys, Index ld) const {
+    const simd::Vec one(1.f), neg_log2e(-kLog2e);
+    for (Index j = 0; j < keys; ++j) {
+      const simd::Vec x = simd::load(s + j * ld) + st.bias;
+      simd::store(s + j * ld, one / (one + simd::exp2(x * neg_log2e)));
+    }
+    return one;
+  }
+
+  simd::Vec finalize(const State& /*st*/) const { return simd::Vec(1.f); }
+
+  /// Reference rule in double: weights in place; returns NaN (there is no row statistic).
+  double reference_row(double* s, Index n, const RowContext& ctx) const {
+    const double b = static_cast<double>(bias_for(ctx));
+    for (Index j = 0; j < n; ++j) s[j] = 1.0 / (1.0 + std::exp(-(s[j] + b)));
+    return std::nan("");
+  }
+
+  /// Throws Error when a per-head bias does not cover the call's heads.
+  void validate(Index /*q_len*/, Index /*kv_len*/, Index /*q_offset*/, Index /*batch*/,
+                Index q_heads) const {
+    detail::require(head_bias.empty() || static_cast<Index>(head_bias.size()) == q_heads,
+                    "Sigmoid.head_bias.size()", "q_heads = " + std::to_string(q_heads),
+                    head_bias.size());
+  }
+};
+
+}  // namespace attnkit
