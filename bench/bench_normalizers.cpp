@@ -1,0 +1,158 @@
+// Normalizers against softmax on the same inputs, in the same run: Sigmoid (default bias
+// -log Lk), ReluPower{2, 0} and Softmax::with_sinks (one sink logit 0 per head), each beside
+// plain Softmax, full and causal, 1 and 2 threads. The question a user asks: what does
+// swapping the normalizer cost? The GEMMs are the same, so any difference is the
+// per-logit work of absorb() (sigmoid: one exp2 and one division; ReluPower: log2 and
+// exp2; softmax: a max pass, one exp2, and the accumulator rescale). The summary reports
+// ms, GFLOP/s (4 H L^2 d, halved for causal) and time / softmax time next to the targets
+// of issue 7. Times are the best of the repetitions (the machines are shared).
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <attnkit/attnkit.hpp>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace ak = attnkit;
+using ak::Index;
+
+namespace {
+
+constexpr Index kDim = 128, kLen = 4096, kHeads = 4;
+constexpr int kRepetitions = 3;
+
+// Q, K, V, O of one shape in BSHD layout (B = 1), filled once.
+struct Buffers {
+  std::vector<float> q, k, v, o;
+  Buffers() {
+    const auto n = static_cast<std::size_t>(kLen * kHeads * kDim);
+    q.resize(n);
+    k.resize(n);
+    v.resize(n);
+    o.resize(n);
+    std::mt19937 rng(42);
+    std::normal_distribution<float> dist;
+    for (auto* t : {&q, &k, &v})
+      for (float& x : *t) x = dist(rng);
+  }
+  ak::View<const float> in(const std::vector<float>& t) const {
+    return ak::bshd(t.data(), 1, kLen, kHeads, kDim);
+  }
+  ak::View<float> out() { return ak::bshd(o.data(), 1, kLen, kHeads, kDim); }
+};
+
+Buffers& buffers() {
+  static Buffers b;
+  return b;
+}
+
+// Best iteration time per benchmark name ("<normalizer>/<mask>/threads:<n>").
+std::map<std::string, double>& best_seconds() {
+  static std::map<std::string, double> r;
+  return r;
+}
+
+double flops(bool causal) {
+  const double full = 4.0 * double(kHeads) * double(kLen) * double(kLen) * double(kDim);
+  return causal ? full / 2 : full;
+}
+
+template <class Spec>
+void bench_normalizer(benchmark::State& state, const std::string& key, const Spec& spec,
+                      bool causal, int threads) {
+  Buffers& buf = buffers();
+  const auto options = ak::Options{}.with_threads(threads);
+  double& best = best_seconds().try_emplace(key, 1e300).first->second;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    ak::attention(spec, buf.in(buf.q), buf.in(buf.k), buf.in(buf.v), buf.out(), options);
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best = std::min(best, s);
+    benchmark::DoNotOptimize(buf.o.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops(causal) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Registers `name` (a normalizer) under both masks and both thread counts.
+template <class Normalizer>
+void add(const std::string& name, const Normalizer& normalizer) {
+  for (const bool causal : {false, true})
+    for (const int threads : {1, 2}) {
+      const std::string key =
+          name + (causal ? "/causal" : "/full") + "/threads:" + std::to_string(threads);
+      auto run = [=](benchmark::State& s) {
+        if (causal)
+          bench_normalizer(s, key, ak::make_spec(ak::Causal{}, normalizer), causal, threads);
+        else
+          bench_normalizer(s, key, ak::make_spec(normalizer), causal, threads);
+      };
+      benchmark::RegisterBenchmark(key.c_str(), run)->Unit(benchmark::kMillisecond)->UseRealTime();
+    }
+}
+
+struct Row {
+  const char* name;
+  const char* target;  // the issue's target for time / softmax time, or "-"
+  double limit;        // the same as a number; 0: none
+};
+
+void print_summary() {
+  const Row rows[] = {{"softmax", "baseline", 0},
+                      {"sigmoid", "<= 1.00", 1.0},
+                      {"softmax_sinks", "<= 1.02", 1.02},
+                      {"relu_power2", "- (none)", 0}};
+  std::printf(
+      "\n### Normalizers vs softmax: ISA %s, d=%ld, L=%ld, H=%ld, B=1, f32, BSHD\n\n"
+      "ms = best iteration over the repetitions (default %d); GFLOP/s = 4 H L^2 d / time "
+      "(halved\nfor causal); / softmax = time / softmax time, same mask and threads; target "
+      "from issue 7.\n\n",
+      ak::simd::kArchName, long(kDim), long(kLen), long(kHeads), kRepetitions);
+  std::printf("| normalizer | mask | threads | ms | GFLOP/s | / softmax | target | met |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  for (const Row& row : rows)
+    for (const char* mask : {"full", "causal"})
+      for (const int threads : {1, 2}) {
+        const std::string suffix = std::string("/") + mask + "/threads:" + std::to_string(threads);
+        const auto it = best_seconds().find(row.name + suffix);
+        if (it == best_seconds().end()) continue;
+        const double seconds = it->second;
+        const auto base = best_seconds().find("softmax" + suffix);
+        char ratio[32] = "-", met[8] = "-";
+        if (base != best_seconds().end()) {
+          const double r = seconds / base->second;
+          std::snprintf(ratio, sizeof ratio, "%.3f", r);
+          if (row.limit > 0) std::snprintf(met, sizeof met, "%s", r <= row.limit ? "yes" : "no");
+        }
+        std::printf("| %s | %s | %d | %.1f | %.1f | %s | %s | %s |\n", row.name, mask, threads,
+                    seconds * 1e3, flops(mask[0] == 'c') / seconds / 1e9, ratio, row.target, met);
+      }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  add("softmax", ak::Softmax{});
+  add("sigmoid", ak::Sigmoid{});
+  add("softmax_sinks", ak::Softmax::with_sinks(std::vector<float>(kHeads, 0.f)));
+  add("relu_power2", ak::ReluPower{2.f, 0.f});
+  // Defaults first, so --benchmark_min_time / --benchmark_repetitions on the command line
+  // (the smoke test) override them: the last occurrence of a flag wins.
+  std::string min_time = "--benchmark_min_time=0.2",
+              repetitions = "--benchmark_repetitions=" + std::to_string(kRepetitions);
+  std::vector<char*> args{argv[0], min_time.data(), repetitions.data()};
+  args.insert(args.end(), argv + 1, argv + argc);
+  int count = static_cast<int>(args.size());
+  benchmark::Initialize(&count, args.data());
+  if (benchmark::ReportUnrecognizedArguments(count, args.data())) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  print_summary();
+  return 0;
+}
