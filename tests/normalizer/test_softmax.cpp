@@ -3,10 +3,13 @@
 // as the one-pass reference_row(); fully masked blocks and rows give 0 and LSE -inf, never
 // NaN; lse() is the natural-log log-sum-exp. Blocks are [keys, ld] with one query per lane.
 #include <algorithm>
+#include <attnkit/error.hpp>
 #include <attnkit/normalizer/softmax.hpp>
 #include <attnkit/simd/simd.hpp>
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_exception.hpp>
 #include <catch2/matchers/catch_matchers_floating_point.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -283,4 +286,136 @@ TEST_CASE("Softmax: large near-equal logits give the same weights across tiles a
     check_against_reference(rows, run_online(rows, {2}));     // one tile
     check_against_reference(rows, run_online(rows, {1, 1}));  // two tiles, max grows
   }
+}
+
+// Sinks (gpt-oss): one logit per query head that adds exp(sink - m) to the denominator and
+// nothing to the output.
+
+TEST_CASE("Softmax: begin(RowContext) holds the head's sink: m = sink, l = 1", "[softmax][sinks]") {
+  const ak::Softmax sinks = ak::Softmax::with_sinks({0.5f, -2.f, 0.f});
+  for (Index h = 0; h < 3; ++h) {
+    INFO("head " << h);
+    const ak::Softmax::State st = sinks.begin(ak::RowContext{1, h, 17});
+    for (const float m : lanes_of(st.m)) CHECK(m == sinks.sinks[static_cast<std::size_t>(h)]);
+    for (const float l : lanes_of(st.l)) CHECK(l == 1.f);
+    // Nothing absorbed (the row sees no key): factor 1 on a zero accumulator, LSE = sink.
+    for (const float f : lanes_of(sinks.finalize(st))) CHECK(f == 1.f);
+    for (const float l : lanes_of(sinks.lse(st)))
+      CHECK(l == sinks.sinks[static_cast<std::size_t>(h)]);
+  }
+  // Without sinks, begin(RowContext) is begin(): m = -inf, l = 0.
+  const ak::Softmax::State plain = ak::Softmax{}.begin(ak::RowContext{0, 2, 5});
+  for (const float m : lanes_of(plain.m)) CHECK(m == kNegInf);
+  for (const float l : lanes_of(plain.l)) CHECK(l == 0.f);
+}
+
+TEST_CASE("Softmax: absorbing tiles after a sink matches reference_row with the sink",
+          "[softmax][sinks]") {
+  // Sinks below, among and above the logits: the running max starts at the sink and grows
+  // past it (alpha < 1) or never does (the sink dominates the denominator).
+  std::mt19937 rng(23);
+  std::normal_distribution<float> dist(0.f, 2.f);
+  const Rows rows = make_rows(
+      33, [&](int q, Index j) { return (j + q) % 6 == 1 ? kNegInf : dist(rng) + 0.1f * float(j); });
+  const ak::Softmax softmax = ak::Softmax::with_sinks({-5.f, 1.f, 12.f});
+  for (Index h = 0; h < 3; ++h) {
+    const ak::RowContext ctx{0, h, 33};
+    ak::Softmax::State st = softmax.begin(ctx);
+    Rows acc(W, std::vector<float>(33, 0.f));  // [W][keys], V = identity
+    Index k0 = 0;
+    for (const Index nk : {Index{9}, Index{1}, Index{23}}) {
+      std::vector<float> block(static_cast<std::size_t>(nk * kLd), 0.f);  // [nk, kLd]
+      for (Index j = 0; j < nk; ++j)
+        for (int q = 0; q < W; ++q)
+          block[static_cast<std::size_t>(j * kLd + q)] = rows[q][static_cast<std::size_t>(k0 + j)];
+      const std::vector<float> alpha = lanes_of(softmax.absorb(st, block.data(), nk, kLd));
+      for (int q = 0; q < W; ++q) {
+        for (float& a : acc[q]) a *= alpha[q];
+        for (Index j = 0; j < nk; ++j)
+          acc[q][static_cast<std::size_t>(k0 + j)] += block[static_cast<std::size_t>(j * kLd + q)];
+      }
+      k0 += nk;
+    }
+    const std::vector<float> factor = lanes_of(softmax.finalize(st));
+    const std::vector<float> lse = lanes_of(softmax.lse(st));
+    for (int q = 0; q < W; ++q) {
+      INFO("head " << h << ", lane " << q);
+      std::vector<double> expected(rows[q].begin(), rows[q].end());
+      const double ref_lse = softmax.reference_row(expected.data(), 33, ctx);
+      // Independently: log(exp(sink) + sum_j exp(s_j)).
+      std::vector<float> with_sink = rows[q];
+      with_sink.push_back(softmax.sinks[static_cast<std::size_t>(h)]);
+      CHECK_THAT(ref_lse, WithinAbs(log_sum_exp(with_sink), 1e-12));
+      CHECK_THAT(lse[q], WithinAbs(ref_lse, tol::kLseF32 + kLseRel * std::abs(ref_lse)));
+      double sum = 0.0;
+      for (std::size_t j = 0; j < expected.size(); ++j) {
+        sum += expected[j];
+        CHECK_THAT(acc[q][j] * factor[q], WithinAbs(expected[j], tol::kF32));
+      }
+      // The weights sum to 1 minus the sink's share.
+      const double sink_share =
+          std::exp(double(softmax.sinks[static_cast<std::size_t>(h)]) - ref_lse);
+      CHECK_THAT(sum, WithinAbs(1.0 - sink_share, 1e-12));
+    }
+  }
+}
+
+TEST_CASE("Softmax: reference_row with a sink on a hand-checked row",
+          "[softmax][sinks][reference]") {
+  // Logits {0, ln 3, -inf, ln 4} and sink ln 2: denominator 1 + 3 + 4 + 2 = 10, weights
+  // {1/10, 3/10, 0, 4/10}, LSE = ln 10.
+  const ak::Softmax softmax = ak::Softmax::with_sinks({0.f, float(std::log(2.0))});
+  const ak::RowContext head1{0, 1, 4};
+  std::vector<double> row{0.0, std::log(3.0), kNegInfD, std::log(4.0)};
+  const double lse = softmax.reference_row(row.data(), 4, head1);
+  CHECK_THAT(row[0], WithinAbs(0.1, 1e-7));
+  CHECK_THAT(row[1], WithinAbs(0.3, 1e-7));
+  CHECK(row[2] == 0.0);  // exact: masked
+  CHECK_THAT(row[3], WithinAbs(0.4, 1e-7));
+  CHECK_THAT(lse, WithinAbs(std::log(10.0), 1e-7));  // the sink is a float: ln 2 to 1e-8
+  // Sink 0 ("softmax off by one"), head 0: denominator 1 + 1 + 3 + 4 = 9.
+  std::vector<double> off{0.0, std::log(3.0), kNegInfD, std::log(4.0)};
+  CHECK_THAT(softmax.reference_row(off.data(), 4, ak::RowContext{0, 0, 4}),
+             WithinAbs(std::log(9.0), 1e-15));
+  CHECK_THAT(off[3], WithinAbs(4.0 / 9, 1e-15));
+  // The two-argument form is plain softmax, sinks or not.
+  std::vector<double> plain{0.0, std::log(3.0), kNegInfD, std::log(4.0)};
+  CHECK_THAT(softmax.reference_row(plain.data(), 4), WithinAbs(std::log(8.0), 1e-15));
+}
+
+TEST_CASE("Softmax: with a sink, an empty or all-masked row gives 0 and LSE = sink",
+          "[softmax][sinks][masked]") {
+  const ak::Softmax softmax = ak::Softmax::with_sinks({-3.5f});
+  const ak::RowContext ctx{0, 0, 6};
+  std::vector<double> row(6, kNegInfD);
+  CHECK(softmax.reference_row(row.data(), 6, ctx) == -3.5);  // exact
+  for (const double w : row) CHECK(w == 0.0);                // exact: not NaN
+  double untouched = 5.0;
+  CHECK(softmax.reference_row(&untouched, 0, ctx) == -3.5);
+  CHECK(untouched == 5.0);
+  // The online form: an all -inf block keeps m = sink, l = 1.
+  ak::Softmax::State st = softmax.begin(ctx);
+  std::vector<float> block(static_cast<std::size_t>(3 * kLd), kNegInf);  // [3, kLd]
+  for (const float a : lanes_of(softmax.absorb(st, block.data(), 3, kLd))) CHECK(a == 1.f);
+  for (Index j = 0; j < 3; ++j)
+    for (int q = 0; q < W; ++q) CHECK(block[static_cast<std::size_t>(j * kLd + q)] == 0.f);
+  for (const float l : lanes_of(softmax.lse(st))) CHECK(l == -3.5f);
+  // A NaN logit still poisons the row, sink or not.
+  std::vector<double> poisoned{0.0, std::nan(""), 1.0};
+  CHECK(std::isnan(softmax.reference_row(poisoned.data(), 3, ctx)));
+  for (const double w : poisoned) CHECK(std::isnan(w));
+}
+
+TEST_CASE("Softmax: validate refuses sinks that do not cover the query heads",
+          "[softmax][sinks][errors]") {
+  using Catch::Matchers::ContainsSubstring;
+  using Catch::Matchers::MessageMatches;
+  const ak::Softmax sinks = ak::Softmax::with_sinks({0.f, 1.f, 2.f});
+  CHECK_NOTHROW(sinks.validate(8, 8, 0, 2, 3));
+  CHECK_THROWS_MATCHES(
+      sinks.validate(8, 8, 0, 2, 4), ak::Error,
+      MessageMatches(ContainsSubstring("Softmax.sinks.size()") &&
+                     ContainsSubstring("q_heads = 4") && ContainsSubstring("got 3")));
+  CHECK_THROWS_AS(sinks.validate(8, 8, 0, 2, 1), ak::Error);
+  CHECK_NOTHROW(ak::Softmax{}.validate(8, 8, 0, 2, 64));  // no sinks: any head count
 }
