@@ -3,6 +3,7 @@
 
 #include "attnkit/error.hpp"
 #include "attnkit/kernel/attention.hpp"
+#include "attnkit/kernel/merge.hpp"
 #include "attnkit/kernel/tile_config.hpp"
 #include "attnkit/mask/block_mask.hpp"
 #include "attnkit/mask/causal.hpp"
