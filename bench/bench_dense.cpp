@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "console_reporter.hpp"
+
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -250,37 +252,10 @@ std::string peak_name(Index dim, int threads) {
 }
 
 // The console table, minus two distractions, then the ratios per shape.
-class SummaryReporter : public benchmark::ConsoleReporter {
+class SummaryReporter : public attnkit_bench::PlainConsoleReporter {
  public:
-  SummaryReporter() : ConsoleReporter(OO_Tabular) {}  // plain text: readable in CTest logs
-
-  // The library's context, with Debian's "Library was built as DEBUG" warning explained.
-  // It concerns libbenchmark itself: Debian compiles the package -O2 but without NDEBUG,
-  // so its assertions stay on. The timed loops are inlined here, built -O3.
-  bool ReportContext(const Context& context) override {
-    std::ostream& err = GetErrorStream();
-    std::ostringstream text;
-    SetErrorStream(&text);
-    const bool ok = ConsoleReporter::ReportContext(context);
-    SetErrorStream(&err);
-    std::istringstream lines(text.str());
-    for (std::string line; std::getline(lines, line);) {
-      if (line.find("Library was built as DEBUG") != std::string::npos)
-        line =
-            "(libbenchmark is the distribution's build without NDEBUG; its 'built as DEBUG'"
-            " warning is about the library's own assertions, not the timed code, built -O3)";
-      err << line << '\n';
-    }
-    return ok;
-  }
-
   void ReportRuns(const std::vector<Run>& runs) override {
-    std::vector<Run> shown = runs;
-    for (Run& run : shown)
-      for (auto& counter : run.counters)  // rates are final; without this the console adds "/s"
-        counter.second.flags = benchmark::Counter::kDefaults;
-    ConsoleReporter::ReportRuns(shown);
-
+    PlainConsoleReporter::ReportRuns(runs);
     for (const Run& run : runs) {
       if (run.run_type != Run::RT_Iteration || run.error_occurred) continue;
       const auto others = run.counters.find("others%");

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "console_reporter.hpp"
+
 namespace ak = attnkit;
 using ak::Index;
 
@@ -209,7 +211,8 @@ int main(int argc, char** argv) {
   add("block_mask_10%", "dense_full", random_block_mask(0.1));
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
+  attnkit_bench::PlainConsoleReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   print_summary();
   return 0;
