@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "console_reporter.hpp"
+#include "bench_support.hpp"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -335,14 +335,8 @@ int main(int argc, char** argv) {
     if (!s.causal) add(s.name("roofline"), BM_Gemm_Roofline, s);
   }
 
-  // 0.3 s per benchmark unless the command line says otherwise (a later flag wins). Given as
-  // a default flag rather than MinTime() so that it stays out of every benchmark's name.
-  std::vector<char*> args(argv, argv + argc);
-  char default_min_time[] = "--benchmark_min_time=0.3";
-  args.insert(args.begin() + 1, default_min_time);
-  int arg_count = static_cast<int>(args.size());
-  benchmark::Initialize(&arg_count, args.data());
-  if (benchmark::ReportUnrecognizedArguments(arg_count, args.data())) return 1;
+  // 0.3 s per benchmark unless the command line says otherwise.
+  if (!attnkit_bench::initialize(argc, argv, {"--benchmark_min_time=0.3"})) return 1;
   std::printf("attnkit bench_dense: B=%td H=%td, SIMD %s (%d lanes), OpenMP %s\n", kBatch, kHeads,
               ak::simd::kArchName, ak::simd::kWidth,
 #ifdef _OPENMP

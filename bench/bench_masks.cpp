@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "console_reporter.hpp"
+#include "bench_support.hpp"
 
 namespace ak = attnkit;
 using ak::Index;
@@ -149,17 +149,14 @@ void add(const std::string& name, const std::string& baseline, Mask mask) {
     benchmark::RegisterBenchmark(key.c_str(),
                                  [=](benchmark::State& s) { bench_mask(s, key, mask, threads); })
         ->Unit(benchmark::kMillisecond)
-        ->UseRealTime()
-        ->MinTime(0.3)
-        ->Repetitions(3)
-        ->ReportAggregatesOnly(false);
+        ->UseRealTime();
   }
 }
 
 void print_summary() {
   const double causal_pairs = double(kLen) * double(kLen + 1) / 2;
   std::printf(
-      "\nSummary: d=%ld, L=%ld, H=%ld, f32, BSHD, ISA %s; best of 3 repetitions.\n"
+      "\nSummary: d=%ld, L=%ld, H=%ld, f32, BSHD, ISA %s; best of the repetitions.\n"
       "live = kept pairs / causal pairs; GFLOP/s over kept pairs (4 d each);\n"
       "ratio = time / (baseline time x kept pairs / baseline pairs): 1.0 = as efficient per\n"
       "kept pair as the dense baseline (targets: window <= 1.25, BlockMask 10%% <= 1.3;\n"
@@ -209,8 +206,10 @@ int main(int argc, char** argv) {
   add("causal&chunk2048", "dense_causal", ak::Causal{} & ak::Chunked{2048});
   add("power_of_two(4,64)", "dense_causal", ak::PowerOfTwo{4, 64});
   add("block_mask_10%", "dense_full", random_block_mask(0.1));
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  // 3 repetitions of at least 0.3 s each unless the command line says otherwise.
+  if (!attnkit_bench::initialize(argc, argv,
+                                 {"--benchmark_min_time=0.3", "--benchmark_repetitions=3"}))
+    return 1;
   attnkit_bench::PlainConsoleReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();

@@ -1,16 +1,32 @@
-// The console output every attnkit benchmark shares: Google Benchmark's table in plain text,
-// without two distractions. Debian's "Library was built as DEBUG" warning is replaced by a
-// note on what it means, and rate counters print without the "/s" the library appends (the
-// column names carry the unit: GFLOP/s, bytes/s). JSON output is unchanged.
+// What every attnkit benchmark shares: default flags that the command line can override, and
+// the console output -- Google Benchmark's table in plain text, without two distractions. Debian's
+// "Library was built as DEBUG" warning is replaced by a note on what it means, and rate counters
+// print without the "/s" the library appends (the column names carry the unit: GFLOP/s, bytes/s).
+// JSON output is unchanged.
 #pragma once
 
 #include <benchmark/benchmark.h>
 
+#include <initializer_list>
 #include <sstream>
 #include <string>
 #include <vector>
 
 namespace attnkit_bench {
+
+/// benchmark::Initialize with `defaults` placed before the user's flags (a later flag wins),
+/// so a default such as --benchmark_min_time stays out of every benchmark's name and the
+/// command line can still change it. False when an argument is not recognized.
+inline bool initialize(int argc, char** argv, std::initializer_list<const char*> defaults) {
+  static std::vector<std::string> storage;  // argv must outlive the library's use of it
+  storage.assign(defaults.begin(), defaults.end());
+  std::vector<char*> args{argv[0]};
+  for (std::string& flag : storage) args.push_back(flag.data());
+  args.insert(args.end(), argv + 1, argv + argc);
+  int count = static_cast<int>(args.size());
+  benchmark::Initialize(&count, args.data());
+  return !benchmark::ReportUnrecognizedArguments(count, args.data());
+}
 
 class PlainConsoleReporter : public benchmark::ConsoleReporter {
  public:
