@@ -18,13 +18,14 @@
 #include <string>
 #include <vector>
 
+#include "bench_support.hpp"
+
 namespace ak = attnkit;
 using ak::Index;
 
 namespace {
 
 constexpr Index kDim = 128, kLen = 4096, kHeads = 4;
-constexpr int kRepetitions = 3;
 
 // Q, K, V, O of one shape in BSHD layout (B = 1), filled once.
 struct Buffers {
@@ -118,11 +119,11 @@ void print_summary() {
                       {"relu_power2", "- (none)", 0}};
   std::printf(
       "\n### Normalizers vs softmax: ISA %s, d=%ld, L=%ld, H=%ld, B=1, f32, BSHD\n\n"
-      "ms = best iteration over the repetitions (default %d); GFLOP/s = 4 H L^2 d / time "
+      "ms = best iteration over the repetitions (default 3); GFLOP/s = 4 H L^2 d / time "
       "(halved\nfor causal); / softmax = time / softmax time, same mask and threads; target "
       "from issue 7;\ncpu = process CPU time / (wall x threads) of that iteration: well under "
       "100%% means other\nprocesses took the cores, and the row measures the machine.\n\n",
-      ak::simd::kArchName, long(kDim), long(kLen), long(kHeads), kRepetitions);
+      ak::simd::kArchName, long(kDim), long(kLen), long(kHeads));
   std::printf("| normalizer | mask | threads | ms | GFLOP/s | / softmax | target | met | cpu |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& row : rows)
@@ -152,16 +153,12 @@ int main(int argc, char** argv) {
   add("sigmoid", ak::Sigmoid{});
   add("softmax_sinks", ak::Softmax::with_sinks(std::vector<float>(kHeads, 0.f)));
   add("relu_power2", ak::ReluPower{2.f, 0.f});
-  // Defaults first, so --benchmark_min_time / --benchmark_repetitions on the command line
-  // (the smoke test) override them: the last occurrence of a flag wins.
-  std::string min_time = "--benchmark_min_time=0.2",
-              repetitions = "--benchmark_repetitions=" + std::to_string(kRepetitions);
-  std::vector<char*> args{argv[0], min_time.data(), repetitions.data()};
-  args.insert(args.end(), argv + 1, argv + argc);
-  int count = static_cast<int>(args.size());
-  benchmark::Initialize(&count, args.data());
-  if (benchmark::ReportUnrecognizedArguments(count, args.data())) return 1;
-  benchmark::RunSpecifiedBenchmarks();
+  // 3 repetitions of at least 0.2 s each unless the command line says otherwise.
+  if (!attnkit_bench::initialize(argc, argv,
+                                 {"--benchmark_min_time=0.2", "--benchmark_repetitions=3"}))
+    return 1;
+  attnkit_bench::PlainConsoleReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   print_summary();
   return 0;
