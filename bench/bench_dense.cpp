@@ -51,19 +51,9 @@ struct Shape {
 };
 
 // Q, K, V, O in BHSD layout, filled once per shape.
-struct Buffers {
-  std::vector<float> q, k, v, o;
-  explicit Buffers(const Shape& s) {
-    const auto n = static_cast<std::size_t>(kBatch * kHeads * s.len * s.dim);
-    q.resize(n);
-    k.resize(n);
-    v.resize(n);
-    o.resize(n);
-    std::mt19937 rng(42);
-    std::normal_distribution<float> dist;
-    for (auto* t : {&q, &k, &v})
-      for (float& x : *t) x = dist(rng);
-  }
+struct Buffers : attnkit_bench::QkvoBuffers {
+  explicit Buffers(const Shape& s)
+      : QkvoBuffers(static_cast<std::size_t>(kBatch * kHeads * s.len * s.dim)) {}
   ak::View<float> view(std::vector<float>& t, const Shape& s) {
     return ak::bhsd(t.data(), kBatch, kHeads, s.len, s.dim);
   }

@@ -29,19 +29,8 @@ namespace {
 constexpr Index kDim = 128, kLen = 16384, kHeads = 1;
 
 // Q, K, V, O of one shape in BSHD layout (B = 1), filled once.
-struct Buffers {
-  std::vector<float> q, k, v, o;
-  Buffers() {
-    const auto n = static_cast<std::size_t>(kLen * kHeads * kDim);
-    q.resize(n);
-    k.resize(n);
-    v.resize(n);
-    o.resize(n);
-    std::mt19937 rng(42);
-    std::normal_distribution<float> dist;
-    for (auto* t : {&q, &k, &v})
-      for (float& x : *t) x = dist(rng);
-  }
+struct Buffers : attnkit_bench::QkvoBuffers {
+  Buffers() : QkvoBuffers(static_cast<std::size_t>(kLen * kHeads * kDim)) {}
   ak::View<const float> in(const std::vector<float>& t) const {
     return ak::bshd(t.data(), 1, kLen, kHeads, kDim);
   }

@@ -7,12 +7,26 @@
 
 #include <benchmark/benchmark.h>
 
+#include <cstddef>
 #include <initializer_list>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
 namespace attnkit_bench {
+
+/// Q, K and V of `elements` floats each, drawn once from N(0, 1) with a fixed seed, and an
+/// output O of the same size: the inputs every benchmark times its variants on.
+struct QkvoBuffers {
+  std::vector<float> q, k, v, o;
+  explicit QkvoBuffers(std::size_t elements) : q(elements), k(elements), v(elements), o(elements) {
+    std::mt19937 rng(42);
+    std::normal_distribution<float> dist;
+    for (auto* t : {&q, &k, &v})
+      for (float& x : *t) x = dist(rng);
+  }
+};
 
 /// benchmark::Initialize with `defaults` placed before the user's flags (a later flag wins),
 /// so a default such as --benchmark_min_time stays out of every benchmark's name and the

@@ -423,8 +423,8 @@ TEST_CASE("normalizers: per-head vectors of the wrong size throw, naming the fie
 
 TEST_CASE("normalizers: NaN in one query row gives NaN in that row only",
           "[attention][normalizers][nonfinite]") {
-  // ReluPower is left out: on the AVX and AVX-512 paths its NaN check (simd::is_nan, a != a
-  // with xsimd 8.1's ordered compare) is false for NaN, so the row comes out finite.
+  // ReluPower included: its NaN check once used `a != a`, false for NaN in xsimd 8.1's
+  // AVX and AVX-512 compares, and the row came out 0 like an empty one.
   const Case c = property_case();
   const auto dv = static_cast<std::size_t>(c.dv());
   const Index h = 1, r = 20;  // sees keys under Causal (position 14)
@@ -456,4 +456,5 @@ TEST_CASE("normalizers: NaN in one query row gives NaN in that row only",
   check_one("Softmax", ak::make_spec(Causal{}));
   check_one("Softmax::with_sinks",
             ak::make_spec(Causal{}, ak::Softmax::with_sinks({1.f, 2.f, 0.f, -1.f})));
+  check_one("ReluPower{1.5, 0}", ak::make_spec(Causal{}, ak::ReluPower{1.5f, 0.f}));
 }

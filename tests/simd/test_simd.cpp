@@ -276,3 +276,25 @@ TEST_CASE("simd: round_up rounds to a whole number of vectors", "[simd]") {
     CHECK(r - n < kWidth);
   }
 }
+
+TEST_CASE("simd: is_nan, in_range, either and select act lane by lane", "[simd][mask]") {
+  // Regression: is_nan was `a != a`, which xsimd 8.1's AVX and AVX-512 paths compare with an
+  // ordered predicate (false for NaN), so ReluPower turned NaN logits into weight 0.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> xs{nan, 1.f, -inf, inf, 0.f, -2.5f, nan, 3.f};
+  const auto picked = map_lanes(xs, [](simd::Vec x) {
+    return simd::select(simd::is_nan(x), simd::Vec(1.f), simd::Vec(0.f));
+  });
+  for (std::size_t i = 0; i < xs.size(); ++i) CHECK(picked[i] == (std::isnan(xs[i]) ? 1.f : 0.f));
+  // in_range is lo <= x < hi; either is a lane-wise or.
+  const auto ranged = map_lanes(xs, [](simd::Vec x) {
+    const simd::Mask in = simd::either(simd::in_range(x, simd::Vec(0.f), simd::Vec(3.f)),
+                                       simd::in_range(x, simd::Vec(-3.f), simd::Vec(-2.f)));
+    return simd::select(in, simd::Vec(1.f), simd::Vec(0.f));
+  });
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const float x = xs[i];
+    CHECK(ranged[i] == (((0.f <= x && x < 3.f) || (-3.f <= x && x < -2.f)) ? 1.f : 0.f));
+  }
+}

@@ -93,7 +93,9 @@ using Mask = Vec::batch_bool_type;
 /// lo <= x < hi, lane by lane.
 inline Mask in_range(Vec x, Vec lo, Vec hi) { return (lo <= x) & (x < hi); }
 inline Mask either(Mask a, Mask b) { return a | b; }
-inline Mask is_nan(Vec a) { return a != a; }
+/// NaN lanes. Not `a != a`: xsimd 8.1 compares != with an ordered predicate on AVX and
+/// AVX-512, false for NaN.
+inline Mask is_nan(Vec a) { return !(a == a); }
 /// a where m is set, else b.
 inline Vec select(Mask m, Vec a, Vec b) { return xsimd::select(m, a, b); }
 
