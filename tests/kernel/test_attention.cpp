@@ -17,6 +17,7 @@
 #include <new>
 #include <optional>
 
+#include "support/attention_runner.hpp"
 #include "support/attnkit_test.hpp"
 
 #ifdef __linux__
@@ -32,49 +33,9 @@ namespace tol = ak::test::tol;
 
 namespace {
 
-struct Case {
-  Index batch = 1, q_heads = 2, kv_heads = 1;
-  Index q_len = 0, kv_len = 0, dim = 64, value_dim = 0;  // value_dim 0: same as dim
-  Layout layout = Layout::Bshd;
-  int threads = 2;
-  std::optional<Index> q_offset;
-  float stddev = 1.f;
-};
-
-struct Outcome {
-  double out_err, lse_err;
-  bool padding_intact;
-};
-
-// Runs the kernel and the reference on the same random inputs (storage type T) and
-// returns their largest differences.
-template <class T = float, class Spec>
-Outcome run_case(const Spec& spec, const Case& c, std::uint32_t seed = 7) {
-  const Index dv = c.value_dim > 0 ? c.value_dim : c.dim;
-  Tensor<T> q(c.layout, c.batch, c.q_heads, c.q_len, c.dim);
-  Tensor<T> k(c.layout, c.batch, c.kv_heads, c.kv_len, c.dim);
-  Tensor<T> v(c.layout, c.batch, c.kv_heads, c.kv_len, dv);
-  Tensor<float> o(c.layout, c.batch, c.q_heads, c.q_len, dv);
-  Tensor<double> expected(Layout::Bhsd, c.batch, c.q_heads, c.q_len, dv);
-  q.randomize(seed, c.stddev);
-  k.randomize(seed + 1, c.stddev);
-  v.randomize(seed + 2);
-  const auto rows = static_cast<std::size_t>(c.batch * c.q_heads * c.q_len);
-  std::vector<float> lse(rows), lse_expected(rows);
-
-  ak::Options options = ak::Options{}.with_threads(c.threads);
-  options.q_offset = c.q_offset;
-  ak::attention(spec, q.cview(), k.cview(), v.cview(), o.view, options.with_lse(lse.data()));
-  ak::reference::attention(spec, q.cview(), k.cview(), v.cview(), expected.view,
-                           options.with_lse(lse_expected.data()));
-
-  const auto nan_count =
-      std::count_if(o.memory.begin(), o.memory.end(), [](float x) { return std::isnan(x); });
-  const auto padding =
-      static_cast<std::ptrdiff_t>(o.memory.size()) - c.batch * c.q_heads * c.q_len * dv;
-  return {ak::test::max_abs_diff(o.view, expected.view), ak::test::max_lse_diff(lse, lse_expected),
-          nan_count == padding};
-}
+using ak::test::Case;
+using ak::test::Outcome;
+using ak::test::run_case;
 
 template <class Spec>
 void check(const Spec& spec, const Case& c) {

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "support/attention_runner.hpp"
 #include "support/attnkit_test.hpp"
 
 namespace ak = attnkit;
@@ -37,71 +38,24 @@ namespace tol = ak::test::tol;
 
 namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+using ak::test::Case;
+using ak::test::KernelResult;
+using ak::test::Outcome;
+using ak::test::run_case;
+using ak::test::run_kernel;
 
-struct Case {
-  Index batch = 1, q_heads = 2, kv_heads = 1;
-  Index q_len = 0, kv_len = 0, dim = 64;
-  int threads = 2;
-  std::optional<Index> q_offset;  // default kv_len - q_len (bottom-right)
-
-  Index offset() const { return q_offset ? *q_offset : kv_len - q_len; }
-  Index rows() const { return batch * q_heads * q_len; }
-  ak::Options options() const {
-    ak::Options o = ak::Options{}.with_threads(threads);
-    o.q_offset = q_offset;
-    return o;
-  }
-  // A BlockMask layout for this call: shared across heads, or one pattern per query head.
-  ak::BlockMaskLayout layout(Index block_q, Index block_k, bool per_head = false) const {
-    ak::BlockMaskLayout l;
-    l.batch = batch;
-    l.heads = per_head ? q_heads : 1;
-    l.q_len = q_len;
-    l.kv_len = kv_len;
-    l.block_q = block_q;
-    l.block_k = block_k;
-    l.q_offset = offset();
-    return l;
-  }
-};
-
-struct Outcome {
-  double out_err = 0, lse_err = 0;
-  Index empty_rows = 0;          // rows whose reference LSE is -inf (they see no key)
-  bool empty_rows_exact = true;  // each is exactly 0 with LSE -inf in the kernel too
-};
-
-// Kernel and reference on the same random inputs (storage T; the reference reads the same
-// rounded values), compared element by element.
-template <class T = float, class Spec>
-Outcome run_case(const Spec& spec, const Case& c, std::uint32_t seed = 7) {
-  Tensor<T> q(Layout::Bshd, c.batch, c.q_heads, c.q_len, c.dim);
-  Tensor<T> k(Layout::Bshd, c.batch, c.kv_heads, c.kv_len, c.dim);
-  Tensor<T> v(Layout::Bshd, c.batch, c.kv_heads, c.kv_len, c.dim);
-  Tensor<float> o(Layout::Bshd, c.batch, c.q_heads, c.q_len, c.dim);
-  Tensor<double> expected(Layout::Bhsd, c.batch, c.q_heads, c.q_len, c.dim);
-  q.randomize(seed);
-  k.randomize(seed + 1);
-  v.randomize(seed + 2);
-  std::vector<float> lse(static_cast<std::size_t>(c.rows())), lse_expected(lse.size());
-  ak::attention(spec, q.cview(), k.cview(), v.cview(), o.view, c.options().with_lse(lse.data()));
-  ak::reference::attention(spec, q.cview(), k.cview(), v.cview(), expected.view,
-                           c.options().with_lse(lse_expected.data()));
-  Outcome r;
-  r.out_err = ak::test::max_abs_diff(o.view, expected.view);
-  r.lse_err = ak::test::max_lse_diff(lse, lse_expected);
-  for (Index b = 0; b < c.batch; ++b)
-    for (Index h = 0; h < c.q_heads; ++h)
-      for (Index s = 0; s < c.q_len; ++s) {
-        const auto at = static_cast<std::size_t>((b * c.q_heads + h) * c.q_len + s);
-        if (lse_expected[at] != kNegInf) continue;
-        ++r.empty_rows;
-        const float* row = o.view.row(b, h, s);
-        r.empty_rows_exact = r.empty_rows_exact && lse[at] == kNegInf &&
-                             std::all_of(row, row + c.dim, [](float x) { return x == 0.f; });
-      }
-  return r;
+// A BlockMask layout for this call: shared across heads, or one pattern per query head.
+ak::BlockMaskLayout block_layout(const Case& c, Index block_q, Index block_k,
+                                 bool per_head = false) {
+  ak::BlockMaskLayout l;
+  l.batch = c.batch;
+  l.heads = per_head ? c.q_heads : 1;
+  l.q_len = c.q_len;
+  l.kv_len = c.kv_len;
+  l.block_q = block_q;
+  l.block_k = block_k;
+  l.q_offset = c.offset();
+  return l;
 }
 
 template <class Spec>
@@ -112,27 +66,6 @@ void check(const Spec& spec, const Case& c) {
   CHECK(r.out_err <= tol::kF32);
   CHECK(r.lse_err <= tol::kLseF32);
   CHECK(r.empty_rows_exact);
-}
-
-// attention() alone: its output [B, Hq, Lq, D] and LSE [B, Hq, Lq].
-struct KernelResult {
-  std::vector<float> out, lse;
-};
-
-template <class Spec>
-KernelResult run_kernel(const Spec& spec, const Case& c, std::uint32_t seed = 7) {
-  Tensor<float> q(Layout::Bhsd, c.batch, c.q_heads, c.q_len, c.dim);
-  Tensor<float> k(Layout::Bhsd, c.batch, c.kv_heads, c.kv_len, c.dim);
-  Tensor<float> v(Layout::Bhsd, c.batch, c.kv_heads, c.kv_len, c.dim);
-  Tensor<float> o(Layout::Bhsd, c.batch, c.q_heads, c.q_len, c.dim);
-  q.randomize(seed);
-  k.randomize(seed + 1);
-  v.randomize(seed + 2);
-  KernelResult r;
-  r.lse.resize(static_cast<std::size_t>(c.rows()));
-  ak::attention(spec, q.cview(), k.cview(), v.cview(), o.view, c.options().with_lse(r.lse.data()));
-  r.out = std::move(o.memory);
-  return r;
 }
 
 double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
@@ -191,9 +124,9 @@ TEST_CASE("attention with BlockMask: matches the reference for ragged lengths",
       GENERATE(table<Index, Index>({{64, 64}, {128, 128}, {48, 80}, {16, 256}}));
   Case c;
   c.q_len = c.kv_len = len;
-  check(ak::make_spec(ak::make_block_mask(ak::Causal{}, c.layout(block_q, block_k))), c);
+  check(ak::make_spec(ak::make_block_mask(ak::Causal{}, block_layout(c, block_q, block_k))), c);
   check(ak::make_spec(ak::make_block_mask(ak::Causal{} & ak::SlidingWindow{50, 0},
-                                          c.layout(block_q, block_k))),
+                                          block_layout(c, block_q, block_k))),
         c);
 }
 
@@ -209,9 +142,9 @@ TEST_CASE("attention with BlockMask: Lq != Lk at any q_offset", "[attention][blo
   c.q_len = lq;
   c.kv_len = lk;
   c.q_offset = offset;
-  check(ak::make_spec(ak::make_block_mask(ak::Causal{}, c.layout(64, 128))), c);
+  check(ak::make_spec(ak::make_block_mask(ak::Causal{}, block_layout(c, 64, 128))), c);
   check(ak::make_spec(ak::make_block_mask(ak::Causal{} & (ak::Sinks{4} | ak::SlidingWindow{64, 0}),
-                                          c.layout(32, 64))),
+                                          block_layout(c, 32, 64))),
         c);
 }
 
@@ -228,11 +161,13 @@ TEST_CASE("attention with BlockMask: GQA with per-head and shared masks, batch 2
   c.dim = 32;
   c.threads = threads;
   // heads = q_heads: each (batch, head) has its own block lists.
-  check(ak::make_spec(ak::make_block_mask(HeadWindow{}, c.layout(64, 32, /*per_head=*/true))), c);
-  // heads = 1: one pattern for every head.
   check(
-      ak::make_spec(ak::make_block_mask(ak::Causal{} & ak::SlidingWindow{40, 0}, c.layout(32, 64))),
+      ak::make_spec(ak::make_block_mask(HeadWindow{}, block_layout(c, 64, 32, /*per_head=*/true))),
       c);
+  // heads = 1: one pattern for every head.
+  check(ak::make_spec(
+            ak::make_block_mask(ak::Causal{} & ak::SlidingWindow{40, 0}, block_layout(c, 32, 64))),
+        c);
 }
 
 TEST_CASE("attention with BlockMask: bf16 storage and 1 or 2 threads",
@@ -247,7 +182,7 @@ TEST_CASE("attention with BlockMask: bf16 storage and 1 or 2 threads",
   c.threads = threads;
   // Same rounded inputs on both sides: the kernel computes in f32 from them.
   const auto spec =
-      ak::make_spec(ak::make_block_mask(ak::Causal{} & ak::Chunked{96}, c.layout(64, 64)));
+      ak::make_spec(ak::make_block_mask(ak::Causal{} & ak::Chunked{96}, block_layout(c, 64, 64)));
   const Outcome bf = run_case<Eigen::bfloat16>(spec, c);
   CHECK(bf.out_err <= tol::kF32);
   CHECK(bf.lse_err <= tol::kLseF32);
@@ -263,7 +198,7 @@ TEST_CASE("attention with BlockMask: a row that sees nothing gives 0 and LSE -in
     Case c;
     c.q_len = 20;
     c.kv_len = 30;
-    const ak::BlockMask<> bm(c.layout(8, 16), ak::BlockList{{0, 1, 1, 1}, {1}},
+    const ak::BlockMask<> bm(block_layout(c, 8, 16), ak::BlockList{{0, 1, 1, 1}, {1}},
                              ak::BlockList{{0, 1, 1, 3}, {0, 0, 1}});
     const Outcome r = run_case(ak::make_spec(bm), c);
     CHECK(r.empty_rows == c.q_heads * 8);
@@ -276,7 +211,7 @@ TEST_CASE("attention with BlockMask: a row that sees nothing gives 0 and LSE -in
     c.kv_len = 50;
     c.q_offset = -10;  // rows 0..9 sit before key 0
     const Outcome r =
-        run_case(ak::make_spec(ak::make_block_mask(ak::Causal{}, c.layout(16, 16))), c);
+        run_case(ak::make_spec(ak::make_block_mask(ak::Causal{}, block_layout(c, 16, 16))), c);
     CHECK(r.empty_rows == c.q_heads * 10);
     CHECK(r.empty_rows_exact);
     CHECK(r.out_err <= tol::kF32);
@@ -284,7 +219,7 @@ TEST_CASE("attention with BlockMask: a row that sees nothing gives 0 and LSE -in
     // only one listed, with Chunked{4} as its rule, so rows 4..11 (other chunks) see nothing.
     Case d;
     d.q_len = d.kv_len = 12;
-    const ak::BlockMask<ak::Chunked> chunks(d.layout(12, 4), ak::BlockList{{0, 1}, {0}},
+    const ak::BlockMask<ak::Chunked> chunks(block_layout(d, 12, 4), ak::BlockList{{0, 1}, {0}},
                                             ak::BlockList{{0, 0}, {}}, ak::Chunked{4});
     const Outcome e = run_case(ak::make_spec(chunks), d);
     CHECK(e.empty_rows == d.q_heads * 8);
@@ -300,10 +235,11 @@ TEST_CASE("attention with BlockMask: make_block_mask(m) gives the output of m",
   c.q_heads = 2;
   c.q_len = 300;
   c.kv_len = 420;
+  c.layout = Layout::Bhsd;
   const auto same = [&](const auto& mask) {
     const KernelResult direct = run_kernel(ak::make_spec(mask), c);
     const KernelResult blocked =
-        run_kernel(ak::make_spec(ak::make_block_mask(mask, c.layout(block_q, block_k))), c);
+        run_kernel(ak::make_spec(ak::make_block_mask(mask, block_layout(c, block_q, block_k))), c);
     CHECK(max_diff(direct.out, blocked.out) <= tol::kF32);
     CHECK(ak::test::max_lse_diff(direct.lse, blocked.lse) <= tol::kLseF32);
   };
@@ -337,11 +273,12 @@ TEST_CASE("attention with BlockMask: bit-identical to Causal and Causal & Chunke
   c.q_heads = 1;
   c.q_len = lq;
   c.kv_len = lk;
+  c.layout = Layout::Bhsd;
   INFO("block_q=" << block_q << " block_k=" << block_k << " Lq=" << lq << " Lk=" << lk);
   const auto identical = [&](const auto& mask) {
     const KernelResult direct = run_kernel(ak::make_spec(mask), c);
     const KernelResult blocked =
-        run_kernel(ak::make_spec(ak::make_block_mask(mask, c.layout(block_q, block_k))), c);
+        run_kernel(ak::make_spec(ak::make_block_mask(mask, block_layout(c, block_q, block_k))), c);
     CHECK(std::memcmp(direct.out.data(), blocked.out.data(), direct.out.size() * sizeof(float)) ==
           0);
     CHECK(std::memcmp(direct.lse.data(), blocked.lse.data(), direct.lse.size() * sizeof(float)) ==
@@ -365,7 +302,7 @@ TEST_CASE("attention with BlockMask: a user-built random pattern matches the ref
   c.q_offset = 37;
   c.dim = 32;
   c.threads = threads;
-  const ak::BlockMaskLayout l = c.layout(32, 48, /*per_head=*/true);
+  const ak::BlockMaskLayout l = block_layout(c, 32, 48, /*per_head=*/true);
   const RandomPattern pattern(l, 0.1, 2024);
   const ak::BlockMask<Scattered> bm(l, pattern.partial, pattern.full);
   INFO("sparsity " << bm.sparsity());
@@ -410,7 +347,7 @@ TEST_CASE("attention with BlockMask: the rule is never asked about full or unlis
   c.kv_len = 700;
   c.dim = 32;
   c.threads = threads;
-  ak::BlockMaskLayout l = c.layout(32, 64);
+  ak::BlockMaskLayout l = block_layout(c, 32, 64);
   RandomPattern pattern(l, 0.5, 7);
   for (Index qb = 0; qb < 2; ++qb)
     for (Index kb = 0; kb < 4; ++kb)
@@ -492,27 +429,28 @@ TEST_CASE("attention with BlockMask: a mask laid out for another call throws and
     refused(ak::make_spec(ak::Sinks{0} | blocks), options, message);
   };
   const ak::Options defaults;
-  ak::BlockMaskLayout l = c.layout(16, 16);
+  ak::BlockMaskLayout l = block_layout(c, 16, 16);
   l.q_len = 41;
   throws(l, defaults, "BlockMask.q_len: expected 40, got 41");
-  l = c.layout(16, 16);
+  l = block_layout(c, 16, 16);
   l.kv_len = 64;
   throws(l, defaults, "BlockMask.kv_len: expected 60, got 64");
-  l = c.layout(16, 16);
+  l = block_layout(c, 16, 16);
   throws(l, ak::Options{}.with_q_offset(0), "BlockMask.q_offset: expected 0, got 20");
   l.q_offset = 0;  // laid out for q_offset 0, called with the default 20
   throws(l, defaults, "BlockMask.q_offset: expected 20, got 0");
-  l = c.layout(16, 16);
+  l = block_layout(c, 16, 16);
   l.batch = 1;
   throws(l, defaults, "BlockMask.batch: expected 2, got 1");
-  l = c.layout(16, 16);
+  l = block_layout(c, 16, 16);
   l.heads = 2;  // one pattern per KV head is not a layout attention() knows
   throws(l, defaults, "BlockMask.heads: expected 1 (shared) or q_heads = 4, got 2");
 
   // The same masks laid out right run.
-  CHECK_NOTHROW(ak::attention(ak::make_spec(ak::make_block_mask(ak::Causal{}, c.layout(16, 16))),
-                              q.cview(), k.cview(), v.cview(), o.view));
   CHECK_NOTHROW(
-      ak::attention(ak::make_spec(ak::make_block_mask(ak::Causal{}, c.layout(16, 16, true))),
+      ak::attention(ak::make_spec(ak::make_block_mask(ak::Causal{}, block_layout(c, 16, 16))),
+                    q.cview(), k.cview(), v.cview(), o.view));
+  CHECK_NOTHROW(
+      ak::attention(ak::make_spec(ak::make_block_mask(ak::Causal{}, block_layout(c, 16, 16, true))),
                     q.cview(), k.cview(), v.cview(), o.view));
 }

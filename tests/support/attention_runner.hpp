@@ -29,6 +29,7 @@ struct Case {
 
   Index dv() const { return value_dim > 0 ? value_dim : dim; }
   Index rows() const { return batch * q_heads * q_len; }
+  Index offset() const { return q_offset ? *q_offset : kv_len - q_len; }
   Options options() const {
     Options o = Options{}.with_threads(threads);
     o.q_offset = q_offset;
