@@ -18,18 +18,12 @@
 #include <optional>
 
 #include "support/attention_runner.hpp"
-#include "support/attnkit_test.hpp"
+#include "support/test_names.hpp"
 
 #ifdef __linux__
 #include <sys/resource.h>
 #include <unistd.h>
 #endif
-
-namespace ak = attnkit;
-using ak::Index;
-using ak::test::Layout;
-using ak::test::Tensor;
-namespace tol = ak::test::tol;
 
 namespace {
 

@@ -28,13 +28,7 @@
 #include <vector>
 
 #include "support/attention_runner.hpp"
-#include "support/attnkit_test.hpp"
-
-namespace ak = attnkit;
-using ak::Index;
-using ak::test::Layout;
-using ak::test::Tensor;
-namespace tol = ak::test::tol;
+#include "support/test_names.hpp"
 
 namespace {
 

@@ -15,18 +15,12 @@
 #include <limits>
 #include <vector>
 
-#include "support/attnkit_test.hpp"
-
-namespace ak = attnkit;
-using ak::Index;
-using ak::test::Layout;
-using ak::test::Tensor;
-namespace tol = ak::test::tol;
+#include "support/test_names.hpp"
 
 namespace {
 
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-constexpr float kInf = std::numeric_limits<float>::infinity();
+using ak::test::kInf;
+using ak::test::kNaN;
 
 // Keeps the first `valid` keys only: a KV cache whose storage runs past its length. No
 // classify(): every tile is Partial, the kernel's slowest and most general path.

@@ -18,13 +18,7 @@
 #include <random>
 #include <vector>
 
-#include "support/attnkit_test.hpp"
-
-namespace ak = attnkit;
-using ak::Index;
-using ak::test::Layout;
-using ak::test::Tensor;
-namespace tol = ak::test::tol;
+#include "support/test_names.hpp"
 
 namespace {
 
