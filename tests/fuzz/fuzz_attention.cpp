@@ -5,7 +5,8 @@
 //   - invalid input throws attnkit::Error, from both entries alike, and writes nothing;
 //   - valid input leaves q, k, v and the output padding alone, writes every output element,
 //     gives the same bits for any thread count, and, with finite and moderate data, agrees
-//     with the f64 reference (a query that sees no key: output 0, LSE -inf).
+//     with the f64 reference (a query that sees no key, by the mask's own keep(): output 0
+//     and row statistic -inf, the sink logit with sinks, 0 for ReluPower).
 // ASan and UBSan catch the rest. tests/fuzz/CMakeLists.txt builds it with clang and runs it
 // on tests/fuzz/corpus/; run `fuzz_attention <file>...` to replay single inputs.
 #include <Eigen/Core>
@@ -111,8 +112,23 @@ struct Special {  // one element of q, k or v replaced by an extreme value
   float value;
 };
 
+// The extended specs (spec byte >> 6 != 0; their fields come after the specials). Storage
+// is f32 in and out for these, to bound the template instantiations.
+enum class MaskKind { Full, Causal, Window, SinksWindow, Chunked, Blocks, kCount };
+enum class NormKind { Softmax, Sinks, Sigmoid, ReluPower, kCount };
+const char* const kMaskNames[] = {
+    "full", "causal", "causal&window", "causal&(sinks|window)", "causal&chunked", "block(causal)"};
+const char* const kNormNames[] = {"softmax", "softmax+sinks", "sigmoid", "relu-power"};
+
 struct Case {
   Storage storage = Storage::F32;
+  bool ext = false;  // an extended spec: mask and norm below
+  MaskKind mask = MaskKind::Full;
+  NormKind norm = NormKind::Softmax;
+  Index window = 0, sink_count = 0, chunk = 1, block_q = 1, block_k = 1;
+  std::vector<float> sink_logits;  // per query head
+  float sigmoid_bias = 0.f, alpha = 1.f, relu_bias = 0.f;
+  Index nominal_b = 0, nominal_lq = 0, nominal_lk = 0;  // for the block mask's layout
   bool half_out = false;
   bool causal = false, softcap = false;
   float cap = 1.f;
@@ -177,6 +193,17 @@ struct Heads {
 };
 const Heads kHeads[] = {{1, 1}, {1, 2}, {1, 3}, {2, 2}, {3, 3}, {2, 4}, {1, 4}, {4, 4}};
 
+const Index kWindows[] = {
+    0,   1, 2, 3, 4, 7, 16, 63, 64, 100, 255, kIndexMax, Index{1} << 60, (Index{1} << 60) + 1,
+    300, -1};
+const Index kSinkCounts[] = {0, 1, 2, 4, 7, 64, kIndexMax, -1};
+const Index kChunks[] = {
+    1, 2, 3, 5, 8, 16, 64, 256, 300, 0, -1, 4, kIndexMax, 7, Index{1} << 60, (Index{1} << 60) + 1};
+const float kSinkLogits[] = {0.f, 1.f, -1.f, 5.f, -5.f, 20.f, -20.f, -kInf};
+const float kSigmoidBiases[] = {0.f, -1.f, -7.6246189f, 2.f, -3.f, 0.5f, -20.f, 10.f};
+const float kAlphas[] = {1.f, 2.f, 0.5f, 3.f, 1.5f, 0.f, -1.f, kInf};
+const float kReluBiases[] = {0.f, -0.5f, 0.5f, 1.f, -2.f, kNaN, 0.1f, 2.f};
+
 bool valid_cap(float cap) { return std::isfinite(cap) && cap >= kFltMin; }
 
 // Strides of a layout for sizes {B, H, S, D}; `pad` (padded layout only) spaces rows, heads
@@ -218,7 +245,9 @@ bool is_empty(const Shape& s) {
 // The input format, one byte per field unless noted:
 //   types, spec, B, heads, Lq, Lk, D, Dv, layout of q, k, v, o, options, scale, q_offset,
 //   magnitude of q, k, v, seed (4 bytes), defect, defect parameters (2 bytes),
-//   specials count, then per special: tensor, position (2 bytes), value.
+//   specials count, then per special: tensor, position (2 bytes), value; then, for an
+//   extended spec (spec byte >> 6 != 0): mask, normalizer, window, sink count, chunk,
+//   block sizes, normalizer parameters, sink logits.
 // tests/fuzz/make_corpus.py writes seeds in this format.
 Case decode(Bytes& in) {
   Case c;
@@ -229,6 +258,7 @@ Case decode(Bytes& in) {
   c.causal = (spec & 1) != 0;
   c.softcap = (spec & 2) != 0;
   c.cap = kCaps[(spec >> 2) % std::size(kCaps)];
+  c.ext = (spec >> 6) != 0;
 
   Index B = in.in(1, 3);
   Heads heads = in.pick(kHeads);
@@ -298,6 +328,9 @@ Case decode(Bytes& in) {
     default:
       break;
   }
+  c.nominal_b = B;
+  c.nominal_lq = Lq;
+  c.nominal_lk = Lk;
   c.q.size = {B, heads.q, Lq, D};
   c.k.size = {B, heads.kv, Lk, D};
   c.v.size = {B, heads.kv, Lk, Dv};
@@ -395,6 +428,29 @@ Case decode(Bytes& in) {
     s.value = in.pick(kSpecials);
     c.specials.push_back(s);
   }
+
+  // The extended spec: mask, normalizer, then one byte per parameter.
+  if (c.ext) {
+    c.storage = Storage::F32;
+    c.half_out = false;
+    c.causal = c.softcap = false;
+    const std::uint8_t m = in.next(), n = in.next(), w = in.next(), sk = in.next(), ch = in.next(),
+                       bl = in.next(), np = in.next(), sl = in.next();
+    c.norm = static_cast<NormKind>(n % static_cast<int>(NormKind::kCount));
+    // The new normalizers only with the simpler masks (instantiations).
+    c.mask = static_cast<MaskKind>(m % (c.norm == NormKind::Softmax ? 6 : 3));
+    c.window = kWindows[w % std::size(kWindows)];
+    c.sink_count = kSinkCounts[sk % std::size(kSinkCounts)];
+    c.chunk = kChunks[ch % std::size(kChunks)];
+    c.block_q = 1 + bl % 8;
+    c.block_k = 1 + (bl >> 3) % 8;
+    c.sigmoid_bias = kSigmoidBiases[np % std::size(kSigmoidBiases)];
+    c.alpha = kAlphas[np % std::size(kAlphas)];
+    c.relu_bias = kReluBiases[(np >> 3) % std::size(kReluBiases)];
+    for (Index h = 0; h < heads.q; ++h)
+      c.sink_logits.push_back(kSinkLogits[(sl + 3 * h) % std::size(kSinkLogits)]);
+    if (c.norm == NormKind::Sigmoid && c.with_lse) c.must_reject = true;  // no row statistic
+  }
   return c;
 }
 
@@ -412,8 +468,18 @@ std::string describe(const Case& c) {
     << (c.storage == Storage::F32    ? "f32"
         : c.storage == Storage::Bf16 ? "bf16"
                                      : "f16")
-    << " out=" << (c.half_out ? "f16" : "f32") << " mask=" << (c.causal ? "causal" : "full")
-    << " score=" << (c.softcap ? "softcap" : "dot");
+    << " out=" << (c.half_out ? "f16" : "f32");
+  if (c.ext) {
+    s << " mask=" << kMaskNames[static_cast<int>(c.mask)] << "(window=" << c.window
+      << " sinks=" << c.sink_count << " chunk=" << c.chunk << " blocks=" << c.block_q << "x"
+      << c.block_k << ") norm=" << kNormNames[static_cast<int>(c.norm)]
+      << "(bias=" << c.sigmoid_bias << " alpha=" << c.alpha << " relu_bias=" << c.relu_bias
+      << " sinks=";
+    for (float x : c.sink_logits) s << x << ",";
+    s << ")";
+  } else {
+    s << " mask=" << (c.causal ? "causal" : "full") << " score=" << (c.softcap ? "softcap" : "dot");
+  }
   if (c.softcap) s << "(" << c.cap << ")";
   shape("q", c.q);
   shape("k", c.k);
@@ -623,6 +689,7 @@ struct Results {
   Grid q, k, v, out, ref;
   std::vector<float> lse, ref_lse;  // [B * Hq * Lq + guard]
   double tolerance;                 // of the output type, relative to max |v|
+  std::vector<char> kept;           // [B, Hq, Lq, Lk]: the spec's mask keep()
 };
 
 // The values of a valid call. A row's expectations follow from the keys it sees, [0, visible).
@@ -630,7 +697,6 @@ void check_values(const Case& c, const Results& r) {
   const RowFacts qf = row_facts(r.q), kf = row_facts(r.k), vf = row_facts(r.v);
   const bool all_finite = qf.all_finite && kf.all_finite && vf.all_finite;
   const Index Hq = r.q.heads, Hkv = r.k.heads, Lk = r.k.seq, Dv = r.v.dim;
-  const Index offset = c.q_offset ? *c.q_offset : Lk - r.q.seq;
   const float scale = c.scale ? *c.scale : 1.f / std::sqrt(static_cast<float>(r.q.dim));
   // |logit| <= scale * D * max|q| * max|k|; past 1e4 f32 logits lose absolute precision.
   const double logit_bound = std::abs(double(scale)) * double(r.q.dim) * qf.max_abs * kf.max_abs;
@@ -641,14 +707,16 @@ void check_values(const Case& c, const Results& r) {
     for (Index h = 0; h < Hq; ++h)
       for (Index i = 0; i < r.q.seq; ++i) {
         const Index hk = h / (Hq / Hkv);
-        const Index pos = i + offset;  // |offset| <= 2^62: no overflow
-        const Index visible = c.causal ? std::clamp<Index>(pos + 1, 0, Lk) : Lk;
+        const std::size_t row = r.q.row(b, h, i);
+        const char* kept = r.kept.data() + row * static_cast<std::size_t>(Lk);
+        Index visible = 0;
         bool keys_finite = true, key_nan = false;
-        for (Index j = 0; j < visible; ++j) {
+        for (Index j = 0; j < Lk; ++j) {
+          if (!kept[j]) continue;
+          ++visible;
           keys_finite = keys_finite && kf.finite[r.k.row(b, hk, j)] && vf.finite[r.v.row(b, hk, j)];
           key_nan = key_nan || kf.nan[r.k.row(b, hk, j)];
         }
-        const std::size_t row = r.q.row(b, h, i);
         const float fast_lse = r.lse[row], slow_lse = r.ref_lse[row];
         const auto where = [&] {
           return " at b=" + std::to_string(b) + " h=" + std::to_string(h) +
@@ -660,22 +728,52 @@ void check_values(const Case& c, const Results& r) {
           for (Index d = 0; d < Dv; ++d)
             if (r.out.at(b, h, i, d) != 0.0 || r.ref.at(b, h, i, d) != 0.0)
               violated(c, "a query that sees no key has a non-zero output" + where());
-          if (c.with_lse && (fast_lse != -kInf || slow_lse != -kInf))
-            violated(c, "a query that sees no key has an LSE other than -inf" + where());
+          // The row statistic of an empty row: LSE -inf, the sink with sinks, sum 0.
+          const float empty_stat = c.norm == NormKind::Sinks       ? c.sink_logits[h]
+                                   : c.norm == NormKind::ReluPower ? 0.f
+                                                                   : -kInf;
+          if (c.with_lse && (fast_lse != empty_stat || slow_lse != empty_stat))
+            violated(c, "a query that sees no key has a row statistic other than " +
+                            std::to_string(empty_stat) + where());
           continue;
         }
 
         const bool row_clean = qf.finite[row] && keys_finite;
         if (moderate && (all_finite || (g_contracts.masked_keys_inert && row_clean))) {
+          // Sigmoid outputs are sums of up to `visible` values weighted <= 1 (sigmoid' <= 1/4).
+          double row_tol = c.norm == NormKind::Sigmoid ? out_tol * double(visible) : out_tol;
+          double stat_tol = -1.0;  // ReluPower: of the row sum
+          if (c.norm == NormKind::ReluPower) {
+            // ReLU(s - b)^alpha is ill-conditioned near s = b: bound the weights of logits
+            // moved by their f32 error delta, and the output by how far they may move it.
+            const double delta = 1e-5 * logit_bound + 1e-6;
+            double lo_sum = 0.0, spread = 0.0, hi_sum = 0.0;
+            for (Index j = 0; j < Lk; ++j) {
+              if (!kept[j]) continue;
+              double dot = 0.0;
+              for (Index e = 0; e < r.q.dim; ++e) dot += r.q.at(b, h, i, e) * r.k.at(b, hk, j, e);
+              const double t = double(scale) * dot - double(c.relu_bias);
+              const double hi = std::pow(std::max(t + delta, 0.0), double(c.alpha));
+              const double lo = std::pow(std::max(t - delta, 0.0), double(c.alpha));
+              lo_sum += lo;
+              hi_sum += hi;
+              spread += hi - lo;
+            }
+            if (!(lo_sum > 0.0)) continue;  // every weight may be 0: too ill-conditioned
+            row_tol += 2.0 * std::max(vf.max_abs, 1e-30) * spread / lo_sum;
+            stat_tol = spread + 1e-4 * hi_sum;
+          }
           for (Index d = 0; d < Dv; ++d) {
             const double fast = r.out.at(b, h, i, d), slow = r.ref.at(b, h, i, d);
-            if (!(std::abs(fast - slow) <= out_tol))  // NaN fails too
+            if (!(std::abs(fast - slow) <= row_tol))  // NaN fails too
               violated(c, "attention " + std::to_string(fast) + " vs reference " +
-                              std::to_string(slow) + " (tolerance " + std::to_string(out_tol) +
+                              std::to_string(slow) + " (tolerance " + std::to_string(row_tol) +
                               ")" + where() + " d=" + std::to_string(d));
           }
           const double lse_tol =
-              1e-4 * std::max(1.0, std::abs(double(slow_lse))) + 1e-5 * logit_bound;
+              stat_tol >= 0.0
+                  ? stat_tol
+                  : 1e-4 * std::max(1.0, std::abs(double(slow_lse))) + 1e-5 * logit_bound;
           if (c.with_lse && !(std::abs(double(fast_lse) - double(slow_lse)) <= lse_tol))
             violated(c, "LSE " + std::to_string(fast_lse) + " vs reference " +
                             std::to_string(slow_lse) + where());
@@ -834,11 +932,110 @@ void run(const Case& c, const Spec& spec) {
                       std::to_string(threads) + ")");
   }
 
-  Results results{to_grid(q.plain()), to_grid(k.plain()),   to_grid(v.plain()),
-                  to_grid(o.plain()), to_grid(ref.plain()), std::move(lse),
-                  std::move(ref_lse), output_tolerance<O>()};
+  // The pairs the mask keeps, by its own keep() at absolute query positions.
+  const auto [B, Hq, Lq, D] = c.q.size;
+  const Index Lk = c.k.size[2];
+  const Index offset = c.q_offset ? *c.q_offset : Lk - Lq;  // |offset| <= 2^62: no overflow
+  std::vector<char> kept(static_cast<std::size_t>(B * Hq * Lq * Lk));
+  std::size_t at = 0;
+  for (Index b = 0; b < B; ++b)
+    for (Index h = 0; h < Hq; ++h)
+      for (Index i = 0; i < Lq; ++i)
+        for (Index j = 0; j < Lk; ++j) kept[at++] = spec.mask.keep(b, h, i + offset, j) ? 1 : 0;
+  (void)D;
+  Results results{to_grid(q.plain()), to_grid(k.plain()),    to_grid(v.plain()),
+                  to_grid(o.plain()), to_grid(ref.plain()),  std::move(lse),
+                  std::move(ref_lse), output_tolerance<O>(), std::move(kept)};
   check_lse_written(c, results, lse_before, lse_rows);
   check_values(c, results);
+}
+
+// Constructs a policy; checks that it throws Error exactly when it must (`valid`).
+template <class P, class Make>
+std::optional<P> make_policy(const Case& c, bool valid, const char* what, Make make) {
+  std::optional<P> p;
+  const bool made = returns([&] { p.emplace(make()); });
+  if (made != valid)
+    violated(c,
+             std::string(what) + (made ? " accepted invalid parameters" : " rejected valid ones"));
+  return p;
+}
+
+template <class Mask>
+void run_ext_norm(const Case& c, const Mask& mask) {
+  switch (c.norm) {
+    case NormKind::Softmax:
+      run<float, float>(c, ak::make_spec(mask));
+      break;
+    case NormKind::Sinks:
+      run<float, float>(c, ak::make_spec(mask, ak::Softmax::with_sinks(c.sink_logits)));
+      break;
+    case NormKind::Sigmoid:
+      run<float, float>(c, ak::make_spec(mask, ak::Sigmoid{c.sigmoid_bias}));
+      break;
+    case NormKind::ReluPower: {
+      const bool valid = std::isfinite(c.alpha) && c.alpha > 0.f && std::isfinite(c.relu_bias);
+      const auto relu = make_policy<ak::ReluPower>(c, valid, "ReluPower", [&] {
+        return ak::ReluPower{c.alpha, c.relu_bias};
+      });
+      if (relu) run<float, float>(c, ak::make_spec(mask, *relu));
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+// The extended specs; decode() pairs the new normalizers only with the first three masks.
+void run_ext(const Case& c) {
+  const auto window = make_policy<ak::SlidingWindow>(c, c.window >= 0, "SlidingWindow", [&] {
+    return ak::SlidingWindow{c.window, 0};
+  });
+  switch (c.mask) {
+    case MaskKind::Full:
+      run_ext_norm(c, ak::Full{});
+      return;
+    case MaskKind::Causal:
+      run_ext_norm(c, ak::Causal{});
+      return;
+    case MaskKind::Window:
+      if (window) run_ext_norm(c, ak::Causal{} & *window);
+      return;
+    default:
+      break;
+  }
+  // Softmax only from here on.
+  switch (c.mask) {
+    case MaskKind::SinksWindow: {
+      const auto sinks = make_policy<ak::Sinks>(c, c.sink_count >= 0, "Sinks",
+                                                [&] { return ak::Sinks{c.sink_count}; });
+      if (window && sinks) run<float, float>(c, ak::make_spec(ak::Causal{} & (*sinks | *window)));
+      return;
+    }
+    case MaskKind::Chunked: {
+      const auto chunked =
+          make_policy<ak::Chunked>(c, c.chunk >= 1 && c.chunk <= (Index{1} << 60), "Chunked",
+                                   [&] { return ak::Chunked{c.chunk}; });
+      if (chunked) run<float, float>(c, ak::make_spec(ak::Causal{} & *chunked));
+      return;
+    }
+    case MaskKind::Blocks: {
+      // Laid out for the call as decoded (a call with broken sizes is rejected anyway); an
+      // out-of-range q_offset (rejected) lays out at the default.
+      ak::BlockMaskLayout layout;
+      layout.batch = c.nominal_b;
+      layout.q_len = c.nominal_lq;
+      layout.kv_len = c.nominal_lk;
+      layout.block_q = c.block_q;
+      layout.block_k = c.block_k;
+      const bool offset_ok = c.q_offset && *c.q_offset <= kMaxOffset && *c.q_offset >= -kMaxOffset;
+      layout.q_offset = offset_ok ? *c.q_offset : c.nominal_lk - c.nominal_lq;
+      run<float, float>(c, ak::make_spec(ak::make_block_mask(ak::Causal{}, layout)));
+      return;
+    }
+    default:
+      return;
+  }
 }
 
 template <class T, class O>
@@ -889,6 +1086,10 @@ extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   Bytes in(data, size);
   const Case c = decode(in);
+  if (c.ext) {
+    run_ext(c);
+    return 0;
+  }
   switch (c.storage) {
     case Storage::F32:
       run_types<float>(c);
