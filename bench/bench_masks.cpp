@@ -28,17 +28,9 @@ namespace {
 
 constexpr Index kDim = 128, kLen = 16384, kHeads = 1;
 
-// Q, K, V, O of one shape in BSHD layout (B = 1), filled once.
-struct Buffers : attnkit_bench::QkvoBuffers {
-  Buffers() : QkvoBuffers(static_cast<std::size_t>(kLen * kHeads * kDim)) {}
-  ak::View<const float> in(const std::vector<float>& t) const {
-    return ak::bshd(t.data(), 1, kLen, kHeads, kDim);
-  }
-  ak::View<float> out() { return ak::bshd(o.data(), 1, kLen, kHeads, kDim); }
-};
-
-Buffers& buffers() {
-  static Buffers b;
+// Q, K, V, O of the one shape, filled once.
+attnkit_bench::BshdBuffers& buffers() {
+  static attnkit_bench::BshdBuffers b(kLen, kHeads, kDim);
   return b;
 }
 
@@ -112,7 +104,7 @@ std::map<std::string, Result>& results() {
 
 template <class Mask>
 void bench_mask(benchmark::State& state, const std::string& key, Mask mask, int threads) {
-  Buffers& buf = buffers();
+  attnkit_bench::BshdBuffers& buf = buffers();
   const auto spec = ak::make_spec(mask);
   const auto options = ak::Options{}.with_threads(threads);
   Result& best = results()[key];

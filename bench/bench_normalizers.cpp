@@ -27,17 +27,9 @@ namespace {
 
 constexpr Index kDim = 128, kLen = 4096, kHeads = 4;
 
-// Q, K, V, O of one shape in BSHD layout (B = 1), filled once.
-struct Buffers : attnkit_bench::QkvoBuffers {
-  Buffers() : QkvoBuffers(static_cast<std::size_t>(kLen * kHeads * kDim)) {}
-  ak::View<const float> in(const std::vector<float>& t) const {
-    return ak::bshd(t.data(), 1, kLen, kHeads, kDim);
-  }
-  ak::View<float> out() { return ak::bshd(o.data(), 1, kLen, kHeads, kDim); }
-};
-
-Buffers& buffers() {
-  static Buffers b;
+// Q, K, V, O of the one shape, filled once.
+attnkit_bench::BshdBuffers& buffers() {
+  static attnkit_bench::BshdBuffers b(kLen, kHeads, kDim);
   return b;
 }
 
@@ -60,7 +52,7 @@ double flops(bool causal) {
 template <class Spec>
 void bench_normalizer(benchmark::State& state, const std::string& key, const Spec& spec,
                       bool causal, int threads) {
-  Buffers& buf = buffers();
+  attnkit_bench::BshdBuffers& buf = buffers();
   const auto options = ak::Options{}.with_threads(threads);
   Best& best = best_seconds()[key];
   for (auto _ : state) {

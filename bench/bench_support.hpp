@@ -7,6 +7,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <attnkit/tensor.hpp>
 #include <cstddef>
 #include <initializer_list>
 #include <random>
@@ -26,6 +27,17 @@ struct QkvoBuffers {
     for (auto* t : {&q, &k, &v})
       for (float& x : *t) x = dist(rng);
   }
+};
+
+/// QkvoBuffers of one [1, len, heads, dim] shape in BSHD layout, with its views.
+struct BshdBuffers : QkvoBuffers {
+  attnkit::Index len, heads, dim;
+  BshdBuffers(attnkit::Index seq, attnkit::Index h, attnkit::Index d)
+      : QkvoBuffers(static_cast<std::size_t>(seq * h * d)), len(seq), heads(h), dim(d) {}
+  attnkit::View<const float> in(const std::vector<float>& t) const {
+    return attnkit::bshd(t.data(), 1, len, heads, dim);
+  }
+  attnkit::View<float> out() { return attnkit::bshd(o.data(), 1, len, heads, dim); }
 };
 
 /// benchmark::Initialize with `defaults` placed before the user's flags (a later flag wins),
