@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <limits>
 #include <vector>
 
 #include "attnkit/detail/pack.hpp"

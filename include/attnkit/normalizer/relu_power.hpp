@@ -54,12 +54,7 @@ struct ReluPower {
   }
 
   /// 1 / l, or 0 for a row whose weights are all 0 (never NaN from an empty row).
-  simd::Vec finalize(const State& st) const {
-    alignas(64) float l[simd::kWidth];
-    simd::store(l, st.l);
-    for (float& x : l) x = x == 0.f ? 0.f : 1.f / x;
-    return simd::load(l);
-  }
+  simd::Vec finalize(const State& st) const { return simd::inverse_or_zero(st.l); }
 
   simd::Vec row_sum(const State& st) const { return st.l; }
 

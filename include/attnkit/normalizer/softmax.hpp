@@ -84,12 +84,7 @@ struct Softmax {
   /// Per-query factor that turns the accumulator into the output: 1 / l, or 0 for a query
   /// that saw no key (l = 0). A NaN logit made l NaN (exp2 of NaN), and a +inf one made
   /// s - m = inf - inf = NaN: 1 / NaN keeps that query NaN.
-  simd::Vec finalize(const State& st) const {
-    alignas(64) float l[simd::kWidth];
-    simd::store(l, st.l);
-    for (float& x : l) x = x == 0.f ? 0.f : 1.f / x;
-    return simd::load(l);
-  }
+  simd::Vec finalize(const State& st) const { return simd::inverse_or_zero(st.l); }
 
   /// Natural-log log-sum-exp per query: m + log(l); -inf for a query that saw no key, NaN
   /// for one whose logits held a NaN or +inf.

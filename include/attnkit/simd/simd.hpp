@@ -57,6 +57,7 @@ using Mask = bool;
 inline Mask in_range(Vec x, Vec lo, Vec hi) { return lo.x <= x.x && x.x < hi.x; }
 inline Mask either(Mask a, Mask b) { return a || b; }
 inline Mask is_nan(Vec a) { return std::isnan(a.x); }
+inline Vec inverse_or_zero(Vec a) { return a.x == 0.f ? 0.f : 1.f / a.x; }
 inline Vec select(Mask m, Vec a, Vec b) { return m ? a : b; }
 
 #else
@@ -96,6 +97,9 @@ inline Mask either(Mask a, Mask b) { return a | b; }
 /// NaN lanes. Not `a != a`: xsimd 8.1 compares != with an ordered predicate on AVX and
 /// AVX-512, false for NaN.
 inline Mask is_nan(Vec a) { return !(a == a); }
+/// 1 / a, and 0 where a is 0 (an l1 or softmax row that saw nothing finalizes to 0, never
+/// NaN; a NaN row sum stays NaN).
+inline Vec inverse_or_zero(Vec a) { return xsimd::select(a == Vec(0.f), Vec(0.f), Vec(1.f) / a); }
 /// a where m is set, else b.
 inline Vec select(Mask m, Vec a, Vec b) { return xsimd::select(m, a, b); }
 
