@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "support/attnkit_test.hpp"
+#include "support/lane_blocks.hpp"
 
 namespace ak = attnkit;
 namespace simd = attnkit::simd;
@@ -25,29 +26,13 @@ using Catch::Matchers::WithinRel;
 
 namespace {
 
-constexpr int W = simd::kWidth;  // queries per State, one per lane
-constexpr Index kLd = W + 3;     // row stride of a logit block: the lanes, then padding
+using namespace attnkit::test::lanes;  // W, kLd, make_rows, make_block, at, lanes_of
+
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 // x^alpha as 2^(alpha log2 x) in f32: the SIMD log2 and exp2 each lose a few ulps, and
 // alpha scales the log's error; 1e-5 relative covers alpha up to 3 with room.
 constexpr double kPowRel = 1e-5;
-
-using Rows = std::vector<std::vector<float>>;  // [W queries][keys] logits, -inf = masked
-
-template <class F>
-Rows make_rows(Index keys, F logit) {
-  Rows rows(W, std::vector<float>(static_cast<std::size_t>(keys)));
-  for (int q = 0; q < W; ++q)
-    for (Index j = 0; j < keys; ++j) rows[q][static_cast<std::size_t>(j)] = logit(q, j);
-  return rows;
-}
-
-std::vector<float> lanes_of(simd::Vec v) {
-  std::vector<float> out(W);
-  simd::store(out.data(), v);
-  return out;
-}
 
 struct Absorbed {
   Rows weights;                        // [W][keys] as absorb() left them (unnormalized)

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "support/attnkit_test.hpp"
+#include "support/lane_blocks.hpp"
 
 namespace ak = attnkit;
 namespace simd = attnkit::simd;
@@ -28,31 +29,12 @@ using Catch::Matchers::WithinRel;
 
 namespace {
 
-constexpr int W = simd::kWidth;  // queries per State, one per lane
-constexpr Index kLd = W + 3;     // row stride of a logit block: the lanes, then padding
+using namespace attnkit::test::lanes;  // W, kLd, make_rows, make_block, at, lanes_of
+
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 // sigmoid in f32 via exp2 and one division: a few ulps of a weight in (0, 1).
 constexpr double kWeightTol = 1e-6;
-
-std::vector<float> lanes_of(simd::Vec v) {
-  std::vector<float> out(W);
-  simd::store(out.data(), v);
-  return out;
-}
-
-// A [keys, kLd] block whose lane q of key j holds logit(q, j); the padding holds NaN.
-template <class F>
-std::vector<float> make_block(Index keys, F logit) {
-  std::vector<float> block(static_cast<std::size_t>(keys * kLd), kNaN);
-  for (Index j = 0; j < keys; ++j)
-    for (int q = 0; q < W; ++q) block[static_cast<std::size_t>(j * kLd + q)] = logit(q, j);
-  return block;
-}
-
-float at(const std::vector<float>& block, Index j, int q) {
-  return block[static_cast<std::size_t>(j * kLd + q)];
-}
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "support/attnkit_test.hpp"
+#include "support/lane_blocks.hpp"
 
 namespace ak = attnkit;
 namespace simd = attnkit::simd;
@@ -25,28 +26,12 @@ using Catch::Matchers::WithinAbs;
 
 namespace {
 
-constexpr int W = simd::kWidth;  // queries per State, one per lane
-constexpr Index kLd = W + 3;     // row stride of a logit block: the lanes, then padding
+using namespace attnkit::test::lanes;  // W, kLd, make_rows, make_block, at, lanes_of
+
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr double kNegInfD = -std::numeric_limits<double>::infinity();
 // On top of tol::kLseF32: the LSE is returned as a float, one ulp of its own magnitude.
 constexpr double kLseRel = std::numeric_limits<float>::epsilon();
-
-using Rows = std::vector<std::vector<float>>;  // [W queries][keys] logits, -inf = masked
-
-template <class F>
-Rows make_rows(Index keys, F logit) {
-  Rows rows(W, std::vector<float>(static_cast<std::size_t>(keys)));
-  for (int q = 0; q < W; ++q)
-    for (Index j = 0; j < keys; ++j) rows[q][static_cast<std::size_t>(j)] = logit(q, j);
-  return rows;
-}
-
-std::vector<float> lanes_of(simd::Vec v) {
-  std::vector<float> out(W);
-  simd::store(out.data(), v);
-  return out;
-}
 
 struct Online {
   Rows weights;               // [W][keys] accumulator * finalize factor
