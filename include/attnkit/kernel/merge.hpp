@@ -87,11 +87,11 @@ void merge(const Normalizer& normalizer, const std::vector<View<P>>& parts,
         const Index row = (b * out.heads + h) * out.seq + r;
         double total = 0;  // the merged statistic
         if constexpr (kStat == RowStat::LogSumExp) {
-          double m = detail::sink_of(normalizer, h);
+          const double sink = detail::sink_of(normalizer, h);
+          double m = sink;
           for (const float* s : stats)
             m = std::isnan(s[row]) ? double(s[row]) : std::max(m, double(s[row]));
-          double sum =
-              m == kNegInf || std::isnan(m) ? 0.0 : std::exp(detail::sink_of(normalizer, h) - m);
+          double sum = m == kNegInf || std::isnan(m) ? 0.0 : std::exp(sink - m);
           for (std::size_t k = 0; k < parts.size(); ++k)
             sum += (weight[k] = m == kNegInf ? 0.0 : std::exp(double(stats[k][row]) - m));
           total = m == kNegInf ? kNegInf : m + std::log(sum);
