@@ -132,6 +132,10 @@ void validate_policies(const Spec& spec, const Problem& p, const Options& option
   if constexpr (detail::row_stat_kind<Normalizer>() == RowStat::None)
     detail::require(options.lse == nullptr, "lse", "nullptr (this normalizer has no row statistic)",
                     "a buffer");
+  if constexpr (detail::cosine_logits<Normalizer>())
+    detail::require(!options.scale, "Options.scale",
+                    "unset (this normalizer's logits are cosines, with its own scale)",
+                    options.scale.value_or(0.f));
   const auto check = [&p](const auto& policy) {
     if constexpr (detail::has_validate<std::decay_t<decltype(policy)>>::value)
       policy.validate(p.q_len, p.kv_len, p.q_offset, p.batch, p.q_heads);

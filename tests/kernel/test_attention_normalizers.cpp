@@ -13,6 +13,7 @@
 #include <attnkit/normalizer/relu_power.hpp>
 #include <attnkit/normalizer/sigmoid.hpp>
 #include <attnkit/normalizer/softmax.hpp>
+#include <attnkit/normalizer/softplus_l1_reweighted.hpp>
 #include <attnkit/reference/attention.hpp>
 #include <attnkit/score/softcap.hpp>
 #include <catch2/catch_test_macros.hpp>
@@ -84,12 +85,14 @@ bool sees_a_key(const Mask& mask, const Case& c, Index b, Index h, Index r) {
 // The row statistic a row that sees no key must report.
 template <class N>
 float empty_row_stat(const N& n, Index h) {
-  if constexpr (std::is_same_v<N, ak::ReluPower>) {
+  if constexpr (ak::detail::row_stat_kind<N>() == ak::RowStat::Sum) {
     return 0.f;
   } else if constexpr (is_sigmoid<N>()) {
     return std::numeric_limits<float>::quiet_NaN();  // no statistic: never compared
-  } else {
+  } else if constexpr (std::is_same_v<N, ak::Softmax>) {
     return n.sinks.empty() ? kNegInf : n.sinks[static_cast<std::size_t>(h)];
+  } else {
+    return kNegInf;
   }
 }
 
@@ -173,6 +176,9 @@ void for_each_normalizer(Index heads, Visit&& visit) {
   visit("ReluPower{1.5, 0.3}", ak::ReluPower{1.5f, 0.3f});
   visit("ReluPower{1.5, 0}", ak::ReluPower{1.5f, 0.f});
   visit("Softmax::with_sinks", ak::Softmax::with_sinks(sinks));
+  visit("SoftplusL1 (LSSA)", ak::SoftplusL1{});
+  visit("SoftplusL1Reweighted{15} (LSSAR)", ak::SoftplusL1Reweighted{});
+  visit("SoftplusL1Reweighted{3}", ak::SoftplusL1Reweighted{3.f});
 }
 
 template <class T = float>

@@ -15,15 +15,20 @@ struct half;
 
 namespace attnkit::detail {
 
+inline float row_scale(float scale, Index /*row*/) { return scale; }
+inline float row_scale(const float* scales, Index row) { return scales[row]; }
+
 /// qt[D, ld] = scale * Q[rows, D]^T for `rows` query rows from (b, h, row0); columns past
 /// `rows` up to `padded` are 0, so padded query lanes compute finite, unused logits.
-template <class T>
+/// `scale` is one float for every row or a pointer to one per row.
+template <class T, class Scale>
 void pack_q_transposed(const View<T>& q, Index b, Index h, Index row0, Index rows, Index padded,
-                       float scale, float* qt, Index ld) {
+                       Scale scale, float* qt, Index ld) {
   const Index dim = q.dim;
   for (Index r = 0; r < rows; ++r) {
     const T* src = q.row(b, h, row0 + r);
-    for (Index c = 0; c < dim; ++c) qt[c * ld + r] = static_cast<float>(src[c]) * scale;
+    const float f = row_scale(scale, r);
+    for (Index c = 0; c < dim; ++c) qt[c * ld + r] = static_cast<float>(src[c]) * f;
   }
   for (Index c = 0; c < dim; ++c) std::fill(qt + c * ld + rows, qt + c * ld + padded, 0.f);
 }

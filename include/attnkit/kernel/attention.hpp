@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <deque>
 #include <type_traits>
+#include <vector>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -72,8 +73,13 @@ void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<
   // Every thread's scratch is allocated here, on the calling thread, so that a failed
   // allocation throws to the caller instead of calling std::terminate inside the parallel
   // region. Each thread still first-touches (and so places) its own pages.
+  // Cosine logits (SoftplusL1): the key norms, once per call.
+  std::vector<float> key_scale;
+  if constexpr (detail::cosine_logits<typename Spec::Normalizer>())
+    key_scale = detail::inverse_row_norms(k);
   std::deque<Tiles> tiles;  // a deque never relocates: each thread's Tiles stays put
-  for (int t = 0; t < threads; ++t) tiles.emplace_back(spec, p, q, k, v, o, options.lse);
+  for (int t = 0; t < threads; ++t)
+    tiles.emplace_back(spec, p, q, k, v, o, options.lse, key_scale.data());
 
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads) if (threads > 1)

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "attnkit/detail/pack.hpp"
+#include "attnkit/detail/row_norms.hpp"
 #include "attnkit/detail/scratch.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/gemm/tile_gemm.hpp"
@@ -19,6 +20,7 @@
 #include "attnkit/kernel/tile_config.hpp"
 #include "attnkit/kernel/tile_mask.hpp"
 #include "attnkit/mask/tile_kind.hpp"
+#include "attnkit/mask/visible_keys.hpp"
 #include "attnkit/normalizer/row_context.hpp"
 #include "attnkit/problem.hpp"
 #include "attnkit/score/score_tile.hpp"
@@ -35,9 +37,12 @@ class AttentionTiles {
   static constexpr Index kBk = TileConfig::kBlockK;
   using Normalizer = typename Spec::Normalizer;
   using State = typename Normalizer::State;
+  static constexpr bool kCosine = cosine_logits<Normalizer>();
+  static constexpr bool kCounts = counts_keys<Normalizer>();
 
+  /// key_scale: with cosine logits, the inverse norms of the key rows ([B, Hkv, Lk]).
   AttentionTiles(const Spec& spec, const Problem& p, const View<Q>& q, const View<K>& k,
-                 const View<V>& v, const View<O>& o, float* lse)
+                 const View<V>& v, const View<O>& o, float* lse, const float* key_scale)
       : spec_(spec),
         p_(p),
         q_(q),
@@ -45,17 +50,20 @@ class AttentionTiles {
         v_(v),
         o_(o),
         lse_(lse),
+        key_scale_(key_scale),
         dv_pad_(simd::round_up(p.value_dim)),
         k_direct_(is_f32<K>()),
         v_direct_(is_f32<V>() && dv_pad_ == p.value_dim),
         scratch_(Scratch::size_for(p.head_dim * kBq, k_direct_ ? 0 : kBk * p.head_dim,
-                                   v_direct_ ? 0 : kBk * dv_pad_, kBk * kBq, kBq * dv_pad_, kBq)),
+                                   v_direct_ ? 0 : kBk * dv_pad_, kBk * kBq, kBq * dv_pad_, kBq,
+                                   kCounts ? kBq : 0)),
         qt_(scratch_.carve(p.head_dim * kBq)),
         kp_(k_direct_ ? nullptr : scratch_.carve(kBk * p.head_dim)),
         vp_(v_direct_ ? nullptr : scratch_.carve(kBk * dv_pad_)),
         s_(scratch_.carve(kBk * kBq)),
         acc_(scratch_.carve(kBq * dv_pad_)),
         factor_(scratch_.carve(kBq)),
+        counts_(kCounts ? scratch_.carve(kBq) : nullptr),
         states_(kBq / simd::kWidth) {}
 
   /// Computes output rows [q0, q0 + nq) of query head h in batch b.
@@ -64,29 +72,89 @@ class AttentionTiles {
     const Index lanes = simd::round_up(nq);  // queries padded to whole vectors
     const Range q_pos{q0 + p_.q_offset, q0 + nq + p_.q_offset};
 
-    pack_q_transposed(q_, b, h, q0, nq, lanes, p_.scale, qt_, kBq);  // qt_ [D, kBq]
-    for (State& st : states_) st = begin_state(spec_.normalizer, RowContext{b, h, p_.kv_len});
+    if constexpr (kCosine) {  // q_i / |q_i|: the logits are cosines
+      for (Index r = 0; r < nq; ++r) factor_[r] = inverse_norm(q_.row(b, h, q0 + r), p_.head_dim);
+      pack_q_transposed(q_, b, h, q0, nq, lanes, factor_, qt_, kBq);  // qt_ [D, kBq]
+    } else {
+      pack_q_transposed(q_, b, h, q0, nq, lanes, p_.scale, qt_, kBq);
+    }
+    begin_rows(b, h, q0, nq, q_pos.begin);
     std::fill(acc_, acc_ + nq * dv_pad_, 0.f);  // acc_ [kBq, dv_pad]
 
     // Only the key tiles the mask lets some query see (key_schedule.hpp): with Causal the
     // diagonal tile ends at the last visible key, `Sinks | window` visits two short ranges.
-    for_each_key_tile(spec_.mask, b, h, q_pos, p_.kv_len, kBk, [&](Range kv, TileKind kind) {
-      const Index k0 = kv.begin, nk = kv.end - kv.begin;
-      scores(b, hk, k0, nk, lanes);  // s_ [nk, kBq]
-      apply_score_mods(ScoreTile{b, h, q_pos.begin, k0}, nk, lanes);
-      if (kind == TileKind::Partial)
-        mask_partial_tile(spec_.mask, s_, kBq, b, h, q_pos.begin, k0, nk, nq, lanes);
-      absorb(nk, nq, lanes);                                       // weights, rescale
-      accumulate_values(b, h, hk, q_pos.begin, k0, nk, nq, kind);  // acc_ += P V
-    });
+    const auto for_each_logit_tile = [&](auto&& use) {
+      for_each_key_tile(spec_.mask, b, h, q_pos, p_.kv_len, kBk, [&](Range kv, TileKind kind) {
+        const Index k0 = kv.begin, nk = kv.end - kv.begin;
+        scores(b, hk, k0, nk, lanes);  // s_ [nk, kBq]
+        apply_score_mods(ScoreTile{b, h, q_pos.begin, k0}, nk, lanes);
+        if (kind == TileKind::Partial)
+          mask_partial_tile(spec_.mask, s_, kBq, b, h, q_pos.begin, k0, nk, nq, lanes);
+        use(k0, nk, kind);
+      });
+    };
+    // Passes before the last keep row statistics only (LSSAR's row sums).
+    if constexpr (passes<Normalizer>() > 1) {
+      for (int pass = 1; pass < passes<Normalizer>(); ++pass) {
+        for_each_logit_tile([&](Index, Index nk, TileKind) { observe(nk, lanes); });
+        for (Index c = 0; c < lanes; c += simd::kWidth)
+          spec_.normalizer.end_pass(states_[static_cast<std::size_t>(c / simd::kWidth)]);
+      }
+    }
+    do {
+      for_each_logit_tile([&](Index k0, Index nk, TileKind kind) {
+        absorb(nk, nq, lanes);                                       // weights, rescale
+        accumulate_values(b, h, hk, q_pos.begin, k0, nk, nq, kind);  // acc_ += P V
+      });
+    } while (another_pass_needed(lanes));
     write_output(b, h, q0, nq, lanes);
   }
 
  private:
-  // s_[nk, lanes] = K[k0:k0+nk] * qt_ (scale already in qt_).
+  // The normalizer states of rows [q0, q0 + nq), one per lane block, with their context:
+  // the flat index of their row statistic and, if the normalizer asks, their key counts.
+  void begin_rows(Index b, Index h, Index q0, Index nq, Index i0) {
+    if constexpr (kCounts) {
+      for (Index r = 0; r < nq; ++r)
+        counts_[r] = static_cast<float>(visible_key_count(spec_.mask, b, h, i0 + r, p_.kv_len));
+    }
+    const Index row0 = (b * p_.q_heads + h) * p_.q_len + q0;
+    for (Index c = 0; c < nq; c += simd::kWidth)
+      states_[static_cast<std::size_t>(c / simd::kWidth)] =
+          begin_state(spec_.normalizer, RowContext{b, h, p_.kv_len, p_.head_dim, row0 + c, nq - c,
+                                                   kCounts ? counts_ + c : nullptr});
+  }
+
+  // s_[nk, lanes] = K[k0:k0+nk] * qt_ (scale already in qt_). With cosine logits each key
+  // row is then divided by its norm.
   void scores(Index b, Index hk, Index k0, Index nk, Index lanes) {
     const F32Rows keys = f32_rows(k_, k_direct_, b, hk, k0, nk, kp_, p_.head_dim);
     gemm::gemm(nk, lanes, p_.head_dim, {keys.data, keys.ld, 1}, qt_, kBq, s_, kBq, false);
+    if constexpr (kCosine) {
+      const float* inv = key_scale_ + (b * p_.kv_heads + hk) * p_.kv_len + k0;
+      for (Index jj = 0; jj < nk; ++jj) {
+        const simd::Vec f(inv[jj]);
+        float* row = s_ + jj * kBq;
+        for (Index c = 0; c < lanes; c += simd::kWidth)
+          simd::store(row + c, simd::load(row + c) * f);
+      }
+    }
+  }
+
+  // A statistics-only pass over one tile of logits.
+  void observe(Index nk, Index lanes) {
+    for (Index c = 0; c < lanes; c += simd::kWidth)
+      spec_.normalizer.observe(states_[static_cast<std::size_t>(c / simd::kWidth)], s_ + c, nk,
+                               kBq);
+  }
+
+  // After the last pass: whether some row asks for it again (every state is asked).
+  bool another_pass_needed(Index lanes) {
+    bool again = false;
+    for (Index c = 0; c < lanes; c += simd::kWidth)
+      again = another_pass(spec_.normalizer, states_[static_cast<std::size_t>(c / simd::kWidth)]) ||
+              again;
+    return again;
   }
 
   void apply_score_mods(const ScoreTile& where, Index nk, Index lanes) {
@@ -197,6 +265,7 @@ class AttentionTiles {
   View<V> v_;
   View<O> o_;
   float* lse_;
+  const float* key_scale_;  // [B, Hkv, Lk] inverse key norms (cosine logits only)
   Index dv_pad_;
   bool k_direct_, v_direct_;  // f32 K/V rows feed the GEMMs in place, no packing
   // Scratch of one thread, carved once:
@@ -206,7 +275,8 @@ class AttentionTiles {
   float* vp_;                  // [kBk, dv_pad]  f32 values, padded (only when not used in place)
   float* s_;                   // [kBk, kBq]     logits, then weights
   float* acc_;                 // [kBq, dv_pad]  output accumulator
-  float* factor_;              // [kBq]          per-query rescale / finalize factors
+  float* factor_;              // [kBq]          per-query scale, rescale, finalize factors
+  float* counts_;              // [kBq]          visible keys per query (kCountsKeys only)
   std::vector<State> states_;  // [kBq / kWidth] normalizer state, one lane per query
 };
 

@@ -6,9 +6,9 @@
 //   Sum      (l1):   l = sum_k l_k, o = sum_k o_k l_k / l (0 where l = 0);
 //   None  (sigmoid): o = sum_k o_k (compute the parts with the whole call's bias: the
 //                    default -log Lk of a part would use the part's key count).
-// One round suffices for these; LSSA-style re-weighting (a second pass that needs the global
-// row sum first) does not merge in one round. Parts are summed in the order given, so the
-// result does not depend on how the parts were computed (threads, tiles).
+// One round suffices for these; LSSAR's re-weighting (a second pass that needs the global
+// row sum first) does not merge in one round: see kernel/merge_reweighted.hpp. Parts are summed in
+// the order given, so the result does not depend on how the parts were computed (threads, tiles).
 #pragma once
 
 #include <cmath>
@@ -52,6 +52,11 @@ template <class Normalizer, class P, class O>
 void merge(const Normalizer& normalizer, const std::vector<View<P>>& parts,
            const std::vector<const float*>& stats, const View<O>& out, float* out_stat = nullptr) {
   static_assert(!std::is_const_v<O>, "merge(): the output view must be writable");
+  static_assert(detail::passes<Normalizer>() == 1,
+                "merge(): this normalizer makes more than one pass over the keys (LSSAR needs "
+                "each row's whole sum before its weights), so its parts cannot merge in one "
+                "round: use its two-round form (SoftplusL1Reweighted::second_round, "
+                "merge_reweighted in kernel/merge_reweighted.hpp)");
   constexpr RowStat kStat = detail::row_stat_kind<Normalizer>();
   using detail::require;
   detail::check_view(out, "out");

@@ -7,6 +7,14 @@
 //   reference_row(double* s, n, RowContext) or (s, n)     -> row statistic
 //   static constexpr bool kRescales (default true): false = no running max, no rescale
 //   static constexpr RowStat kRowStat (default LogSumExp) and lse() / row_sum() to match.
+//   static constexpr bool kCosineLogits (default false): the logits are cos(q_i, k_j), not
+//     scale * q_i . k_j (the kernel normalizes the rows; Options::scale is refused)
+//   static constexpr bool kCountsKeys (default false): RowContext::visible_keys is filled
+//   static constexpr int kPasses (default 1) with observe(State&, s, keys, ld) and
+//     end_pass(State&): passes before the last see every key tile's logits and keep
+//     statistics only; the last pass absorbs and accumulates values. A normalizer may also
+//     ask for the last pass again for some rows: another_pass(State&) -> bool (see
+//     softplus_l1_reweighted.hpp).
 #pragma once
 
 #include <type_traits>
@@ -16,9 +24,14 @@
 
 namespace attnkit {
 
-/// The (batch, head) of the query rows being normalized, and the call's key count.
+/// The (batch, head) of the query rows being normalized (one SIMD vector of them in the
+/// kernel, one row in the reference), the call's key count and head dimension, the flat
+/// index of the first row in [B, Hq, Lq] (the index of its row statistic), how many rows
+/// are real (the rest are padding lanes), and, for a normalizer with kCountsKeys, the
+/// number of keys the mask lets each row see (else null).
 struct RowContext {
-  Index batch = 0, head = 0, kv_len = 0;
+  Index batch = 0, head = 0, kv_len = 0, head_dim = 0, row = 0, rows = 1;
+  const float* visible_keys = nullptr;
 };
 
 /// The partial statistic a normalizer reports per row, written through Options::lse:
@@ -66,6 +79,65 @@ constexpr RowStat row_stat_kind() {
     return N::kRowStat;
   else
     return RowStat::LogSumExp;
+}
+
+template <class N, class = void>
+struct declares_cosine_logits : std::false_type {};
+template <class N>
+struct declares_cosine_logits<N, std::void_t<decltype(N::kCosineLogits)>> : std::true_type {};
+
+template <class N, class = void>
+struct declares_counts_keys : std::false_type {};
+template <class N>
+struct declares_counts_keys<N, std::void_t<decltype(N::kCountsKeys)>> : std::true_type {};
+
+template <class N, class = void>
+struct declares_passes : std::false_type {};
+template <class N>
+struct declares_passes<N, std::void_t<decltype(N::kPasses)>> : std::true_type {};
+
+template <class N, class = void>
+struct has_another_pass : std::false_type {};
+template <class N>
+struct has_another_pass<N, std::void_t<decltype(std::declval<const N&>().another_pass(
+                               std::declval<typename N::State&>()))>> : std::true_type {};
+
+/// Whether the logits are cosines (rows of q and k normalized) instead of scaled dots.
+template <class N>
+constexpr bool cosine_logits() {
+  if constexpr (declares_cosine_logits<N>::value)
+    return N::kCosineLogits;
+  else
+    return false;
+}
+
+/// Whether the normalizer needs each row's visible key count in RowContext.
+template <class N>
+constexpr bool counts_keys() {
+  if constexpr (declares_counts_keys<N>::value)
+    return N::kCountsKeys;
+  else
+    return false;
+}
+
+/// How many passes over the keys the normalizer needs (the last one accumulates values).
+template <class N>
+constexpr int passes() {
+  if constexpr (declares_passes<N>::value) {
+    static_assert(N::kPasses >= 1, "Normalizer::kPasses must be at least 1");
+    return N::kPasses;
+  } else {
+    return 1;
+  }
+}
+
+/// After the last pass: whether some rows of st need it once more (false by default).
+template <class N, class State>
+bool another_pass(const N& n, State& st) {
+  if constexpr (has_another_pass<N>::value)
+    return n.another_pass(st);
+  else
+    return false;
 }
 
 template <class N>

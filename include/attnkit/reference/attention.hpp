@@ -4,6 +4,8 @@
 // against it; users can debug their own policies with it.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -17,13 +19,21 @@
 namespace attnkit::reference {
 namespace detail {
 
-// scale * q . k in double, then the Score's element rule.
+// scale * q . k in double -- or cos(q, k) = q . k / (|q| |k|) (0 for a zero row) when the
+// normalizer asks for cosine logits -- then the Score's element rule.
 template <class Spec, class Q, class K>
 double logit(const Spec& spec, const Q* q, const K* k, const Problem& p, Index b, Index h, Index i,
              Index j) {
-  double dot = 0.0;
-  for (Index c = 0; c < p.head_dim; ++c) dot += double(q[c]) * double(k[c]);
-  const double s = double(p.scale) * dot;
+  double dot = 0.0, qq = 0.0, kk = 0.0;
+  for (Index c = 0; c < p.head_dim; ++c) {
+    const double x = double(q[c]), y = double(k[c]);
+    dot += x * y;
+    qq += x * x;
+    kk += y * y;
+  }
+  double s = double(p.scale) * dot;
+  if constexpr (attnkit::detail::cosine_logits<typename Spec::Normalizer>())
+    s = qq == 0.0 || kk == 0.0 ? 0.0 : dot / (std::sqrt(qq) * std::sqrt(kk));
   if constexpr (attnkit::detail::has_modify<typename Spec::Score>::value)
     return spec.score.modify(s, b, h, i, j);
   else
@@ -65,16 +75,17 @@ void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<
           s[j] = kept[j] ? detail::logit(spec, q.row(b, h, r), k.row(b, hk, j), p, b, h, i, j)
                          : neg_inf;
         }
-        const double stat = attnkit::detail::reference_row(spec.normalizer, s, p.kv_len,
-                                                           RowContext{b, h, p.kv_len});
+        const Index row = (b * p.q_heads + h) * p.q_len + r;
+        const auto visible = static_cast<float>(std::count(kept, kept + p.kv_len, char{1}));
+        const double stat = attnkit::detail::reference_row(
+            spec.normalizer, s, p.kv_len, RowContext{b, h, p.kv_len, p.head_dim, row, 1, &visible});
         std::fill(out, out + p.value_dim, 0.0);
         for (Index j = 0; j < p.kv_len; ++j)
           if (kept[j])
             for (Index c = 0; c < p.value_dim; ++c) out[c] += s[j] * double(v.row(b, hk, j)[c]);
         for (Index c = 0; c < p.value_dim; ++c)
           o.row(b, h, r)[c] = static_cast<std::remove_const_t<O>>(out[c]);
-        if (options.lse != nullptr)
-          options.lse[(b * p.q_heads + h) * p.q_len + r] = static_cast<float>(stat);
+        if (options.lse != nullptr) options.lse[row] = static_cast<float>(stat);
       }
     }
 }

@@ -59,6 +59,11 @@ inline Mask either(Mask a, Mask b) { return a || b; }
 inline Mask is_nan(Vec a) { return std::isnan(a.x); }
 inline Vec inverse_or_zero(Vec a) { return a.x == 0.f ? 0.f : 1.f / a.x; }
 inline Vec select(Mask m, Vec a, Vec b) { return m ? a : b; }
+inline Vec abs(Vec a) { return std::fabs(a.x); }
+inline Mask equal(Vec a, Vec b) { return a.x == b.x; }
+inline Mask greater(Vec a, Vec b) { return a.x > b.x; }
+inline Mask both(Mask a, Mask b) { return a && b; }
+inline bool any(Mask m) { return m; }
 
 #else
 
@@ -102,6 +107,13 @@ inline Mask is_nan(Vec a) { return !(a == a); }
 inline Vec inverse_or_zero(Vec a) { return xsimd::select(a == Vec(0.f), Vec(0.f), Vec(1.f) / a); }
 /// a where m is set, else b.
 inline Vec select(Mask m, Vec a, Vec b) { return xsimd::select(m, a, b); }
+inline Vec abs(Vec a) { return xsimd::abs(a); }
+/// Lane-wise a == b and a > b (false where either is NaN).
+inline Mask equal(Vec a, Vec b) { return a == b; }
+inline Mask greater(Vec a, Vec b) { return a > b; }
+inline Mask both(Mask a, Mask b) { return a & b; }
+/// True when some lane is set.
+inline bool any(Mask m) { return xsimd::any(m); }
 
 inline float reduce_add(Vec a) {
 #if XSIMD_VERSION_MAJOR >= 10
@@ -120,6 +132,18 @@ inline float reduce_max(Vec a) {
 }
 
 #endif
+
+/// log(1 + e^x) for every x: max(x, 0) + log1p(e^-|x|), where log1p(u) = log(v) +
+/// (u - (v - 1)) / v with v = 1 + u puts back the bits of u that 1 + u rounds away, so a
+/// very negative x gives e^x, not 0. -inf gives 0, +inf gives +inf, NaN stays NaN.
+inline Vec softplus(Vec x) {
+  constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+  const Vec one(1.f);
+  const Vec u = exp2(abs(x) * Vec(-kLog2e));
+  const Vec v = one + u;
+  const Vec log1p = log2(v) * Vec(kLn2) + (u - (v - one)) / v;
+  return max(x, Vec(0.f)) + log1p;
+}
 
 /// Rounds n up to a whole number of vectors.
 constexpr std::ptrdiff_t round_up(std::ptrdiff_t n) { return (n + kWidth - 1) / kWidth * kWidth; }

@@ -1,0 +1,226 @@
+// SoftplusL1Reweighted -- LSSAR (Gao & Spratling 2025; MECHANISMS.md "Re-weighting"): the
+// LSSA weights a_ij (softplus_l1.hpp) sharpened by a power p (default 15):
+//   r_ij = ReLU(N_i a_ij - 1)^p,   a'_ij = r_ij / sum_j r_ij,
+// which keeps only the keys weighted above the uniform 1/N_i. a_ij needs the row sum first,
+// so the kernel makes two passes over the keys (kPasses = 2): the first sums the LSSA
+// weights, the second forms r and accumulates r v. r^p under- and overflows f32 (N_i a - 1
+// runs from 0 to N_i - 1), so the second pass is a softmax over p log r: the same online
+// maximum and rescale as Softmax, and the row statistic is its LSE, log sum_j r_ij.
+// Fallback (documented choice): a row whose r are all 0 -- every a_ij <= 1/N_i, i.e. uniform
+// LSSA weights, or one visible key -- takes the LSSA weights a_ij; its statistic is -inf. The
+// kernel makes a third pass, over the query tiles holding such rows only.
+// Split-KV cannot merge LSSAR in one round (the ReLU needs the whole row's sum): round one
+// runs SoftplusL1 on each part and merges the row sums; round two runs second_round(sums)
+// on each part -- one pass, no fallback, LSE statistic -- and merge_reweighted() combines the
+// parts and applies the fallback from round one's result (kernel/merge.hpp).
+#pragma once
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attnkit/error.hpp"
+#include "attnkit/normalizer/row_context.hpp"
+#include "attnkit/normalizer/softmax.hpp"
+#include "attnkit/normalizer/softplus_l1.hpp"
+#include "attnkit/simd/simd.hpp"
+#include "attnkit/slots.hpp"
+#include "attnkit/tensor.hpp"
+
+namespace attnkit {
+namespace detail {
+
+// s[keys, ld] of cosines -> p log r, r = ReLU(gain * softplus(c s) - 1), gain = N_i / W_i
+// (so that gain * w = N_i a_ij). r = 0 gives -inf; a NaN stays NaN.
+inline void reweighted_logits(const SoftplusL1::State& w, simd::Vec gain, float power, float* s,
+                              Index keys, Index ld) {
+  constexpr float kLn2 = 0.6931471805599453f;
+  const simd::Vec one(1.f), zero(0.f), p_ln2(power * kLn2);
+  for (Index j = 0; j < keys; ++j) {
+    const simd::Vec r = gain * simd::softplus(w.c * simd::load(s + j * ld)) - one;
+    const simd::Vec x = p_ln2 * simd::log2(simd::max(r, zero));
+    simd::store(s + j * ld, simd::select(simd::is_nan(r), r, x));
+  }
+}
+
+// The reference rule of both forms: s[n] holds the LSSA weights a_ij of one row with N_i keys.
+// Overwrites them with r_ij / sum_j r_ij and returns log sum_j r_ij; a row whose r are all 0
+// keeps a_ij and returns -inf.
+inline double reference_reweight(double* s, Index n, double keys, float power) {
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+  std::vector<double> x(static_cast<std::size_t>(n));
+  for (Index j = 0; j < n; ++j) {
+    const double r = keys * s[j] - 1.0;
+    x[static_cast<std::size_t>(j)] = std::isnan(r) ? r
+                                     : r > 0.0     ? double(power) * std::log(r)
+                                                   : neg_inf;
+  }
+  double* xs = x.data();
+  const double lse = Softmax{}.reference_row(xs, n);
+  if (lse == neg_inf) return neg_inf;  // fallback: keep the LSSA weights
+  std::copy(xs, xs + n, s);
+  return lse;
+}
+
+}  // namespace detail
+
+/// LSSAR, self-contained: two passes (three for query tiles with a fallback row).
+struct SoftplusL1Reweighted {
+  using slot = NormalizerSlot;
+  static constexpr bool kCosineLogits = true;
+  static constexpr bool kCountsKeys = true;
+  static constexpr int kPasses = 2;
+  static constexpr RowStat kRowStat = RowStat::LogSumExp;
+
+  float power = 15.f;
+  SoftplusL1 lssa;  // its key counts, if given
+
+  /// Throws Error unless p is finite and > 0 (the paper: 15 for long context, 3 for short).
+  explicit SoftplusL1Reweighted(float p = 15.f, SoftplusL1 weights = {})
+      : power(p), lssa(std::move(weights)) {
+    detail::require(std::isfinite(p) && p > 0.f, "SoftplusL1Reweighted.power", "finite and > 0", p);
+  }
+
+  struct State {
+    SoftplusL1::State w;                  // the LSSA row: scale, N_i, row sum W_i (pass one)
+    simd::Vec gain = simd::Vec(0.f);      // N_i / W_i
+    Softmax::State r;                     // online softmax over p log r (pass two)
+    simd::Vec fallback = simd::Vec(0.f);  // 1 in rows that take the LSSA weights
+    bool fallback_pass = false;
+  };
+
+  State begin(const RowContext& ctx) const {
+    State st;
+    st.w = lssa.begin(ctx);
+    return st;
+  }
+
+  /// Pass one: sums the LSSA weights (the tile is scratch afterwards).
+  void observe(State& st, float* s, Index keys, Index ld) const { lssa.weigh(st.w, s, keys, ld); }
+
+  void end_pass(State& st) const {
+    st.gain = simd::select(simd::equal(st.w.l, simd::Vec(0.f)), simd::Vec(0.f), st.w.n / st.w.l);
+  }
+
+  /// Pass two: weights r_ij (in the log domain, rescaled online like softmax). The fallback
+  /// pass: the LSSA weights in fallback rows, 0 elsewhere, nothing to rescale.
+  simd::Vec absorb(State& st, float* s, Index keys, Index ld) const {
+    if (st.fallback_pass) {
+      const simd::Mask keep = simd::equal(st.fallback, simd::Vec(1.f));
+      for (Index j = 0; j < keys; ++j) {
+        const simd::Vec w = simd::softplus(st.w.c * simd::load(s + j * ld));
+        simd::store(s + j * ld, simd::select(keep, w, simd::Vec(0.f)));
+      }
+      return simd::Vec(1.f);
+    }
+    detail::reweighted_logits(st.w, st.gain, power, s, keys, ld);
+    return Softmax{}.absorb(st.r, s, keys, ld);
+  }
+
+  /// After pass two: rows that saw keys (W_i > 0) but whose r were all 0 fall back; true
+  /// when some did (the kernel then runs the last pass once more).
+  bool another_pass(State& st) const {
+    if (st.fallback_pass) return false;
+    const simd::Mask falls =
+        simd::both(simd::equal(st.r.l, simd::Vec(0.f)), simd::greater(st.w.l, simd::Vec(0.f)));
+    st.fallback = simd::select(falls, simd::Vec(1.f), simd::Vec(0.f));
+    st.fallback_pass = true;  // a repeated pass adds 0 to every other row, in every State
+    return simd::any(falls);
+  }
+
+  simd::Vec finalize(const State& st) const {
+    return simd::select(simd::equal(st.fallback, simd::Vec(1.f)), simd::inverse_or_zero(st.w.l),
+                        simd::inverse_or_zero(st.r.l));
+  }
+
+  /// log sum_j r_ij; -inf for a row that saw no key or fell back.
+  simd::Vec lse(const State& st) const { return Softmax{}.lse(st.r); }
+
+  /// Reference rule in double: cosines s[n] (masked = -inf) -> weights in place.
+  double reference_row(double* s, Index n, const RowContext& ctx) const {
+    lssa.reference_row(s, n, ctx);
+    return detail::reference_reweight(s, n, double(lssa.key_count(ctx, 0)), power);
+  }
+
+  void validate(Index q_len, Index kv_len, Index q_offset, Index batch, Index q_heads) const {
+    lssa.validate(q_len, kv_len, q_offset, batch, q_heads);
+  }
+
+  /// Round two of the split-KV form, given the whole call's LSSA row sums W_i
+  /// ([B * Hq * Lq], merged from round one) -- see the header comment.
+  struct SecondRound;
+  SecondRound second_round(std::vector<float> row_sums) const;
+};
+
+/// LSSAR round two on one part of the keys: r_ij from the whole call's W_i and N_i, one
+/// pass, no fallback; statistic log sum_j r_ij over the part (-inf where all r are 0).
+struct SoftplusL1Reweighted::SecondRound {
+  using slot = NormalizerSlot;
+  static constexpr bool kCosineLogits = true;
+  static constexpr bool kCountsKeys = true;
+  static constexpr RowStat kRowStat = RowStat::LogSumExp;
+
+  float power = 15.f;
+  SoftplusL1 lssa;              // must hold the whole call's key counts
+  std::vector<float> row_sums;  // [B * Hq * Lq] W_i of the whole call
+
+  struct State {
+    SoftplusL1::State w;
+    simd::Vec gain;
+    Softmax::State r;
+  };
+
+  State begin(const RowContext& ctx) const {
+    alignas(64) float gain[simd::kWidth] = {};
+    const SoftplusL1::State w = lssa.begin(ctx);
+    alignas(64) float n[simd::kWidth];
+    simd::store(n, w.n);
+    for (int lane = 0; lane < simd::kWidth && lane < ctx.rows; ++lane) {
+      const float sum = row_sums[static_cast<std::size_t>(ctx.row + lane)];
+      gain[lane] = sum == 0.f ? 0.f : n[lane] / sum;
+    }
+    return State{w, simd::load(gain), {}};
+  }
+
+  simd::Vec absorb(State& st, float* s, Index keys, Index ld) const {
+    detail::reweighted_logits(st.w, st.gain, power, s, keys, ld);
+    return Softmax{}.absorb(st.r, s, keys, ld);
+  }
+
+  simd::Vec finalize(const State& st) const { return Softmax{}.finalize(st.r); }
+  simd::Vec lse(const State& st) const { return Softmax{}.lse(st.r); }
+
+  /// Reference rule in double: the part's cosines -> r_ij / sum over the part; returns the
+  /// log of that sum (-inf and weights 0 where every r is 0: the merge falls back).
+  double reference_row(double* s, Index n, const RowContext& ctx) const {
+    const double c = SoftplusL1::logit_scale(double(ctx.head_dim), double(lssa.key_count(ctx, 0)));
+    const double sum = row_sums[static_cast<std::size_t>(ctx.row)];
+    for (Index j = 0; j < n; ++j) {
+      const double x = c * s[j];
+      s[j] = sum == 0.0 ? 0.0 : (std::max(x, 0.0) + std::log1p(std::exp(-std::fabs(x)))) / sum;
+    }
+    const double lse = detail::reference_reweight(s, n, double(lssa.key_count(ctx, 0)), power);
+    if (lse == -std::numeric_limits<double>::infinity()) std::fill(s, s + n, 0.0);
+    return lse;
+  }
+
+  void validate(Index q_len, Index kv_len, Index q_offset, Index batch, Index q_heads) const {
+    lssa.validate(q_len, kv_len, q_offset, batch, q_heads);
+    const Index rows = batch * q_heads * q_len;
+    detail::require(static_cast<Index>(row_sums.size()) == rows,
+                    "SoftplusL1Reweighted::SecondRound.row_sums.size()",
+                    "batch * q_heads * q_len = " + std::to_string(rows), row_sums.size());
+  }
+};
+
+inline SoftplusL1Reweighted::SecondRound SoftplusL1Reweighted::second_round(
+    std::vector<float> row_sums) const {
+  return SecondRound{power, lssa, std::move(row_sums)};
+}
+
+/// The paper's name for it.
+using Lssar = SoftplusL1Reweighted;
+
+}  // namespace attnkit
