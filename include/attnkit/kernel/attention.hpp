@@ -48,6 +48,7 @@ void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<
   static_assert(detail::is_storage<Q>() && detail::is_storage<K>() && detail::is_storage<V>() &&
                     detail::is_storage<O>(),
                 "attention(): storage must be float, Eigen::bfloat16 or Eigen::half");
+  static_assert(detail::check_normalizer<typename Spec::Normalizer>());  // each says why
   const Problem p = make_problem(q, k, v, o, options);
   validate_policies(spec, p, options);
   using Tiles = detail::AttentionTiles<Spec, Q, K, V, O>;

@@ -140,6 +140,42 @@ bool another_pass(const N& n, State& st) {
     return false;
 }
 
+template <class N, class = void>
+struct has_observe : std::false_type {};
+template <class N>
+struct has_observe<
+    N,
+    std::void_t<decltype(std::declval<const N&>().observe(
+                    std::declval<typename N::State&>(), std::declval<float*>(), Index{}, Index{})),
+                decltype(std::declval<const N&>().end_pass(std::declval<typename N::State&>()))>>
+    : std::true_type {};
+
+template <class N, class = void>
+struct has_lse : std::false_type {};
+template <class N>
+struct has_lse<N, std::void_t<decltype(std::declval<const N&>().lse(
+                      std::declval<const typename N::State&>()))>> : std::true_type {};
+
+template <class N, class = void>
+struct has_row_sum : std::false_type {};
+template <class N>
+struct has_row_sum<N, std::void_t<decltype(std::declval<const N&>().row_sum(
+                          std::declval<const typename N::State&>()))>> : std::true_type {};
+
+/// Compile-time checks of a normalizer's faces against what it declares, with the reason.
+template <class N>
+constexpr bool check_normalizer() {
+  static_assert(passes<N>() == 1 || has_observe<N>::value,
+                "Normalizer: kPasses > 1 needs observe(State&, float*, Index, Index) and "
+                "end_pass(State&) for the passes before the last");
+  static_assert(row_stat_kind<N>() != RowStat::LogSumExp || has_lse<N>::value,
+                "Normalizer: RowStat::LogSumExp (the default kRowStat) needs lse(const State&); "
+                "declare kRowStat = RowStat::None if the rule has no row statistic");
+  static_assert(row_stat_kind<N>() != RowStat::Sum || has_row_sum<N>::value,
+                "Normalizer: RowStat::Sum needs row_sum(const State&)");
+  return true;
+}
+
 template <class N>
 auto begin_state(const N& n, const RowContext& ctx) {
   if constexpr (has_context_begin<N>::value)
