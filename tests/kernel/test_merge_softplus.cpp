@@ -1,0 +1,253 @@
+// Split-KV for SoftplusL1 (LSSA) and the two-round form of SoftplusL1Reweighted (LSSAR):
+// keys cut at random points into 2, 3 or 7 parts. LSSA parts run with the whole call's key
+// counts and merge() by their row sums gives the whole call. LSSAR: round one is that LSSA
+// merge (row sums W_i and the LSSA output); round two runs second_round(W) on every part and
+// merge_reweighted() gives the whole LSSAR call, LSE included, with the fallback rows (a zero
+// query, one visible key) taking the LSSA output. merge_reweighted's own errors throw before
+// anything is written.
+#include <algorithm>
+#include <attnkit/kernel/attention.hpp>
+#include <attnkit/kernel/merge.hpp>
+#include <attnkit/kernel/merge_reweighted.hpp>
+#include <attnkit/mask/causal.hpp>
+#include <attnkit/mask/combine.hpp>
+#include <attnkit/mask/sliding_window.hpp>
+#include <attnkit/mask/visible_keys.hpp>
+#include <attnkit/normalizer/softplus_l1.hpp>
+#include <attnkit/normalizer/softplus_l1_reweighted.hpp>
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
+#include <catch2/matchers/catch_matchers_exception.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "support/test_names.hpp"
+
+using ak::test::kNegInf;
+
+namespace {
+
+constexpr Index kB = 1, kH = 2, kLq = 70, kLk = 300, kD = 32, kDv = 16;
+// Row sums are sums of up to Lk positive f32 weights: relative tolerance.
+constexpr double kRowSumRel = 1e-5;
+
+// Cut points 0 = c_0 < c_1 < ... < c_parts = kLk, drawn at random.
+std::vector<Index> cuts(int parts, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<Index> c{0, kLk};
+  std::uniform_int_distribution<Index> at(1, kLk - 1);
+  while (static_cast<int>(c.size()) < parts + 1) {
+    const Index x = at(rng);
+    if (std::find(c.begin(), c.end(), x) == c.end()) c.push_back(x);
+  }
+  std::sort(c.begin(), c.end());
+  return c;
+}
+
+double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double d = std::abs(double(a[i]) - double(b[i])) / std::max(1.0, std::abs(double(b[i])));
+    worst = std::isnan(d) ? HUGE_VAL : std::max(worst, d);
+  }
+  return worst;
+}
+
+// Query rows of head 1 set to zero in the inputs.
+constexpr Index kZeroRows[] = {7, 30, 69};
+
+std::vector<float> without_zero_rows(std::vector<float> lse) {
+  for (const Index r : kZeroRows) lse[static_cast<std::size_t>(kLq + r)] = 0.f;
+  return lse;
+}
+
+// The inputs, with some query rows zero (uniform LSSA weights: LSSAR falls back).
+struct Inputs {
+  Tensor<float> q{Layout::Bshd, kB, kH, kLq, kD}, k{Layout::Bshd, kB, kH, kLk, kD},
+      v{Layout::Bshd, kB, kH, kLk, kDv};
+  Inputs() {
+    q.randomize(1);
+    k.randomize(2);
+    v.randomize(3);
+    for (const Index r : kZeroRows) std::fill(q.view.row(0, 1, r), q.view.row(0, 1, r) + kD, 0.f);
+  }
+};
+
+// Runs `normalizer` under `mask` on each key slice [c_p, c_p+1) (positions shifted so that
+// query i still sees key j' + c_p where it saw j before); keeps the outputs and statistics.
+struct Parts {
+  std::deque<Tensor<float>> outs;  // Tensor is not movable: its view points into it
+  std::vector<std::vector<float>> stats;
+  std::vector<ak::View<const float>> views;
+  std::vector<const float*> stat_ptrs;
+};
+
+template <class Mask, class N>
+void run_parts(const Mask& mask, const N& normalizer, const Inputs& in, const std::vector<Index>& c,
+               Index q_offset, Parts& parts) {
+  const auto rows = static_cast<std::size_t>(kB * kH * kLq);
+  const int n = static_cast<int>(c.size()) - 1;
+  parts.stats.assign(static_cast<std::size_t>(n), std::vector<float>(rows, 42.f));
+  for (int p = 0; p < n; ++p) {
+    auto ks = in.k.cview(), vs = in.v.cview();
+    ks.data = in.k.view.row(0, 0, c[p]);
+    vs.data = in.v.view.row(0, 0, c[p]);
+    ks.seq = vs.seq = c[p + 1] - c[p];
+    parts.outs.emplace_back(Layout::Bhsd, kB, kH, kLq, kDv);
+    float* s = parts.stats[static_cast<std::size_t>(p)].data();
+    ak::attention(ak::make_spec(mask, normalizer), in.q.cview(), ks, vs, parts.outs.back().view,
+                  ak::Options{}.with_q_offset(q_offset - c[p]).with_threads(2).with_lse(s));
+    parts.views.push_back(parts.outs.back().cview());
+    parts.stat_ptrs.push_back(s);
+  }
+}
+
+template <class Mask>
+void check_split(const Mask& mask, int n, Index q_offset, bool zero_row_stats = false) {
+  INFO(n << " parts, q_offset " << q_offset);
+  const Inputs in;
+  const auto rows = static_cast<std::size_t>(kB * kH * kLq);
+  const auto whole = ak::Options{}.with_q_offset(q_offset).with_threads(2);
+  const std::vector<float> counts = ak::visible_key_counts(mask, kB, kH, kLq, kLk, q_offset);
+  const std::vector<Index> c = cuts(n, 40u + static_cast<std::uint32_t>(n));
+
+  // LSSA: the whole call, and round one (parts with the whole call's counts, merged).
+  Tensor<float> lssa(Layout::Bhsd, kB, kH, kLq, kDv), lssa_merged(Layout::Bhsd, kB, kH, kLq, kDv);
+  std::vector<float> sums(rows), sums_merged(rows);
+  ak::attention(ak::make_spec(mask, ak::SoftplusL1{}), in.q.cview(), in.k.cview(), in.v.cview(),
+                lssa.view, whole.with_lse(sums.data()));
+  Parts one;
+  run_parts(mask, ak::SoftplusL1::with_key_counts(counts), in, c, q_offset, one);
+  ak::merge(ak::SoftplusL1{}, one.views, one.stat_ptrs, lssa_merged.view, sums_merged.data());
+  CHECK(ak::test::max_abs_diff(lssa_merged.view, lssa.view) <= 4 * tol::kF32);
+  CHECK(max_rel_diff(sums_merged, sums) <= 4 * kRowSumRel);
+
+  // LSSAR: the whole call, and round two merged with the round-one LSSA output.
+  Tensor<float> lssar(Layout::Bhsd, kB, kH, kLq, kDv), lssar_merged(Layout::Bhsd, kB, kH, kLq, kDv);
+  std::vector<float> lse(rows), lse_merged(rows, 42.f);
+  ak::attention(ak::make_spec(mask, ak::SoftplusL1Reweighted{}), in.q.cview(), in.k.cview(),
+                in.v.cview(), lssar.view, whole.with_lse(lse.data()));
+  const auto second =
+      ak::SoftplusL1Reweighted{15.f, ak::SoftplusL1::with_key_counts(counts)}.second_round(
+          sums_merged);
+  Parts two;
+  run_parts(mask, second, in, c, q_offset, two);
+  ak::merge_reweighted(second, two.views, two.stat_ptrs, lssa_merged.cview(), lssar_merged.view,
+                       lse_merged.data());
+  CHECK(ak::test::max_abs_diff(lssar_merged.view, lssar.view) <= 4 * tol::kF32);
+  // LSE up to p log Lk (~85): f32 rounds it to eps |lse|. The zero query rows are left out
+  // (their statistic is the known bug below).
+  CHECK(ak::test::max_lse_diff(without_zero_rows(lse_merged), without_zero_rows(lse)) <=
+        4 * tol::kLseF32 + 90 * std::numeric_limits<float>::epsilon());
+  if (q_offset == -5)  // row 5 sees one key (of both heads): falls back, LSE -inf
+    for (const std::size_t at : {std::size_t{5}, std::size_t{kLq + 5}}) {
+      CHECK(lse[at] == kNegInf);
+      CHECK(lse_merged[at] == kNegInf);
+    }
+  if (!zero_row_stats) return;
+  // The zero query rows of head 1 fell back in both (LSE -inf).
+  for (const Index r : kZeroRows) {
+    const auto at = static_cast<std::size_t>(kLq + r);
+    INFO("zero query row " << r);
+    CHECK(lse[at] == kNegInf);
+    CHECK(lse_merged[at] == kNegInf);
+  }
+}
+
+}  // namespace
+
+TEST_CASE(
+    "merge: LSSA parts with the whole call's key counts merge by row sums; LSSAR in two "
+    "rounds",
+    "[merge][softplus]") {
+  const int parts = GENERATE(2, 3, 7);
+  check_split(ak::Causal{}, parts, kLk - kLq);
+  check_split(ak::Causal{}, parts, -5);  // rows 0..4 see nothing, row 5 one key
+  check_split(ak::Causal{} & ak::SlidingWindow{100, 0}, parts, kLk - kLq);
+}
+
+// Known bug (reported): the LSSAR fallback for uniform LSSA weights is decided by r > 0 on
+// rounded values; N_i a_ij - 1 comes out a few ulps above 0 for most N_i, so the row keeps
+// uniform weights r ~ 1e-7^p (the output is still the mean) but reports a finite LSE that
+// differs between the whole call and the merged parts instead of -inf. Remove !shouldfail
+// when fixed.
+TEST_CASE("merge: LSSAR zero query rows report LSE -inf, whole and merged",
+          "[merge][softplus][!shouldfail]") {
+  check_split(ak::Causal{}, 2, kLk - kLq, true);
+}
+
+TEST_CASE("merge: parts with their own key counts do not give the whole LSSA call",
+          "[merge][softplus]") {
+  // The reason for with_key_counts: a part's own N_i (the default) changes the weights.
+  const Inputs in;
+  const auto rows = static_cast<std::size_t>(kB * kH * kLq);
+  const Index q_offset = kLk - kLq;
+  Tensor<float> whole(Layout::Bhsd, kB, kH, kLq, kDv), merged(Layout::Bhsd, kB, kH, kLq, kDv);
+  std::vector<float> sums(rows);
+  ak::attention(ak::make_spec(ak::Causal{}, ak::SoftplusL1{}), in.q.cview(), in.k.cview(),
+                in.v.cview(), whole.view, ak::Options{}.with_q_offset(q_offset));
+  Parts parts;
+  run_parts(ak::Causal{}, ak::SoftplusL1{}, in, cuts(3, 43), q_offset, parts);
+  ak::merge(ak::SoftplusL1{}, parts.views, parts.stat_ptrs, merged.view, sums.data());
+  CHECK(ak::test::max_abs_diff(merged.view, whole.view) > 100 * tol::kF32);
+}
+
+TEST_CASE("merge_reweighted: bad arguments throw attnkit::Error and write nothing",
+          "[merge][softplus][errors]") {
+  using Catch::Matchers::ContainsSubstring;
+  using Catch::Matchers::MessageMatches;
+  Tensor<float> a(Layout::Bhsd, 1, 2, 3, 4), lssa(Layout::Bhsd, 1, 2, 3, 4),
+      wrong(Layout::Bhsd, 1, 2, 3, 5), out(Layout::Bhsd, 1, 2, 3, 4);
+  out.for_each([](float& x) { x = 42.f; });
+  std::vector<float> s(6, 0.f), stat_out(6, 7.f);
+  const auto second = ak::SoftplusL1Reweighted{}.second_round(std::vector<float>(6, 1.f));
+  using Views = std::vector<ak::View<const float>>;
+  CHECK_THROWS_MATCHES(ak::merge_reweighted(second, Views{a.cview()}, {s.data()}, wrong.cview(),
+                                            out.view, stat_out.data()),
+                       ak::Error,
+                       MessageMatches(ContainsSubstring("lssa: expected the shape of out")));
+  CHECK_THROWS_MATCHES(ak::merge_reweighted(second, Views{a.cview()}, {s.data()}, out.cview(),
+                                            out.view, stat_out.data()),
+                       ak::Error, MessageMatches(ContainsSubstring("lssa")));
+  CHECK_THROWS_MATCHES(
+      ak::merge_reweighted(second, Views{a.cview(), wrong.cview()}, {s.data(), s.data()},
+                           lssa.cview(), out.view, stat_out.data()),
+      ak::Error, MessageMatches(ContainsSubstring("parts[1]: expected the shape")));
+  CHECK_THROWS_MATCHES(
+      ak::merge_reweighted(second, Views{a.cview()}, {}, lssa.cview(), out.view, stat_out.data()),
+      ak::Error, MessageMatches(ContainsSubstring("stats.size()")));
+  CHECK_THROWS_MATCHES(ak::merge_reweighted(second, Views{}, {}, lssa.cview(), out.view), ak::Error,
+                       MessageMatches(ContainsSubstring("parts.size(): expected >= 1")));
+  bool untouched = true;
+  out.for_each([&](float& x) { untouched = untouched && x == 42.f; });
+  CHECK(untouched);
+  CHECK(std::all_of(stat_out.begin(), stat_out.end(), [](float x) { return x == 7.f; }));
+}
+
+TEST_CASE("merge_reweighted: rows with LSE -inf in every part take the LSSA output",
+          "[merge][softplus]") {
+  // Row 0: both parts -inf (falls back); row 1: one part finite (its output, weight 1);
+  // row 2: NaN stays NaN.
+  Tensor<float> a(Layout::Bhsd, 1, 1, 3, 4), b(Layout::Bhsd, 1, 1, 3, 4),
+      lssa(Layout::Bhsd, 1, 1, 3, 4), out(Layout::Bhsd, 1, 1, 3, 4);
+  a.randomize(1);
+  b.randomize(2);
+  lssa.randomize(3);
+  std::vector<float> la{kNegInf, kNegInf, std::numeric_limits<float>::quiet_NaN()},
+      lb{kNegInf, 0.5f, 0.f}, merged(3);
+  const auto second = ak::SoftplusL1Reweighted{}.second_round(std::vector<float>(3, 1.f));
+  ak::merge_reweighted(second, std::vector<ak::View<const float>>{a.cview(), b.cview()},
+                       {la.data(), lb.data()}, lssa.cview(), out.view, merged.data());
+  CHECK(merged[0] == kNegInf);
+  CHECK(merged[1] == 0.5f);
+  CHECK(std::isnan(merged[2]));
+  for (Index c = 0; c < 4; ++c) {
+    CHECK(out.view.row(0, 0, 0)[c] == lssa.view.row(0, 0, 0)[c]);
+    CHECK(std::abs(out.view.row(0, 0, 1)[c] - b.view.row(0, 0, 1)[c]) <= tol::kF32);
+    CHECK(std::isnan(out.view.row(0, 0, 2)[c]));
+  }
+}
