@@ -139,6 +139,7 @@ void validate_policies(const Spec& spec, const Problem& p, const Options& option
   const auto check = [&p](const auto& policy) {
     if constexpr (detail::has_validate<std::decay_t<decltype(policy)>>::value)
       policy.validate(p.q_len, p.kv_len, p.q_offset, p.batch, p.q_heads);
+    detail::validate_head_dim_of(policy, p.head_dim);
   };
   check(spec.score);
   check(spec.mask);

@@ -67,4 +67,17 @@ template <class P>
 struct has_validate<P, std::void_t<decltype(std::declval<const P&>().validate(
                            Index{}, Index{}, Index{}, Index{}, Index{}))>> : std::true_type {};
 
+template <class P, class = void>
+struct has_validate_head_dim : std::false_type {};
+template <class P>
+struct has_validate_head_dim<
+    P, std::void_t<decltype(std::declval<const P&>().validate_head_dim(Index{}))>>
+    : std::true_type {};
+
+/// Calls p.validate_head_dim(head_dim) when the policy has that face.
+template <class P>
+void validate_head_dim_of(const P& p, Index head_dim) {
+  if constexpr (has_validate_head_dim<P>::value) p.validate_head_dim(head_dim);
+}
+
 }  // namespace attnkit::detail

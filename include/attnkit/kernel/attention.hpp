@@ -16,6 +16,8 @@
 #include "attnkit/detail/pack.hpp"
 #include "attnkit/kernel/attention_tiles.hpp"
 #include "attnkit/options.hpp"
+#include "attnkit/position/apply.hpp"
+#include "attnkit/position/row_at.hpp"
 #include "attnkit/problem.hpp"
 #include "attnkit/spec.hpp"
 
@@ -33,31 +35,18 @@ inline int thread_count(int requested) {
 
 }  // namespace detail
 
-/// o[B, Hq, Lq, Dv] = attention of q[B, Hq, Lq, D] over k[B, Hkv, Lk, D], v[B, Hkv, Lk, Dv]
-/// under `spec`. Sizes come from the views; options carry scale, q_offset, threads and
-/// the optional LSE output [B, Hq, Lq]. Throws Error before writing anything on bad input.
-/// `o` and the LSE buffer must not share memory with q, k, v or each other (checked).
-/// Policy hooks run inside the parallel region and must not throw. Scratch is allocated
-/// before any thread starts: when it cannot be, std::bad_alloc reaches the caller.
-template <class Spec, class Q, class K, class V, class O>
-void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
-               const View<O>& o, const Options& options = {}) {
-  static_assert(!std::is_const_v<O>, "attention(): the output view must be writable");
-  static_assert(std::is_same_v<typename Spec::Position, NoPosition>,
-                "attention(): this kernel has no Position hooks yet; only NoPosition is supported");
-  static_assert(detail::is_storage<Q>() && detail::is_storage<K>() && detail::is_storage<V>() &&
-                    detail::is_storage<O>(),
-                "attention(): storage must be float, Eigen::bfloat16 or Eigen::half");
-  static_assert(detail::check_normalizer<typename Spec::Normalizer>());  // each says why
-  const Problem p = make_problem(q, k, v, o, options);
-  validate_policies(spec, p, options);
-  using Tiles = detail::AttentionTiles<Spec, Q, K, V, O>;
+namespace detail {
 
+// The tiled kernel on validated inputs: items (batch, head, query tile) over the threads.
+template <class Spec, class Q, class K, class V, class O>
+void run_tiles(const Spec& spec, const Problem& p, const View<Q>& q, const View<K>& k,
+               const View<V>& v, const View<O>& o, float* lse) {
+  using Tiles = AttentionTiles<Spec, Q, K, V, O>;
   const Index q_tiles = (p.q_len + Tiles::kBq - 1) / Tiles::kBq;
   const Index heads = p.batch * p.q_heads;
   const Index items = q_tiles * heads;
   const int threads =
-      static_cast<int>(std::min<Index>(detail::thread_count(p.threads), std::max<Index>(items, 1)));
+      static_cast<int>(std::min<Index>(thread_count(p.threads), std::max<Index>(items, 1)));
 
   // Items go head by head, so consecutive query tiles reuse the same K and V from cache
   // (+20% at H=8, L=4096 on one thread against a query-tile-major order). Within a head the
@@ -76,11 +65,9 @@ void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<
   // region. Each thread still first-touches (and so places) its own pages.
   // Cosine logits (SoftplusL1): the key norms, once per call.
   std::vector<float> key_scale;
-  if constexpr (detail::cosine_logits<typename Spec::Normalizer>())
-    key_scale = detail::inverse_row_norms(k);
+  if constexpr (cosine_logits<typename Spec::Normalizer>()) key_scale = inverse_row_norms(k);
   std::deque<Tiles> tiles;  // a deque never relocates: each thread's Tiles stays put
-  for (int t = 0; t < threads; ++t)
-    tiles.emplace_back(spec, p, q, k, v, o, options.lse, key_scale.data());
+  for (int t = 0; t < threads; ++t) tiles.emplace_back(spec, p, q, k, v, o, lse, key_scale.data());
 
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads) if (threads > 1)
@@ -92,6 +79,41 @@ void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<
 #else
   for (Index item = 0; item < items; ++item) run_item(tiles.front(), item);
 #endif
+}
+
+}  // namespace detail
+
+/// o[B, Hq, Lq, Dv] = attention of q[B, Hq, Lq, D] over k[B, Hkv, Lk, D], v[B, Hkv, Lk, Dv]
+/// under `spec`. Sizes come from the views; options carry scale, q_offset, threads and
+/// the optional LSE output [B, Hq, Lq]. Throws Error before writing anything on bad input.
+/// `o` and the LSE buffer must not share memory with q, k, v or each other (checked).
+/// Policy hooks run inside the parallel region and must not throw. Scratch is allocated
+/// before any thread starts: when it cannot be, std::bad_alloc reaches the caller.
+/// A Position that transforms rows (Rope, Fope) turns each query row as its tile is packed
+/// and every key row once per call, into an f32 copy of K [B, Hkv, Lk, D] that the tiles read.
+template <class Spec, class Q, class K, class V, class O>
+void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
+               const View<O>& o, const Options& options = {}) {
+  using Position = typename Spec::Position;
+  static_assert(!std::is_const_v<O>, "attention(): the output view must be writable");
+  static_assert(std::is_same_v<Position, NoPosition> || detail::transforms_rows<Position>(),
+                "attention(): a Position policy needs apply(float* row, Index dim, RowAt) "
+                "(a q/k row transform such as Rope)");
+  static_assert(detail::is_storage<Q>() && detail::is_storage<K>() && detail::is_storage<V>() &&
+                    detail::is_storage<O>(),
+                "attention(): storage must be float, Eigen::bfloat16 or Eigen::half");
+  static_assert(detail::check_normalizer<typename Spec::Normalizer>());  // each says why
+  const Problem p = make_problem(q, k, v, o, options);
+  validate_policies(spec, p, options);
+  if constexpr (detail::transforms_rows<Position>()) {
+    if (p.batch * p.q_heads * p.q_len == 0) return;
+    const std::vector<float> keys =
+        detail::transformed_keys(spec.position, k, detail::thread_count(p.threads));
+    const View<const float> turned = bhsd(keys.data(), p.batch, p.kv_heads, p.kv_len, p.head_dim);
+    detail::run_tiles(spec, p, q, turned, v, o, options.lse);
+  } else {
+    detail::run_tiles(spec, p, q, k, v, o, options.lse);
+  }
 }
 
 }  // namespace attnkit

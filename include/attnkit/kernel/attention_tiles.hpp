@@ -22,6 +22,7 @@
 #include "attnkit/mask/tile_kind.hpp"
 #include "attnkit/mask/visible_keys.hpp"
 #include "attnkit/normalizer/row_context.hpp"
+#include "attnkit/position/row_at.hpp"
 #include "attnkit/problem.hpp"
 #include "attnkit/score/score_tile.hpp"
 #include "attnkit/simd/simd.hpp"
@@ -39,6 +40,7 @@ class AttentionTiles {
   using State = typename Normalizer::State;
   static constexpr bool kCosine = cosine_logits<Normalizer>();
   static constexpr bool kCounts = counts_keys<Normalizer>();
+  static constexpr bool kTurnsRows = transforms_rows<typename Spec::Position>();
 
   /// key_scale: with cosine logits, the inverse norms of the key rows ([B, Hkv, Lk]).
   AttentionTiles(const Spec& spec, const Problem& p, const View<Q>& q, const View<K>& k,
@@ -56,7 +58,7 @@ class AttentionTiles {
         v_direct_(is_f32<V>() && dv_pad_ == p.value_dim),
         scratch_(Scratch::size_for(p.head_dim * kBq, k_direct_ ? 0 : kBk * p.head_dim,
                                    v_direct_ ? 0 : kBk * dv_pad_, kBk * kBq, kBq * dv_pad_, kBq,
-                                   kCounts ? kBq : 0)),
+                                   kCounts ? kBq : 0, kTurnsRows ? p.head_dim : 0)),
         qt_(scratch_.carve(p.head_dim * kBq)),
         kp_(k_direct_ ? nullptr : scratch_.carve(kBk * p.head_dim)),
         vp_(v_direct_ ? nullptr : scratch_.carve(kBk * dv_pad_)),
@@ -64,6 +66,7 @@ class AttentionTiles {
         acc_(scratch_.carve(kBq * dv_pad_)),
         factor_(scratch_.carve(kBq)),
         counts_(kCounts ? scratch_.carve(kBq) : nullptr),
+        row_(kTurnsRows ? scratch_.carve(p.head_dim) : nullptr),
         states_(kBq / simd::kWidth) {}
 
   /// Computes output rows [q0, q0 + nq) of query head h in batch b.
@@ -72,12 +75,7 @@ class AttentionTiles {
     const Index lanes = simd::round_up(nq);  // queries padded to whole vectors
     const Range q_pos{q0 + p_.q_offset, q0 + nq + p_.q_offset};
 
-    if constexpr (kCosine) {  // q_i / |q_i|: the logits are cosines
-      for (Index r = 0; r < nq; ++r) factor_[r] = inverse_norm(q_.row(b, h, q0 + r), p_.head_dim);
-      pack_q_transposed(q_, b, h, q0, nq, lanes, factor_, qt_, kBq);  // qt_ [D, kBq]
-    } else {
-      pack_q_transposed(q_, b, h, q0, nq, lanes, p_.scale, qt_, kBq);
-    }
+    pack_queries(b, h, q0, nq, lanes);  // qt_ [D, kBq]
     begin_rows(b, h, q0, nq, q_pos.begin);
     std::fill(acc_, acc_ + nq * dv_pad_, 0.f);  // acc_ [kBq, dv_pad]
 
@@ -111,6 +109,28 @@ class AttentionTiles {
   }
 
  private:
+  // qt_ = the query rows, transposed and scaled -- by 1/|q_i| for cosine logits -- after the
+  // Position's transform (RoPE: each row turned at its position) when there is one.
+  void pack_queries(Index b, Index h, Index q0, Index nq, Index lanes) {
+    if constexpr (kTurnsRows) {
+      const Index dim = p_.head_dim;
+      for (Index r = 0; r < nq; ++r) {
+        const Q* src = q_.row(b, h, q0 + r);
+        for (Index c = 0; c < dim; ++c) row_[c] = static_cast<float>(src[c]);
+        spec_.position.apply(row_, dim,
+                             RowAt{b, h, q0 + r, p_.q_len, q0 + r + p_.q_offset, Role::Query});
+        const float f = kCosine ? inverse_norm(row_, dim) : p_.scale;
+        for (Index c = 0; c < dim; ++c) qt_[c * kBq + r] = row_[c] * f;
+      }
+      for (Index c = 0; c < dim; ++c) std::fill(qt_ + c * kBq + nq, qt_ + c * kBq + lanes, 0.f);
+    } else if constexpr (kCosine) {  // q_i / |q_i|: the logits are cosines
+      for (Index r = 0; r < nq; ++r) factor_[r] = inverse_norm(q_.row(b, h, q0 + r), p_.head_dim);
+      pack_q_transposed(q_, b, h, q0, nq, lanes, factor_, qt_, kBq);
+    } else {
+      pack_q_transposed(q_, b, h, q0, nq, lanes, p_.scale, qt_, kBq);
+    }
+  }
+
   // The normalizer states of rows [q0, q0 + nq), one per lane block, with their context:
   // the flat index of their row statistic and, if the normalizer asks, their key counts.
   void begin_rows(Index b, Index h, Index q0, Index nq, Index i0) {
@@ -277,6 +297,7 @@ class AttentionTiles {
   float* acc_;                 // [kBq, dv_pad]  output accumulator
   float* factor_;              // [kBq]          per-query scale, rescale, finalize factors
   float* counts_;              // [kBq]          visible keys per query (kCountsKeys only)
+  float* row_;                 // [D]            one query row being transformed (Position)
   std::vector<State> states_;  // [kBq / kWidth] normalizer state, one lane per query
 };
 

@@ -13,6 +13,7 @@
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/normalizer/row_context.hpp"
 #include "attnkit/options.hpp"
+#include "attnkit/position/row_at.hpp"
 #include "attnkit/problem.hpp"
 #include "attnkit/spec.hpp"
 
@@ -40,6 +41,13 @@ double logit(const Spec& spec, const Q* q, const K* k, const Problem& p, Index b
     return s;
 }
 
+// out[dim] = the row x in double, turned by the Position's reference rule.
+template <class Position, class T>
+void turn(const Position& position, const T* x, double* out, Index dim, const RowAt& at) {
+  for (Index c = 0; c < dim; ++c) out[c] = double(x[c]);
+  position.reference_apply(out, dim, at);
+}
+
 }  // namespace detail
 
 /// Same contract as attnkit::attention(); `o` may be a View<double> to keep full
@@ -47,8 +55,10 @@ double logit(const Spec& spec, const Q* q, const K* k, const Problem& p, Index b
 template <class Spec, class Q, class K, class V, class O>
 void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
                const View<O>& o, const Options& options = {}) {
-  static_assert(std::is_same_v<typename Spec::Position, NoPosition>,
-                "reference::attention(): only NoPosition is supported yet");
+  using Position = typename Spec::Position;
+  static_assert(
+      std::is_same_v<Position, NoPosition> || attnkit::detail::transforms_rows<Position>(),
+      "reference::attention(): a Position policy needs apply() and reference_apply()");
   static_assert(attnkit::detail::has_modify<typename Spec::Score>::value ||
                     !attnkit::detail::has_apply_tile<typename Spec::Score>::value,
                 "reference::attention(): a Score policy with apply_tile() needs modify() too");
@@ -62,18 +72,40 @@ void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<
   char* kept = kept_row.data();
   double* out = out_row.data();
 
+  // With a row-transforming Position (RoPE), q and k rows are turned in double by its
+  // reference_apply(), each key row once per (batch, head), when a query first keeps it.
+  constexpr bool kTurns = attnkit::detail::transforms_rows<Position>();
+  const auto dim = static_cast<std::size_t>(p.head_dim);
+  std::vector<double> q_turned(kTurns ? dim : 0),
+      k_turned(kTurns ? dim * std::size_t(p.kv_len) : 0);
+  std::vector<char> k_ready(kTurns ? std::size_t(p.kv_len) : 0);
+
   // A masked pair contributes nothing, exactly: its key is never read and its value never
   // multiplied (0 * inf would be NaN), so garbage in keys and values the mask excludes
   // cannot reach the output.
   for (Index b = 0; b < p.batch; ++b)
     for (Index h = 0; h < p.q_heads; ++h) {
       const Index hk = p.kv_head(h);
+      std::fill(k_ready.begin(), k_ready.end(), char{0});
       for (Index r = 0; r < p.q_len; ++r) {
         const Index i = r + p.q_offset;  // absolute query position
+        if constexpr (kTurns)
+          detail::turn(spec.position, q.row(b, h, r), q_turned.data(), p.head_dim,
+                       RowAt{b, h, r, p.q_len, i, Role::Query});
         for (Index j = 0; j < p.kv_len; ++j) {
           kept[j] = spec.mask.keep(b, h, i, j);
-          s[j] = kept[j] ? detail::logit(spec, q.row(b, h, r), k.row(b, hk, j), p, b, h, i, j)
-                         : neg_inf;
+          if (!kept[j]) {
+            s[j] = neg_inf;
+          } else if constexpr (kTurns) {
+            double* key = k_turned.data() + std::size_t(j) * dim;
+            if (!k_ready[std::size_t(j)])
+              detail::turn(spec.position, k.row(b, hk, j), key, p.head_dim,
+                           RowAt{b, hk, j, p.kv_len, j, Role::Key});
+            k_ready[std::size_t(j)] = 1;
+            s[j] = detail::logit(spec, q_turned.data(), key, p, b, h, i, j);
+          } else {
+            s[j] = detail::logit(spec, q.row(b, h, r), k.row(b, hk, j), p, b, h, i, j);
+          }
         }
         const Index row = (b * p.q_heads + h) * p.q_len + r;
         const auto visible = static_cast<float>(std::count(kept, kept + p.kv_len, char{1}));

@@ -1,0 +1,120 @@
+// Rope: rotary position embedding as a Position policy (MECHANISMS.md "RoPE"). Pair m of the
+// first rotary_dim dimensions of q (at position i) and k (at position j) turns by i theta_m
+// and j theta_m, so q_i . k_j depends on i - j only. Pairings:
+//   NeoX (Hugging Face "rotate_half", Llama, GPT-NeoX): pair m is (m, m + rotary_dim / 2);
+//   GptJ (the original paper, GPT-J, interleaved): pair m is (2m, 2m + 1).
+// They are the same rotation up to a permutation of the dimensions. Dimensions past
+// rotary_dim pass through (partial rotary). Positions: absolute by default (a query row r sits
+// at r + q_offset, key j at j), or explicit ids per batch (packed or padded sequences):
+// with_positions(q_ids [B * Lq], k_ids [B * Lk]). Every position must be in [0, max_len) of
+// the table. The table is shared, so copying a Rope (or a spec) copies no table.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attnkit/error.hpp"
+#include "attnkit/position/rope_table.hpp"
+#include "attnkit/position/row_at.hpp"
+#include "attnkit/slots.hpp"
+#include "attnkit/tensor.hpp"
+
+namespace attnkit {
+
+enum class RopePairing { NeoX, GptJ };
+
+struct Rope {
+  using slot = PositionSlot;
+
+  std::shared_ptr<const RopeTable> table;
+  RopePairing pairing = RopePairing::NeoX;
+  std::vector<Index> q_positions, k_positions;  // [B * Lq], [B * Lk]; empty: absolute
+
+  explicit Rope(RopeTable t, RopePairing p = RopePairing::NeoX)
+      : table(std::make_shared<const RopeTable>(std::move(t))), pairing(p) {}
+  Rope(std::shared_ptr<const RopeTable> t, RopePairing p) : table(std::move(t)), pairing(p) {
+    detail::require(table != nullptr, "Rope.table", "a table", "nullptr");
+  }
+
+  /// The same rotation at explicit positions: q_ids[b * Lq + r], k_ids[b * Lk + j].
+  Rope with_positions(std::vector<Index> q_ids, std::vector<Index> k_ids) const {
+    Rope r = *this;
+    r.q_positions = std::move(q_ids);
+    r.k_positions = std::move(k_ids);
+    return r;
+  }
+
+  Index position_of(const RowAt& at) const {
+    const std::vector<Index>& ids = at.role == Role::Query ? q_positions : k_positions;
+    return ids.empty() ? at.position : ids[static_cast<std::size_t>(at.batch * at.len + at.row)];
+  }
+
+  /// Rotates x[0, rotary_dim) in place with the table's cos / sin at the row's position.
+  void apply(float* x, Index /*dim*/, const RowAt& at) const {
+    const Index t = position_of(at), pairs = table->pairs();
+    const float* c = table->cos_at(t);
+    const float* s = table->sin_at(t);
+    rotate(
+        x, pairs, [&](Index m) { return c[m]; }, [&](Index m) { return s[m]; });
+  }
+
+  /// The same in double, with the angle position * inv_freq formed in double.
+  void reference_apply(double* x, Index /*dim*/, const RowAt& at) const {
+    const double t = double(position_of(at)), f = table->attention_factor();
+    const std::vector<double>& inv_freq = table->inv_freq();
+    rotate(
+        x, table->pairs(),
+        [&](Index m) { return f * std::cos(t * inv_freq[static_cast<std::size_t>(m)]); },
+        [&](Index m) { return f * std::sin(t * inv_freq[static_cast<std::size_t>(m)]); });
+  }
+
+  /// Throws Error when a position falls outside the table or ids do not cover the call.
+  void validate(Index q_len, Index kv_len, Index q_offset, Index batch, Index /*q_heads*/) const {
+    check_ids(q_positions, "Rope.q_positions", batch * q_len);
+    check_ids(k_positions, "Rope.k_positions", batch * kv_len);
+    const std::string range = "in [0, max_len = " + std::to_string(table->max_len()) + ")";
+    if (q_positions.empty() && q_len > 0) {
+      detail::require(q_offset >= 0, "Rope: the first query position (q_offset)", range, q_offset);
+      detail::require(q_offset + q_len - 1 < table->max_len(), "Rope: the last query position",
+                      range, q_offset + q_len - 1);
+    }
+    if (k_positions.empty() && kv_len > 0)
+      detail::require(kv_len - 1 < table->max_len(), "Rope: the last key position", range,
+                      kv_len - 1);
+  }
+
+  /// Throws Error when the rotated dimensions do not fit the head.
+  void validate_head_dim(Index head_dim) const {
+    detail::require(table->rotary_dim() <= head_dim, "RopeTable.rotary_dim",
+                    "<= head_dim = " + std::to_string(head_dim), table->rotary_dim());
+  }
+
+ private:
+  // x[a] = x_a c - x_b s, x[b] = x_b c + x_a s for every pair (a, b) of the pairing.
+  template <class T, class Cos, class Sin>
+  void rotate(T* x, Index pairs, Cos cos_of, Sin sin_of) const {
+    for (Index m = 0; m < pairs; ++m) {
+      const Index a = pairing == RopePairing::NeoX ? m : 2 * m;
+      const Index b = pairing == RopePairing::NeoX ? m + pairs : 2 * m + 1;
+      const T c = static_cast<T>(cos_of(m)), s = static_cast<T>(sin_of(m));
+      const T xa = x[a], xb = x[b];
+      x[a] = xa * c - xb * s;
+      x[b] = xb * c + xa * s;
+    }
+  }
+
+  void check_ids(const std::vector<Index>& ids, const char* name, Index rows) const {
+    if (ids.empty()) return;
+    detail::require(static_cast<Index>(ids.size()) == rows, std::string(name) + ".size()",
+                    "batch * length = " + std::to_string(rows), ids.size());
+    for (const Index id : ids)
+      detail::require(id >= 0 && id < table->max_len(), std::string(name) + "[...]",
+                      "in [0, max_len = " + std::to_string(table->max_len()) + ")", id);
+  }
+};
+
+}  // namespace attnkit
