@@ -8,13 +8,18 @@
 // maximum and rescale as Softmax, and the row statistic is its LSE, log sum_j r_ij.
 // Fallback (documented choice): a row whose r are all 0 -- every a_ij <= 1/N_i, i.e. uniform
 // LSSA weights, or one visible key -- takes the LSSA weights a_ij; its statistic is -inf. The
-// kernel makes a third pass, over the query tiles holding such rows only.
+// kernel makes a third pass, over the query tiles holding such rows only. Uniform rows are
+// found exactly -- all the visible keys' w equal (a zero query, identical keys) -- because
+// N_i a_ij - 1 of a uniform row is rounding noise around 0, positive for some keys.
+// In the two-round form a part cannot see that the whole row is uniform: such a row (all w
+// equal) still gets the right output -- every r is the same -- but a finite statistic.
 // Split-KV cannot merge LSSAR in one round (the ReLU needs the whole row's sum): round one
 // runs SoftplusL1 on each part and merges the row sums; round two runs second_round(sums)
 // on each part -- one pass, no fallback, LSE statistic -- and merge_reweighted() combines the
 // parts and applies the fallback from round one's result (kernel/merge.hpp).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -84,7 +89,9 @@ struct SoftplusL1Reweighted {
   }
 
   struct State {
-    SoftplusL1::State w;                  // the LSSA row: scale, N_i, row sum W_i (pass one)
+    SoftplusL1::State w;               // the LSSA row: scale, N_i, row sum W_i (pass one)
+    simd::Vec w_max = simd::Vec(0.f);  // largest and smallest w of a visible key (pass one)
+    simd::Vec w_min = simd::Vec(HUGE_VALF);
     simd::Vec gain = simd::Vec(0.f);      // N_i / W_i
     Softmax::State r;                     // online softmax over p log r (pass two)
     simd::Vec fallback = simd::Vec(0.f);  // 1 in rows that take the LSSA weights
@@ -97,11 +104,27 @@ struct SoftplusL1Reweighted {
     return st;
   }
 
-  /// Pass one: sums the LSSA weights (the tile is scratch afterwards).
-  void observe(State& st, float* s, Index keys, Index ld) const { lssa.weigh(st.w, s, keys, ld); }
+  /// Pass one: sums the LSSA weights and tracks their extremes over the visible keys.
+  void observe(State& st, float* s, Index keys, Index ld) const {
+    const simd::Vec neg_inf(-HUGE_VALF), pos_inf(HUGE_VALF);
+    simd::Vec sum(0.f), hi = st.w_max, lo = st.w_min;
+    for (Index j = 0; j < keys; ++j) {
+      const simd::Vec x = simd::load(s + j * ld);
+      const simd::Vec w = simd::softplus(st.w.c * x);
+      sum = sum + w;
+      hi = simd::max(hi, w);
+      lo = simd::min(lo, simd::select(simd::equal(x, neg_inf), pos_inf, w));
+    }
+    st.w.l = st.w.l + sum;
+    st.w_max = hi;
+    st.w_min = lo;
+  }
 
+  /// gain = N_i / W_i, or 0 -- every r = 0, hence the fallback -- for a uniform row.
   void end_pass(State& st) const {
-    st.gain = simd::select(simd::equal(st.w.l, simd::Vec(0.f)), simd::Vec(0.f), st.w.n / st.w.l);
+    const simd::Mask none =
+        simd::either(simd::equal(st.w.l, simd::Vec(0.f)), simd::equal(st.w_max, st.w_min));
+    st.gain = simd::select(none, simd::Vec(0.f), st.w.n / st.w.l);
   }
 
   /// Pass two: weights r_ij (in the log domain, rescaled online like softmax). The fallback
@@ -138,9 +161,16 @@ struct SoftplusL1Reweighted {
   /// log sum_j r_ij; -inf for a row that saw no key or fell back.
   simd::Vec lse(const State& st) const { return Softmax{}.lse(st.r); }
 
-  /// Reference rule in double: cosines s[n] (masked = -inf) -> weights in place.
+  /// Reference rule in double: cosines s[n] (masked = -inf) -> weights in place; a row
+  /// whose visible keys all weigh the same keeps the LSSA weights (statistic -inf).
   double reference_row(double* s, Index n, const RowContext& ctx) const {
+    std::vector<double> visible;
+    for (Index j = 0; j < n; ++j)
+      if (s[j] != -HUGE_VAL) visible.push_back(s[j]);
+    const bool uniform = !visible.empty() && std::all_of(visible.begin(), visible.end(),
+                                                         [&](double x) { return x == visible[0]; });
     lssa.reference_row(s, n, ctx);
+    if (uniform) return -std::numeric_limits<double>::infinity();
     return detail::reference_reweight(s, n, double(lssa.key_count(ctx, 0)), power);
   }
 

@@ -47,6 +47,7 @@ inline Vec load(const float* p) { return *p; }
 inline void store(float* p, Vec v) { *p = v.x; }
 inline Vec fma(Vec a, Vec b, Vec c) { return std::fma(a.x, b.x, c.x); }
 inline Vec max(Vec a, Vec b) { return std::max(a.x, b.x); }
+inline Vec min(Vec a, Vec b) { return std::min(a.x, b.x); }
 inline Vec exp2(Vec a) { return std::exp2(a.x); }  // same contract as the SIMD path
 inline Vec log2(Vec a) { return std::log2(a.x); }
 inline Vec tanh(Vec a) { return std::tanh(a.x); }
@@ -85,6 +86,7 @@ inline Vec fma(Vec a, Vec b, Vec c) {
   return xsimd::fma(a, b, c);
 }
 inline Vec max(Vec a, Vec b) { return xsimd::max(a, b); }
+inline Vec min(Vec a, Vec b) { return xsimd::min(a, b); }
 /// 2^a for a < 127 (xsimd returns inf from 127 on, and 0 at or below -127).
 inline Vec exp2(Vec a) { return xsimd::exp2(a); }
 /// log2(a); -inf at 0.
