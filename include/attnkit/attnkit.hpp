@@ -31,6 +31,7 @@
 #include "attnkit/position/row_at.hpp"
 #include "attnkit/problem.hpp"
 #include "attnkit/reference/attention.hpp"
+#include "attnkit/score/alibi.hpp"
 #include "attnkit/score/dot.hpp"
 #include "attnkit/score/softcap.hpp"
 #include "attnkit/slots.hpp"
