@@ -11,6 +11,7 @@
 #include "attnkit/error.hpp"
 #include "attnkit/normalizer/row_context.hpp"
 #include "attnkit/options.hpp"
+#include "attnkit/position/row_at.hpp"
 #include "attnkit/tensor.hpp"
 
 namespace attnkit {
@@ -132,6 +133,10 @@ void validate_policies(const Spec& spec, const Problem& p, const Options& option
   if constexpr (detail::row_stat_kind<Normalizer>() == RowStat::None)
     detail::require(options.lse == nullptr, "lse", "nullptr (this normalizer has no row statistic)",
                     "a buffer");
+  if constexpr (detail::owns_product<typename Spec::Position>())
+    detail::require(!options.scale, "Options.scale",
+                    "unset (this Position forms the logits with its own scale)",
+                    options.scale.value_or(0.f));
   if constexpr (detail::cosine_logits<Normalizer>())
     detail::require(!options.scale, "Options.scale",
                     "unset (this normalizer's logits are cosines, with its own scale)",

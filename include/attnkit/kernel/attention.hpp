@@ -96,9 +96,14 @@ void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<
                const View<O>& o, const Options& options = {}) {
   using Position = typename Spec::Position;
   static_assert(!std::is_const_v<O>, "attention(): the output view must be writable");
-  static_assert(std::is_same_v<Position, NoPosition> || detail::transforms_rows<Position>(),
-                "attention(): a Position policy needs apply(float* row, Index dim, RowAt) "
-                "(a q/k row transform such as Rope)");
+  static_assert(std::is_same_v<Position, NoPosition> || detail::transforms_rows<Position>() ||
+                    detail::owns_product<Position>(),
+                "attention(): a Position policy needs apply(float* row, Index dim, RowAt) (a "
+                "q/k row transform such as Rope) or combine() (it owns the product, as Tapa)");
+  static_assert(
+      !(detail::owns_product<Position>() && detail::cosine_logits<typename Spec::Normalizer>()),
+      "attention(): this Position forms the logits itself (TAPA), and this normalizer "
+      "needs cosine logits (SoftplusL1): they cannot be combined");
   static_assert(detail::is_storage<Q>() && detail::is_storage<K>() && detail::is_storage<V>() &&
                     detail::is_storage<O>(),
                 "attention(): storage must be float, Eigen::bfloat16 or Eigen::half");

@@ -41,6 +41,7 @@ class AttentionTiles {
   static constexpr bool kCosine = cosine_logits<Normalizer>();
   static constexpr bool kCounts = counts_keys<Normalizer>();
   static constexpr bool kTurnsRows = transforms_rows<typename Spec::Position>();
+  static constexpr bool kOwnsProduct = owns_product<typename Spec::Position>();
 
   /// key_scale: with cosine logits, the inverse norms of the key rows ([B, Hkv, Lk]).
   AttentionTiles(const Spec& spec, const Problem& p, const View<Q>& q, const View<K>& k,
@@ -58,7 +59,8 @@ class AttentionTiles {
         v_direct_(is_f32<V>() && dv_pad_ == p.value_dim),
         scratch_(Scratch::size_for(p.head_dim * kBq, k_direct_ ? 0 : kBk * p.head_dim,
                                    v_direct_ ? 0 : kBk * dv_pad_, kBk * kBq, kBq * dv_pad_, kBq,
-                                   kCounts ? kBq : 0, kTurnsRows ? p.head_dim : 0)),
+                                   kCounts ? kBq : 0, kTurnsRows ? p.head_dim : 0,
+                                   kOwnsProduct ? kBk * kBq : 0, kOwnsProduct ? kBq + kBk : 0)),
         qt_(scratch_.carve(p.head_dim * kBq)),
         kp_(k_direct_ ? nullptr : scratch_.carve(kBk * p.head_dim)),
         vp_(v_direct_ ? nullptr : scratch_.carve(kBk * dv_pad_)),
@@ -67,6 +69,8 @@ class AttentionTiles {
         factor_(scratch_.carve(kBq)),
         counts_(kCounts ? scratch_.carve(kBq) : nullptr),
         row_(kTurnsRows ? scratch_.carve(p.head_dim) : nullptr),
+        s2_(kOwnsProduct ? scratch_.carve(kBk * kBq) : nullptr),
+        work_(kOwnsProduct ? scratch_.carve(kBq + kBk) : nullptr),
         states_(kBq / simd::kWidth) {}
 
   /// Computes output rows [q0, q0 + nq) of query head h in batch b.
@@ -84,7 +88,7 @@ class AttentionTiles {
     const auto for_each_logit_tile = [&](auto&& use) {
       for_each_key_tile(spec_.mask, b, h, q_pos, p_.kv_len, kBk, [&](Range kv, TileKind kind) {
         const Index k0 = kv.begin, nk = kv.end - kv.begin;
-        scores(b, hk, k0, nk, lanes);  // s_ [nk, kBq]
+        scores(b, hk, q_pos.begin, k0, nk, lanes);  // s_ [nk, kBq]
         apply_score_mods(ScoreTile{b, h, q_pos.begin, k0}, nk, lanes);
         if (kind == TileKind::Partial)
           mask_partial_tile(spec_.mask, s_, kBq, b, h, q_pos.begin, k0, nk, nq, lanes);
@@ -127,7 +131,8 @@ class AttentionTiles {
       for (Index r = 0; r < nq; ++r) factor_[r] = inverse_norm(q_.row(b, h, q0 + r), p_.head_dim);
       pack_q_transposed(q_, b, h, q0, nq, lanes, factor_, qt_, kBq);
     } else {
-      pack_q_transposed(q_, b, h, q0, nq, lanes, p_.scale, qt_, kBq);
+      // A Position that owns the product (TAPA) scales its own logits.
+      pack_q_transposed(q_, b, h, q0, nq, lanes, kOwnsProduct ? 1.f : p_.scale, qt_, kBq);
     }
   }
 
@@ -146,9 +151,20 @@ class AttentionTiles {
   }
 
   // s_[nk, lanes] = K[k0:k0+nk] * qt_ (scale already in qt_). With cosine logits each key
-  // row is then divided by its norm.
-  void scores(Index b, Index hk, Index k0, Index nk, Index lanes) {
+  // row is then divided by its norm. A Position that owns the product (TAPA) gets the
+  // products of the two parts of the head dims, s_ and s2_, and joins them.
+  void scores(Index b, Index hk, Index i0, Index k0, Index nk, Index lanes) {
     const F32Rows keys = f32_rows(k_, k_direct_, b, hk, k0, nk, kp_, p_.head_dim);
+    if constexpr (kOwnsProduct) {
+      const Index d = p_.head_dim, a = spec_.position.amplitude_dims(d);
+      gemm::gemm(nk, lanes, a, {keys.data, keys.ld, 1}, qt_, kBq, s_, kBq, false);
+      if (a < d)
+        gemm::gemm(nk, lanes, d - a, {keys.data + a, keys.ld, 1}, qt_ + a * kBq, kBq, s2_, kBq,
+                   false);
+      spec_.position.combine(s_, s2_, nk, lanes, kBq, i0, k0, d, work_);
+      return;
+    }
+    (void)i0;
     gemm::gemm(nk, lanes, p_.head_dim, {keys.data, keys.ld, 1}, qt_, kBq, s_, kBq, false);
     if constexpr (kCosine) {
       const float* inv = key_scale_ + (b * p_.kv_heads + hk) * p_.kv_len + k0;
@@ -298,6 +314,8 @@ class AttentionTiles {
   float* factor_;              // [kBq]          per-query scale, rescale, finalize factors
   float* counts_;              // [kBq]          visible keys per query (kCountsKeys only)
   float* row_;                 // [D]            one query row being transformed (Position)
+  float* s2_;                  // [kBk, kBq]     second product (a Position that owns it)
+  float* work_;                // [kBq + kBk]    its per-tile table
   std::vector<State> states_;  // [kBq / kWidth] normalizer state, one lane per query
 };
 

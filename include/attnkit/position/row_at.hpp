@@ -5,6 +5,15 @@
 //   validate(q_len, kv_len, q_offset, batch, q_heads)                 -- positions in range
 // The kernel applies it once per query row when the query tile is packed, and once per key
 // row per call (into an f32 copy of K that every query tile then reads in place).
+// A Position may instead own the logit product (TAPA: two half-width products and a term in
+// the distance), with the faces
+//   Index amplitude_dims(Index head_dim) const    -- the product splits the head dims there
+//   void combine(float* s, const float* s2, Index keys, Index lanes, Index ld,
+//                Index q_begin, Index k_begin, Index head_dim, float* work) const
+//     -- s = logits of dims [0, a), s2 of dims [a, d), transposed tiles like every score
+//        tile (s[key * ld + lane]); `work` holds lanes + keys floats
+//   double reference_logit(const double* q, const double* k, Index head_dim, Index i,
+//                          Index j) const
 #pragma once
 
 #include <type_traits>
@@ -37,6 +46,20 @@ struct has_row_transform<P, std::void_t<decltype(std::declval<const P&>().apply(
 template <class P>
 constexpr bool transforms_rows() {
   return has_row_transform<P>::value;
+}
+
+template <class P, class = void>
+struct has_product : std::false_type {};
+template <class P>
+struct has_product<P, std::void_t<decltype(std::declval<const P&>().combine(
+                          std::declval<float*>(), std::declval<const float*>(), Index{}, Index{},
+                          Index{}, Index{}, Index{}, Index{}, std::declval<float*>()))>>
+    : std::true_type {};
+
+/// Whether a Position policy forms the logits itself (TAPA).
+template <class P>
+constexpr bool owns_product() {
+  return has_product<P>::value;
 }
 
 }  // namespace detail

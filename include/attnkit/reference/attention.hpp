@@ -33,6 +33,8 @@ double logit(const Spec& spec, const Q* q, const K* k, const Problem& p, Index b
     kk += y * y;
   }
   double s = double(p.scale) * dot;
+  if constexpr (attnkit::detail::owns_product<typename Spec::Position>())
+    s = spec.position.reference_logit(q, k, p.head_dim, i, j);
   if constexpr (attnkit::detail::cosine_logits<typename Spec::Normalizer>())
     s = qq == 0.0 || kk == 0.0 ? 0.0 : dot / (std::sqrt(qq) * std::sqrt(kk));
   if constexpr (attnkit::detail::has_modify<typename Spec::Score>::value)
@@ -41,11 +43,12 @@ double logit(const Spec& spec, const Q* q, const K* k, const Problem& p, Index b
     return s;
 }
 
-// out[dim] = the row x in double, turned by the Position's reference rule.
+// out[dim] = the row x in double, turned by the Position's reference rule if it has one.
 template <class Position, class T>
 void turn(const Position& position, const T* x, double* out, Index dim, const RowAt& at) {
   for (Index c = 0; c < dim; ++c) out[c] = double(x[c]);
-  position.reference_apply(out, dim, at);
+  if constexpr (attnkit::detail::transforms_rows<Position>())
+    position.reference_apply(out, dim, at);
 }
 
 }  // namespace detail
@@ -56,9 +59,11 @@ template <class Spec, class Q, class K, class V, class O>
 void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
                const View<O>& o, const Options& options = {}) {
   using Position = typename Spec::Position;
-  static_assert(
-      std::is_same_v<Position, NoPosition> || attnkit::detail::transforms_rows<Position>(),
-      "reference::attention(): a Position policy needs apply() and reference_apply()");
+  static_assert(std::is_same_v<Position, NoPosition> ||
+                    attnkit::detail::transforms_rows<Position>() ||
+                    attnkit::detail::owns_product<Position>(),
+                "reference::attention(): a Position policy needs apply() and reference_apply(), "
+                "or combine() and reference_logit()");
   static_assert(attnkit::detail::has_modify<typename Spec::Score>::value ||
                     !attnkit::detail::has_apply_tile<typename Spec::Score>::value,
                 "reference::attention(): a Score policy with apply_tile() needs modify() too");
@@ -74,7 +79,8 @@ void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<
 
   // With a row-transforming Position (RoPE), q and k rows are turned in double by its
   // reference_apply(), each key row once per (batch, head), when a query first keeps it.
-  constexpr bool kTurns = attnkit::detail::transforms_rows<Position>();
+  constexpr bool kTurns =
+      attnkit::detail::transforms_rows<Position>() || attnkit::detail::owns_product<Position>();
   const auto dim = static_cast<std::size_t>(p.head_dim);
   std::vector<double> q_turned(kTurns ? dim : 0),
       k_turned(kTurns ? dim * std::size_t(p.kv_len) : 0);

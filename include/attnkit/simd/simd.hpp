@@ -51,6 +51,7 @@ inline Vec min(Vec a, Vec b) { return std::min(a.x, b.x); }
 inline Vec exp2(Vec a) { return std::exp2(a.x); }  // same contract as the SIMD path
 inline Vec log2(Vec a) { return std::log2(a.x); }
 inline Vec tanh(Vec a) { return std::tanh(a.x); }
+inline Vec cos(Vec a) { return std::cos(a.x); }
 inline float reduce_add(Vec a) { return a.x; }
 inline float reduce_max(Vec a) { return a.x; }
 inline Vec zero_if_neg_inf(Vec a) { return a.x == -HUGE_VALF ? 0.f : a.x; }
@@ -92,6 +93,7 @@ inline Vec exp2(Vec a) { return xsimd::exp2(a); }
 /// log2(a); -inf at 0.
 inline Vec log2(Vec a) { return xsimd::log2(a); }
 inline Vec tanh(Vec a) { return xsimd::tanh(a); }
+inline Vec cos(Vec a) { return xsimd::cos(a); }
 
 /// a, with lanes equal to -inf replaced by 0.
 inline Vec zero_if_neg_inf(Vec a) { return xsimd::select(a == Vec(-HUGE_VALF), Vec(0.f), a); }
