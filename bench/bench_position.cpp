@@ -1,11 +1,12 @@
-// Positional encodings against no position on the same inputs, in the same run: ALiBi so
-// far (a bias slope_h |i - j| added to each logit tile in apply_tile: one add, abs and fma
-// per logit), causal, 1 and 2 threads. The question a user asks: what does the encoding
-// cost on top of the attention it rides on? The GEMMs and the softmax are the same, so the
-// difference is the encoding's own work. A new encoding is one add("name", spec) line in
-// main() and one Row in kRows. The summary reports ms, GFLOP/s (2 H L^2 d, causal) and
-// time / "none" time next to the targets. Times are the best of the repetitions (the
-// machines are shared).
+// Positional encodings against no position on the same inputs, in the same run, causal, 1
+// and 2 threads: ALiBi (a bias slope_h |i - j| added to each logit tile in apply_tile: one
+// add, abs and fma per logit), RoPE fused (queries turned as their tile is packed, keys once
+// per call into an f32 copy) and standalone (apply_position on copies of q and k, then plain
+// attention), TAPA (two half-width products and one cos per logit). The question a user asks: what
+// does the encoding cost on top of the attention it rides on? The GEMMs and the softmax are the
+// same, so the difference is the encoding's own work. A new encoding is one add("name", spec) line
+// in main() and one Row in kRows. The summary reports ms, GFLOP/s (2 H L^2 d, causal) and time /
+// "none" time next to the targets. Times are the best of the repetitions (the machines are shared).
 #include <benchmark/benchmark.h>
 
 #include <attnkit/attnkit.hpp>
@@ -14,6 +15,7 @@
 #include <ctime>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "bench_support.hpp"
 
@@ -43,16 +45,16 @@ std::map<std::string, Best>& best_seconds() {
 
 constexpr double kCausalFlops = 2.0 * double(kHeads) * double(kLen) * double(kLen) * double(kDim);
 
-template <class Spec>
-void bench_position(benchmark::State& state, const std::string& key, const Spec& spec,
-                    int threads) {
+// Times call(options), which writes the output buffer.
+template <class Call>
+void bench_position(benchmark::State& state, const std::string& key, int threads, Call call) {
   attnkit_bench::BshdBuffers& buf = buffers();
   const auto options = ak::Options{}.with_threads(threads);
   Best& best = best_seconds()[key];
   for (auto _ : state) {
     const std::clock_t cpu_start = std::clock();
     const auto start = std::chrono::steady_clock::now();
-    ak::attention(spec, buf.in(buf.q), buf.in(buf.k), buf.in(buf.v), buf.out(), options);
+    call(options);
     const double s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double cpu = double(std::clock() - cpu_start) / CLOCKS_PER_SEC;
@@ -64,14 +66,46 @@ void bench_position(benchmark::State& state, const std::string& key, const Spec&
       benchmark::Counter(kCausalFlops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// Registers `name` (an encoding, given as its whole causal spec) under both thread counts.
-template <class Spec>
-void add(const std::string& name, const Spec& spec) {
+// Registers `name` under both thread counts; make_call(threads) gives the timed callable.
+template <class MakeCall>
+void add_call(const std::string& name, MakeCall make_call) {
   for (const int threads : {1, 2}) {
     const std::string key = name + "/causal/threads:" + std::to_string(threads);
-    auto run = [=](benchmark::State& s) { bench_position(s, key, spec, threads); };
+    auto run = [=](benchmark::State& s) { bench_position(s, key, threads, make_call()); };
     benchmark::RegisterBenchmark(key.c_str(), run)->Unit(benchmark::kMillisecond)->UseRealTime();
   }
+}
+
+// An encoding fused into attention(), given as its whole causal spec.
+template <class Spec>
+void add(const std::string& name, const Spec& spec) {
+  add_call(name, [spec] {
+    return [spec](const ak::Options& options) {
+      attnkit_bench::BshdBuffers& buf = buffers();
+      ak::attention(spec, buf.in(buf.q), buf.in(buf.k), buf.in(buf.v), buf.out(), options);
+    };
+  });
+}
+
+// The same encoding applied standalone -- q and k copied, turned in place by
+// apply_position(), then plain causal attention: what a caller without fusion would do.
+template <class Position>
+void add_standalone(const std::string& name, const Position& position) {
+  add_call(name, [position] {
+    return [position](const ak::Options& options) {
+      attnkit_bench::BshdBuffers& buf = buffers();
+      static std::vector<float> q, k;
+      q = buf.q;
+      k = buf.k;
+      const auto view = [&](std::vector<float>& t) {
+        return ak::bshd(t.data(), 1, buf.len, buf.heads, buf.dim);
+      };
+      ak::apply_position(position, view(q), ak::Role::Query);
+      ak::apply_position(position, view(k), ak::Role::Key);
+      ak::attention(ak::make_spec(ak::Causal{}), ak::View<const float>(view(q)),
+                    ak::View<const float>(view(k)), buf.in(buf.v), buf.out(), options);
+    };
+  });
 }
 
 struct Row {
@@ -81,7 +115,11 @@ struct Row {
 };
 
 // One row per encoding, in print order; a row without a benchmark is skipped.
-constexpr Row kRows[] = {{"none", "baseline", 0}, {"alibi", "<= 1.05", 1.05}};
+constexpr Row kRows[] = {{"none", "baseline", 0},
+                         {"alibi", "<= 1.05", 1.05},
+                         {"rope", "<= 1.08", 1.08},
+                         {"rope_standalone", "- (rope < it)", 0},
+                         {"tapa", "<= 1.30", 1.30}};
 
 void print_summary() {
   std::printf(
@@ -116,6 +154,10 @@ void print_summary() {
 int main(int argc, char** argv) {
   add("none", ak::make_spec(ak::Causal{}));
   add("alibi", ak::make_spec(ak::Causal{}, ak::Alibi::standard(kHeads)));
+  const ak::Rope rope(ak::RopeTable(kDim, 10000.0, kLen));
+  add("rope", ak::make_spec(ak::Causal{}, rope));
+  add_standalone("rope_standalone", rope);
+  add("tapa", ak::make_spec(ak::Causal{}, ak::Tapa{}));
   // 3 repetitions of at least 0.2 s each unless the command line says otherwise.
   if (!attnkit_bench::initialize(argc, argv,
                                  {"--benchmark_min_time=0.2", "--benchmark_repetitions=3"}))
