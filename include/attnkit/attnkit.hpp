@@ -37,6 +37,7 @@
 #include "attnkit/select/all_or_here.hpp"
 #include "attnkit/select/gather.hpp"
 #include "attnkit/select/moba.hpp"
+#include "attnkit/select/stripes.hpp"
 #include "attnkit/score/dot.hpp"
 #include "attnkit/score/softcap.hpp"
 #include "attnkit/slots.hpp"
