@@ -5,8 +5,8 @@
 // hard routing at inference). Each query pays only for what it chose: per (batch, head) the
 // queries of each route are gathered (select/gather.hpp) and the tiled kernel runs each group
 // against that head's keys under a Remapped causal or windowed mask, then the rows are put
-// back. Any normalizer and position-free score mod (Softcap) works; row statistics are
-// written per query as usual.
+// back. Any normalizer and a position-free Score (Dot, Softcap: checked at compile time) work; row
+// statistics are written per query as usual.
 #pragma once
 
 #include <algorithm>
@@ -24,6 +24,8 @@
 #include "attnkit/mask/remap.hpp"
 #include "attnkit/mask/sliding_window.hpp"
 #include "attnkit/options.hpp"
+#include "attnkit/score/dot.hpp"
+#include "attnkit/score/softcap.hpp"
 #include "attnkit/select/gather.hpp"
 #include "attnkit/spec.hpp"
 
@@ -77,6 +79,10 @@ void all_or_here(const Spec& spec, const View<Q>& q, const View<K>& k, const Vie
                 "all_or_here(): the routes choose the mask; give a spec without one");
   static_assert(std::is_same_v<typename Spec::Position, NoPosition>,
                 "all_or_here(): gathered calls see gathered indices: NoPosition only");
+  static_assert(
+      std::is_same_v<typename Spec::Score, Dot> || std::is_same_v<typename Spec::Score, Softcap>,
+      "all_or_here(): gathered calls see gathered indices: a position-free Score "
+      "(Dot, Softcap) only");
   const Problem p = make_problem(q, k, v, o, options);
   validate_policies(spec, p, options);
   detail::require(routes.batch == p.batch && routes.len == p.q_len && routes.heads == p.q_heads,
