@@ -1,0 +1,97 @@
+// Feature maps of linear attention: phi(x) such that phi(q) . phi(k) stands in for the
+// softmax kernel exp(q . k). A map is a plain struct. An elementwise map (phi(x)_c =
+// f(x_c)) gives `double element(double)` (the rule, used by the reference) and
+// `simd::Vec vec(simd::Vec)` (the same rule on a register); a map that mixes coordinates
+// (Taylor2) gives `features(dim)` and `map_row(x, dim, out)` for float and double.
+// `kNormalizes` is the default of LinearSpec::normalize (the denominator phi(q) . z + eps).
+#pragma once
+
+#include <cmath>
+#include <type_traits>
+
+#include "attnkit/simd/simd.hpp"
+#include "attnkit/tensor.hpp"
+
+namespace attnkit {
+
+/// elu(x) + 1 (Katharopoulos et al. 2020): positive, so every denominator is > 0.
+struct EluPlusOne {
+  static constexpr bool kNormalizes = true;
+  double element(double x) const { return x > 0 ? x + 1 : std::exp(x); }
+  simd::Vec vec(simd::Vec x) const {
+    constexpr float kLog2e = 1.4426950408889634f;
+    const simd::Vec zero(0.f);
+    // exp2 of min(x, 0): the unused lanes of the select stay finite.
+    return simd::select(simd::greater(x, zero), x + simd::Vec(1.f),
+                        simd::exp2(simd::min(x, zero) * simd::Vec(kLog2e)));
+  }
+};
+
+/// max(x, 0): non-negative, a row may see a zero denominator (eps then keeps it finite).
+struct Relu {
+  static constexpr bool kNormalizes = true;
+  double element(double x) const { return x > 0 ? x : 0; }
+  simd::Vec vec(simd::Vec x) const { return simd::max(x, simd::Vec(0.f)); }
+};
+
+/// phi(x) = x and no denominator: RetNet-style retention when combined with a decay.
+struct Identity {
+  static constexpr bool kNormalizes = false;
+  double element(double x) const { return x; }
+  simd::Vec vec(simd::Vec x) const { return x; }
+};
+
+/// (1, x, x (x) x / sqrt 2): phi(q) . phi(k) = 1 + q.k + (q.k)^2 / 2, the second-order
+/// Taylor term of exp(q.k) ("softmax as an RNN"), always > 0. The state grows as d^2:
+/// 1 + d + d^2 features.
+struct Taylor2 {
+  static constexpr bool kNormalizes = true;
+  Index features(Index dim) const { return 1 + dim + dim * dim; }
+  /// out[1 + dim + dim^2] = phi(x[dim]).
+  template <class T>
+  void map_row(const T* x, Index dim, T* out) const {
+    const T inv_sqrt2 = T(0.70710678118654752440);
+    out[0] = T(1);
+    for (Index c = 0; c < dim; ++c) out[1 + c] = x[c];
+    T* outer = out + 1 + dim;
+    for (Index a = 0; a < dim; ++a) {
+      const T xa = x[a] * inv_sqrt2;
+      for (Index c = 0; c < dim; ++c) outer[a * dim + c] = xa * x[c];
+    }
+  }
+};
+
+namespace detail {
+
+template <class Map, class = void>
+struct mixes_coordinates : std::false_type {};
+template <class Map>
+struct mixes_coordinates<Map, std::void_t<decltype(std::declval<const Map&>().features(Index{}))>>
+    : std::true_type {};
+
+/// The number of features phi gives for a head dimension `dim`.
+template <class Map>
+Index feature_count(const Map& map, Index dim) {
+  if constexpr (mixes_coordinates<Map>::value)
+    return map.features(dim);
+  else
+    return dim;
+}
+
+/// out[feature_count(dim)] = phi(x[dim]), in float (the kernel) or double (the reference).
+template <class Map, class T>
+void feature_row(const Map& map, const T* x, Index dim, T* out) {
+  if constexpr (mixes_coordinates<Map>::value) {
+    map.map_row(x, dim, out);
+  } else if constexpr (std::is_same_v<T, float>) {
+    Index c = 0;
+    for (; c + simd::kWidth <= dim; c += simd::kWidth)
+      simd::store(out + c, map.vec(simd::load(x + c)));
+    for (; c < dim; ++c) out[c] = static_cast<float>(map.element(x[c]));
+  } else {
+    for (Index c = 0; c < dim; ++c) out[c] = static_cast<T>(map.element(x[c]));
+  }
+}
+
+}  // namespace detail
+}  // namespace attnkit

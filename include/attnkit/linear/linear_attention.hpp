@@ -1,0 +1,109 @@
+// linear_attention(): O(L) attention through a feature map and a carried state (see
+// linear_spec.hpp for the math). Checks every input once, then runs (batch, query head)
+// items over OpenMP threads, each with its own LinearHeads engine (linear_heads.hpp).
+#pragma once
+
+#include <cmath>
+#include <deque>
+#include <string>
+#include <type_traits>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "attnkit/detail/pack.hpp"
+#include "attnkit/error.hpp"
+#include "attnkit/kernel/attention.hpp"
+#include "attnkit/linear/feature_map.hpp"
+#include "attnkit/linear/linear_heads.hpp"
+#include "attnkit/linear/linear_spec.hpp"
+#include "attnkit/linear/linear_state.hpp"
+#include "attnkit/options.hpp"
+#include "attnkit/problem.hpp"
+
+namespace attnkit {
+namespace detail {
+
+// The checks linear_attention() adds to make_problem()'s; the state's when one is given.
+template <class Map>
+void validate_linear(const LinearSpec<Map>& spec, const Problem& p, const Options& options,
+                     const LinearState* state) {
+  require(options.lse == nullptr, "lse", "nullptr (linear attention has no row statistic)",
+          "a buffer");
+  require(!options.q_offset, "Options.q_offset",
+          "unset (queries and keys of a linear_attention() call are the same positions)",
+          options.q_offset.value_or(0));
+  if (spec.causal) require_dim(p.kv_len, p.q_len, "k.seq", "q.seq: causal linear attention");
+  require(spec.decay.empty() || Index(spec.decay.size()) == p.q_heads, "decay",
+          "empty or one gamma per query head (" + std::to_string(p.q_heads) + ")",
+          spec.decay.size());
+  for (const float g : spec.decay) require(g >= 0.f && g <= 1.f, "decay", "gammas in [0, 1]", g);
+  require(std::isfinite(spec.eps) && spec.eps >= 0.f, "eps", "finite and >= 0", spec.eps);
+  require(spec.chunk >= 1 && spec.chunk <= LinearSpec<Map>::kMaxChunk, "chunk",
+          "1 to " + std::to_string(LinearSpec<Map>::kMaxChunk), spec.chunk);
+  if (state == nullptr) return;
+  require_dim(state->batch(), p.batch, "state.batch", "q.batch");
+  require_dim(state->heads(), p.q_heads, "state.heads", "q.heads");
+  require_dim(state->features(), feature_count(spec.map, p.head_dim), "state.features",
+              "the feature map's count for q.dim");
+  require_dim(state->value_dim(), p.value_dim, "state.value_dim", "v.dim");
+}
+
+}  // namespace detail
+
+/// The state linear_attention(spec, q, k, v, o, state) expects: zero, for q's batch and
+/// heads, the feature map's feature count for q.dim, and v.dim.
+template <class Map, class Q, class V>
+LinearState make_linear_state(const LinearSpec<Map>& spec, const View<Q>& q, const View<V>& v) {
+  return LinearState(q.batch, q.heads, detail::feature_count(spec.map, q.dim), v.dim);
+}
+
+/// o[B, Hq, Lq, Dv] = linear attention of q[B, Hq, Lq, D] over k[B, Hkv, Lk, D],
+/// v[B, Hkv, Lk, Dv] (GQA: Hq a multiple of Hkv; causal: Lq == Lk), starting from `state`
+/// and leaving in it the state after the last key. Options: scale (default 1, applied to q
+/// before the feature map) and threads; q_offset and lse are refused. Throws Error before
+/// writing anything (output or state) on bad input.
+template <class Map, class Q, class K, class V, class O>
+void linear_attention(const LinearSpec<Map>& spec, const View<Q>& q, const View<K>& k,
+                      const View<V>& v, const View<O>& o, LinearState& state,
+                      const Options& options = {}) {
+  static_assert(!std::is_const_v<O>, "linear_attention(): the output view must be writable");
+  static_assert(detail::is_storage<Q>() && detail::is_storage<K>() && detail::is_storage<V>() &&
+                    detail::is_storage<O>(),
+                "linear_attention(): storage must be float, Eigen::bfloat16 or Eigen::half");
+  const Problem p = make_problem(q, k, v, o, options);
+  detail::validate_linear(spec, p, options, &state);
+  const float scale = options.scale.value_or(1.f);
+
+  using Heads = detail::LinearHeads<Map, Q, K, V, O>;
+  const Index items = p.batch * p.q_heads;
+  if (items == 0) return;
+  const int threads = static_cast<int>(std::min<Index>(detail::thread_count(p.threads), items));
+  // Scratch for every thread is allocated here, so std::bad_alloc reaches the caller.
+  std::deque<Heads> heads;  // never relocates
+  for (int t = 0; t < threads; ++t) heads.emplace_back(spec, p, scale, q, k, v, o, state);
+  const auto run_item = [&](Heads& mine, Index item) {
+    mine.run(item / p.q_heads, item % p.q_heads);
+  };
+#ifdef _OPENMP
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    Heads& mine = heads[static_cast<std::size_t>(omp_get_thread_num())];
+#pragma omp for schedule(dynamic, 1)
+    for (Index item = 0; item < items; ++item) run_item(mine, item);
+  }
+#else
+  for (Index item = 0; item < items; ++item) run_item(heads.front(), item);
+#endif
+}
+
+/// linear_attention() from the empty history, the final state dropped.
+template <class Map, class Q, class K, class V, class O>
+void linear_attention(const LinearSpec<Map>& spec, const View<Q>& q, const View<K>& k,
+                      const View<V>& v, const View<O>& o, const Options& options = {}) {
+  LinearState state = make_linear_state(spec, q, v);
+  linear_attention(spec, q, k, v, o, state, options);
+}
+
+}  // namespace attnkit

@@ -1,0 +1,61 @@
+// LinearState: the recurrent state of linear attention per (batch, query head): S [F, Dv]
+// and z [F] (F = the feature map's feature count), in f32. linear_attention() reads it as
+// the state before its first key and leaves the state after its last key, so a prefill
+// followed by decode steps equals one long prefill. Stored as the kernel uses it: one
+// [F, ld] block per head, columns [0, Dv) = S, column Dv = z, the rest 0 (ld = Dv + 1
+// rounded up to SIMD vectors), so the chunked form updates it in place with tile GEMMs.
+#pragma once
+
+#include <algorithm>
+#include <vector>
+
+#include "attnkit/detail/checked.hpp"
+#include "attnkit/error.hpp"
+#include "attnkit/simd/simd.hpp"
+#include "attnkit/tensor.hpp"
+
+namespace attnkit {
+
+class LinearState {
+ public:
+  LinearState() = default;
+
+  /// A zero state for `batch` x `heads` query heads, `features` x `value_dim` each.
+  /// Throws Error on negative sizes or when the total does not fit in Index.
+  LinearState(Index batch, Index heads, Index features, Index value_dim)
+      : batch_(batch), heads_(heads), features_(features), value_dim_(value_dim) {
+    detail::require(batch >= 0 && heads >= 0 && features >= 0 && value_dim >= 0,
+                    "LinearState sizes", "all >= 0", "a negative size");
+    ld_ = simd::round_up(value_dim + 1);
+    Index total = 0;
+    detail::require(detail::checked_product({batch, heads, features, ld_}, &total),
+                    "LinearState sizes", "a product that fits in Index (int64)", "an overflow");
+    data_.assign(static_cast<std::size_t>(total), 0.f);
+  }
+
+  Index batch() const { return batch_; }
+  Index heads() const { return heads_; }
+  Index features() const { return features_; }
+  Index value_dim() const { return value_dim_; }
+  Index ld() const { return ld_; }  // floats between two feature rows of one head
+
+  /// The [features, ld] block of head (b, h).
+  float* head(Index b, Index h) { return data_.data() + (b * heads_ + h) * features_ * ld_; }
+  const float* head(Index b, Index h) const {
+    return data_.data() + (b * heads_ + h) * features_ * ld_;
+  }
+  /// S[f, c] and z[f] of head (b, h).
+  float& s(Index b, Index h, Index f, Index c) { return head(b, h)[f * ld_ + c]; }
+  float& z(Index b, Index h, Index f) { return head(b, h)[f * ld_ + value_dim_]; }
+  float s(Index b, Index h, Index f, Index c) const { return head(b, h)[f * ld_ + c]; }
+  float z(Index b, Index h, Index f) const { return head(b, h)[f * ld_ + value_dim_]; }
+
+  /// Back to the empty history (all zero).
+  void reset() { std::fill(data_.begin(), data_.end(), 0.f); }
+
+ private:
+  Index batch_ = 0, heads_ = 0, features_ = 0, value_dim_ = 0, ld_ = 0;
+  std::vector<float> data_;
+};
+
+}  // namespace attnkit

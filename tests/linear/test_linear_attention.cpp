@@ -1,0 +1,266 @@
+// linear_attention() against reference::linear_attention() (explicit weights in f64): the
+// chunked form for chunk sizes 1, 16, 64 and 100 over a length that none divides, and the
+// recurrent form, for every feature map, with and without a per-head decay, causal and not
+// (Lq != Lk), GQA, the three layouts, f32, bf16 and f16 storage, 1 or 2 threads; then the
+// state: a prefill followed by decode steps equals one long prefill; the thread count
+// changes no bit; bad inputs throw Error before anything is written. Built three times:
+// native ISA, x86-64-v2, scalar.
+#include <Eigen/Core>
+#include <algorithm>
+#include <attnkit/linear/linear_attention.hpp>
+#include <attnkit/linear/reference.hpp>
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_exception.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "support/attnkit_test.hpp"
+
+namespace ak = attnkit;
+using ak::Index;
+using ak::LinearForm;
+using ak::test::Layout;
+using ak::test::Tensor;
+namespace tol = ak::test::tol;
+
+namespace {
+
+// Outputs are compared relative to max(1, max |reference|): unnormalized maps (Identity)
+// give sums of up to L terms. The forms add the same terms in other orders (f32).
+constexpr double kLinearF32 = 2e-5;
+// Decode steps against one prefill: both f32, through different association orders.
+constexpr double kStateF32 = 1e-5;
+
+struct Shape {
+  Index batch = 2, q_heads = 4, kv_heads = 2, q_len = 150, kv_len = 150, dim = 16, value_dim = 24;
+  Layout layout = Layout::Bshd;
+  int threads = 2;
+};
+
+const std::vector<float> kDecay = {0.9f, 0.99f, 1.f, 0.5f};  // one per query head
+
+template <class T>
+struct Inputs {
+  Tensor<T> q, k, v;
+  explicit Inputs(const Shape& s, std::uint32_t seed = 11)
+      : q(s.layout, s.batch, s.q_heads, s.q_len, s.dim),
+        k(s.layout, s.batch, s.kv_heads, s.kv_len, s.dim),
+        v(s.layout, s.batch, s.kv_heads, s.kv_len, s.value_dim) {
+    q.randomize(seed, 0.5f);
+    k.randomize(seed + 1, 0.5f);
+    v.randomize(seed + 2);
+  }
+};
+
+// max |kernel - reference| / max(1, max |reference|) on one shape, storage T.
+template <class T, class Map>
+double error_vs_reference(const ak::LinearSpec<Map>& spec, const Shape& s) {
+  Inputs<T> in(s);
+  Tensor<T> o(s.layout, s.batch, s.q_heads, s.q_len, s.value_dim);
+  Tensor<double> expected(Layout::Bhsd, s.batch, s.q_heads, s.q_len, s.value_dim);
+  const auto options = ak::Options{}.with_threads(s.threads);
+  ak::linear_attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view, options);
+  ak::reference::linear_attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), expected.view,
+                                  options);
+  double magnitude = 1;
+  expected.for_each([&](double& x) { magnitude = std::max(magnitude, std::abs(x)); });
+  return ak::test::max_abs_diff(o.view, expected.view) / magnitude;
+}
+
+// Every form and chunk size, with and without decay, causal and not, against the reference.
+template <class Map>
+void check_all_forms(const Map& map) {
+  const ak::LinearSpec<Map> base = ak::linear_spec(map);
+  int layout = 0;
+  for (const bool causal : {true, false})
+    for (const bool decay : {false, true})
+      for (const Index chunk : {Index{0}, Index{1}, Index{16}, Index{64}, Index{100}}) {
+        Shape s;
+        s.layout = Layout(layout++ % 3);
+        s.threads = 1 + layout % 2;
+        if (!causal) s.q_len = 37;
+        auto spec = base.with_causal(causal).with_decay(decay ? kDecay : std::vector<float>{});
+        spec = chunk == 0 ? spec.with_form(LinearForm::Recurrent) : spec.with_chunk(chunk);
+        INFO((causal ? "causal" : "non-causal")
+             << (decay ? " decay" : "") << (chunk == 0 ? " recurrent" : " chunk ")
+             << (chunk == 0 ? std::string() : std::to_string(chunk)) << " "
+             << ak::test::name(s.layout));
+        CHECK(error_vs_reference<float>(spec, s) <= kLinearF32);
+      }
+}
+
+}  // namespace
+
+TEST_CASE("linear_attention: EluPlusOne, chunked and recurrent, equal the f64 reference",
+          "[linear]") {
+  check_all_forms(ak::EluPlusOne{});
+}
+
+TEST_CASE("linear_attention: Relu, chunked and recurrent, equal the f64 reference", "[linear]") {
+  check_all_forms(ak::Relu{});
+}
+
+TEST_CASE(
+    "linear_attention: Identity (no denominator), chunked and recurrent, equal the f64 "
+    "reference",
+    "[linear]") {
+  check_all_forms(ak::Identity{});
+}
+
+TEST_CASE("linear_attention: Taylor2 (state d^2), chunked and recurrent, equal the f64 reference",
+          "[linear]") {
+  check_all_forms(ak::Taylor2{});
+}
+
+TEST_CASE("linear_attention: head sizes 32, 80, 128 and a normalized Identity", "[linear]") {
+  for (const Index d : {32, 80, 128}) {
+    Shape s;
+    s.dim = d;
+    s.value_dim = d;
+    s.q_len = s.kv_len = 77;
+    INFO("d " << d);
+    const auto spec = ak::linear_spec(ak::EluPlusOne{}).with_decay(kDecay).with_chunk(32);
+    CHECK(error_vs_reference<float>(spec, s) <= kLinearF32);
+  }
+  const auto normalized = ak::linear_spec(ak::Identity{}).with_normalize(true, 1e-3f);
+  Shape s;
+  s.q_len = s.kv_len = 40;  // Identity's denominators can cross 0: keep the sums short
+  CHECK(error_vs_reference<float>(normalized.with_form(LinearForm::Recurrent), s) <= 1e-3);
+}
+
+TEST_CASE("linear_attention: bf16 and f16 storage within their tolerances", "[linear]") {
+  const auto spec = ak::linear_spec(ak::EluPlusOne{}).with_decay(kDecay).with_chunk(16);
+  Shape s;
+  CHECK(error_vs_reference<Eigen::bfloat16>(spec, s) <= tol::kBf16);
+  CHECK(error_vs_reference<Eigen::half>(spec, s) <= tol::kHalf);
+  CHECK(error_vs_reference<Eigen::half>(spec.with_form(LinearForm::Recurrent), s) <= tol::kHalf);
+  const auto taylor = ak::linear_spec(ak::Taylor2{}).with_chunk(64);
+  CHECK(error_vs_reference<Eigen::bfloat16>(taylor, s) <= tol::kBf16);
+}
+
+TEST_CASE("linear_attention: a prefill then decode steps equal one long prefill", "[linear]") {
+  Shape s;
+  Inputs<float> in(s);
+  const Index split = 70;  // not a multiple of the chunk
+  const auto rows = [](auto x, Index from, Index count) {
+    auto part = x;
+    part.data = x.row(0, 0, from);
+    part.seq = count;
+    return part;
+  };
+  for (const bool decay : {false, true}) {
+    const auto spec = ak::linear_spec(ak::EluPlusOne{})
+                          .with_chunk(16)
+                          .with_decay(decay ? kDecay : std::vector<float>{});
+    Tensor<float> whole(s.layout, s.batch, s.q_heads, s.q_len, s.value_dim);
+    Tensor<float> parts(s.layout, s.batch, s.q_heads, s.q_len, s.value_dim);
+    auto whole_state = ak::make_linear_state(spec, in.q.view, in.v.view);
+    ak::linear_attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), whole.view, whole_state);
+
+    auto state = ak::make_linear_state(spec, in.q.view, in.v.view);
+    const auto q = in.q.cview(), k = in.k.cview(), v = in.v.cview();
+    ak::linear_attention(spec, rows(q, 0, split), rows(k, 0, split), rows(v, 0, split),
+                         rows(parts.view, 0, split), state);
+    const auto step = spec.with_form(LinearForm::Recurrent);
+    for (Index t = split; t < s.q_len; ++t)  // decode: one token per call
+      ak::linear_attention(step, rows(q, t, 1), rows(k, t, 1), rows(v, t, 1),
+                           rows(parts.view, t, 1), state);
+
+    INFO((decay ? "decay" : "no decay"));
+    CHECK(ak::test::max_abs_diff(parts.view, whole.view) <= kStateF32);
+    double worst = 0, magnitude = 1;
+    for (Index b = 0; b < s.batch; ++b)
+      for (Index h = 0; h < s.q_heads; ++h)
+        for (Index f = 0; f < state.features(); ++f) {
+          for (Index c = 0; c < s.value_dim; ++c) {
+            worst =
+                std::max(worst, double(std::abs(state.s(b, h, f, c) - whole_state.s(b, h, f, c))));
+            magnitude = std::max(magnitude, double(std::abs(whole_state.s(b, h, f, c))));
+          }
+          worst = std::max(worst, double(std::abs(state.z(b, h, f) - whole_state.z(b, h, f))));
+        }
+    CHECK(worst / magnitude <= kStateF32);
+  }
+}
+
+TEST_CASE("linear_attention: the thread count changes no bit", "[linear]") {
+  Shape s;
+  Inputs<float> in(s);
+  const auto spec = ak::linear_spec(ak::EluPlusOne{}).with_decay(kDecay);
+  std::vector<std::vector<float>> outs;
+  for (const int threads : {1, 2}) {
+    Tensor<float> o(Layout::Bhsd, s.batch, s.q_heads, s.q_len, s.value_dim);
+    ak::linear_attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view,
+                         ak::Options{}.with_threads(threads));
+    outs.push_back(o.memory);
+  }
+  CHECK(std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * sizeof(float)) == 0);
+}
+
+TEST_CASE("Taylor2: phi(q) . phi(k) is 1 + q.k + (q.k)^2 / 2", "[linear][feature_map]") {
+  const double q[3] = {0.5, -1.25, 2}, k[3] = {1.5, 0.25, -0.75};
+  const ak::Taylor2 map;
+  std::vector<double> fq(std::size_t(map.features(3))), fk(fq.size());
+  map.map_row(q, 3, fq.data());
+  map.map_row(k, 3, fk.data());
+  double dot = 0, qk = 0;
+  for (std::size_t i = 0; i < fq.size(); ++i) dot += fq[i] * fk[i];
+  for (int i = 0; i < 3; ++i) qk += q[i] * k[i];
+  CHECK(std::abs(dot - (1 + qk + qk * qk / 2)) <= 1e-12);
+}
+
+TEST_CASE("linear_attention: bad inputs throw Error before anything is written",
+          "[linear][errors]") {
+  Shape s;
+  Inputs<float> in(s);
+  Tensor<float> o(Layout::Bhsd, s.batch, s.q_heads, s.q_len, s.value_dim);
+  const auto spec = ak::linear_spec(ak::EluPlusOne{});
+  const auto q = in.q.cview(), k = in.k.cview(), v = in.v.cview();
+  using Catch::Matchers::ContainsSubstring;
+  const auto expect_error = [&](auto call, const std::string& text) {
+    std::fill(o.memory.begin(), o.memory.end(), 42.f);
+    CHECK_THROWS_MATCHES(call(), ak::Error,
+                         Catch::Matchers::MessageMatches(ContainsSubstring(text)));
+    CHECK(std::all_of(o.memory.begin(), o.memory.end(), [](float x) { return x == 42.f; }));
+  };
+  const auto with_state = [&](ak::LinearState state, const std::string& text) {
+    const ak::LinearState before = state;
+    expect_error([&] { ak::linear_attention(spec, q, k, v, o.view, state); }, text);
+    CHECK(std::equal(before.head(0, 0), before.head(0, 0) + before.features() * before.ld(),
+                     state.head(0, 0)));
+  };
+  with_state(ak::LinearState(s.batch, s.q_heads, s.dim + 1, s.value_dim), "state.features");
+  with_state(ak::LinearState(s.batch, s.kv_heads, s.dim, s.value_dim), "state.heads");
+  with_state(ak::LinearState(s.batch + 1, s.q_heads, s.dim, s.value_dim), "state.batch");
+  with_state(ak::LinearState(s.batch, s.q_heads, s.dim, s.value_dim + 1), "state.value_dim");
+  expect_error([&] { ak::linear_attention(spec.with_decay({0.5f}), q, k, v, o.view); }, "decay");
+  expect_error(
+      [&] {
+        ak::linear_attention(spec.with_decay({1, 1, 1.5f, 1}), q, k, v, o.view);
+      },
+      "decay");
+  expect_error([&] { ak::linear_attention(spec.with_chunk(0), q, k, v, o.view); }, "chunk");
+  expect_error([&] { ak::linear_attention(spec.with_normalize(true, -1.f), q, k, v, o.view); },
+               "eps");
+  expect_error([&] { ak::linear_attention(spec, q, k, v, o.view, ak::Options{}.with_q_offset(3)); },
+               "q_offset");
+  std::vector<float> lse(std::size_t(s.batch * s.q_heads * s.q_len));
+  expect_error(
+      [&] { ak::linear_attention(spec, q, k, v, o.view, ak::Options{}.with_lse(lse.data())); },
+      "lse");
+  auto short_q = q;
+  short_q.seq = 10;
+  auto short_o = o.view;
+  short_o.seq = 10;
+  expect_error([&] { ak::linear_attention(spec, short_q, k, v, short_o); }, "k.seq");
+  auto bad_heads = k;
+  bad_heads.heads = 3;  // 4 query heads are not a multiple of 3
+  auto bad_v = v;
+  bad_v.heads = 3;
+  expect_error([&] { ak::linear_attention(spec, q, bad_heads, bad_v, o.view); }, "q_heads");
+  // Non-causal: Lq != Lk is legal.
+  CHECK_NOTHROW(ak::linear_attention(spec.with_causal(false), short_q, k, v, short_o));
+}
