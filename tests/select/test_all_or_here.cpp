@@ -1,0 +1,619 @@
+// all_or_here() (select/all_or_here.hpp) against reference::attention() under a test-side
+// mask that spells the routing out pair by pair: keep(b, h, i, j) = j <= i && (route full ||
+// i - j < window). Random routes (booleans, gate logits with default and custom thresholds),
+// Softmax (output + LSE), Sigmoid, SoftplusL1, Softcap, ragged L, Lq != Lk with q_offset (rows
+// that see nothing included), GQA, BSHD / BHSD, 1 and 2 threads (bitwise equal), f32 and
+// bf16; properties (all full = Causal, all here = a window, full_fraction) and errors. Then
+// Remapped<Mask> (mask/remap.hpp): every face against brute force over the true positions.
+#include <Eigen/Core>
+#include <algorithm>
+#include <attnkit/kernel/attention.hpp>
+#include <attnkit/mask/block_mask.hpp>
+#include <attnkit/mask/causal.hpp>
+#include <attnkit/mask/combine.hpp>
+#include <attnkit/mask/remap.hpp>
+#include <attnkit/mask/sliding_window.hpp>
+#include <attnkit/normalizer/sigmoid.hpp>
+#include <attnkit/normalizer/softmax.hpp>
+#include <attnkit/normalizer/softplus_l1.hpp>
+#include <attnkit/reference/attention.hpp>
+#include <attnkit/score/softcap.hpp>
+#include <attnkit/select/all_or_here.hpp>
+#include <catch2/catch_test_macros.hpp>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "support/attention_runner.hpp"
+
+namespace ak = attnkit;
+using ak::AhaRoutes;
+using ak::Causal;
+using ak::Index;
+using ak::Range;
+using ak::SlidingWindow;
+using ak::TileKind;
+using ak::test::Case;
+using ak::test::Layout;
+using ak::test::Tensor;
+namespace tol = ak::test::tol;
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// The routing written out as an element mask (absolute positions; row = i - q_offset).
+struct AhaMask {
+  using slot = ak::MaskSlot;
+  const AhaRoutes* routes = nullptr;
+  Index window = 256, q_offset = 0;
+  bool keep(Index b, Index h, Index i, Index j) const {
+    return j <= i && (routes->is_full(b, i - q_offset, h) || i - j < window);
+  }
+};
+
+std::string describe(const Case& c, Index window, const AhaRoutes& routes) {
+  std::ostringstream s;
+  s << "B" << c.batch << " Hq" << c.q_heads << " Hkv" << c.kv_heads << " Lq" << c.q_len << " Lk"
+    << c.kv_len << " d" << c.dim << " " << ak::test::name(c.layout) << " threads " << c.threads
+    << " q_offset " << c.offset() << " window " << window << " full " << routes.full_fraction();
+  return s.str();
+}
+
+// Boolean routes, each full with probability p_full.
+AhaRoutes random_routes(const Case& c, double p_full, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::bernoulli_distribution full(p_full);
+  std::vector<unsigned char> r(static_cast<std::size_t>(c.batch * c.q_len * c.q_heads));
+  for (auto& x : r) x = full(rng) ? 1 : 0;
+  return AhaRoutes(c.batch, c.q_len, c.q_heads, std::move(r));
+}
+
+std::vector<float> random_gates(Index n, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.f, 2.f);
+  std::vector<float> gates(static_cast<std::size_t>(n));
+  for (auto& x : gates) x = g(rng);
+  return gates;
+}
+
+template <class T>
+struct Inputs {
+  Tensor<T> q, k, v, v_abs;
+  Inputs(const Case& c, std::uint32_t seed)
+      : q(c.layout, c.batch, c.q_heads, c.q_len, c.dim),
+        k(c.layout, c.batch, c.kv_heads, c.kv_len, c.dim),
+        v(c.layout, c.batch, c.kv_heads, c.kv_len, c.dv()),
+        v_abs(c.layout, c.batch, c.kv_heads, c.kv_len, c.dv()) {
+    q.randomize(seed, c.stddev);
+    k.randomize(seed + 1, c.stddev);
+    v.randomize(seed + 2);
+    v_abs.randomize(seed + 2);
+    v_abs.for_each([](T& x) { x = T(std::abs(float(x))); });
+  }
+};
+
+// all_or_here()'s output [B, Hq, Lq, Dv] (Bhsd) and row statistic on the inputs of c.
+struct Result {
+  std::vector<float> out, stat;
+};
+
+template <class T = float, class Spec>
+Result run_aha(const Spec& spec, const Case& c, const AhaRoutes& routes, Index window,
+               std::uint32_t seed = 11) {
+  constexpr bool kHasStat =
+      ak::detail::row_stat_kind<typename Spec::Normalizer>() != ak::RowStat::None;
+  const Inputs<T> in(c, seed);
+  Tensor<float> o(Layout::Bhsd, c.batch, c.q_heads, c.q_len, c.dv());
+  Result r;
+  r.stat.assign(static_cast<std::size_t>(c.rows()), 42.f);
+  ak::Options options = c.options();
+  if constexpr (kHasStat) options = options.with_lse(r.stat.data());
+  ak::all_or_here(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view, routes, window, options);
+  r.out = std::move(o.memory);
+  return r;
+}
+
+// all_or_here(spec) against reference::attention(spec + AhaMask). Softmax / SoftplusL1 rows
+// are convex combinations of V: absolute tol::kF32; Sigmoid rows are unnormalized sums,
+// their tolerance scales with the reference on |V| (as in test_attention_normalizers.cpp).
+template <class T = float, class Score, class N>
+void check(const std::string& what, const Score& score, const N& n, const Case& c,
+           const AhaRoutes& routes, Index window, std::uint32_t seed = 11) {
+  constexpr bool kHasStat = ak::detail::row_stat_kind<N>() != ak::RowStat::None;
+  constexpr bool kSigmoid = std::is_same_v<N, ak::Sigmoid>;
+  INFO(what << ", " << describe(c, window, routes)
+            << (std::is_same_v<T, float> ? ", f32" : ", bf16"));
+  const AhaMask mask{&routes, window, c.offset()};
+  const auto spec = ak::make_spec(score, n);
+  const auto ref_spec = ak::make_spec(score, n, mask);
+  const Inputs<T> in(c, seed);
+  const Index dv = c.dv();
+  Tensor<float> o(c.layout, c.batch, c.q_heads, c.q_len, dv);
+  o.for_each([](float& x) { x = std::numeric_limits<float>::quiet_NaN(); });
+  Tensor<double> expected(Layout::Bhsd, c.batch, c.q_heads, c.q_len, dv);
+  Tensor<double> magnitude(Layout::Bhsd, c.batch, c.q_heads, c.q_len, dv);
+  const auto rows = static_cast<std::size_t>(c.rows());
+  std::vector<float> stat(rows, 42.f), stat_expected(rows, 42.f);
+  ak::Options options = c.options(), ref_options = c.options();
+  if constexpr (kHasStat) {
+    options = options.with_lse(stat.data());
+    ref_options = ref_options.with_lse(stat_expected.data());
+  }
+  ak::all_or_here(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view, routes, window, options);
+  ak::reference::attention(ref_spec, in.q.cview(), in.k.cview(), in.v.cview(), expected.view,
+                           ref_options);
+  if constexpr (kSigmoid)
+    ak::reference::attention(ref_spec, in.q.cview(), in.k.cview(), in.v_abs.cview(), magnitude.view,
+                             c.options());
+
+  double worst = 0.0, worst_stat = 0.0;  // error / allowed error
+  Index empty = 0;
+  bool empty_exact = true;
+  for (Index b = 0; b < c.batch; ++b)
+    for (Index h = 0; h < c.q_heads; ++h)
+      for (Index r = 0; r < c.q_len; ++r) {
+        const float* got = o.view.row(b, h, r);
+        for (Index x = 0; x < dv; ++x) {
+          const double allowed =
+              tol::kF32 * (kSigmoid ? std::max(1.0, magnitude.view.row(b, h, r)[x]) : 1.0);
+          const double d = std::abs(double(got[x]) - expected.view.row(b, h, r)[x]);
+          worst = std::isnan(d) ? HUGE_VAL : std::max(worst, d / allowed);
+        }
+        const auto at = static_cast<std::size_t>((b * c.q_heads + h) * c.q_len + r);
+        if constexpr (kHasStat) {
+          const double e = stat_expected[at], g = stat[at];
+          const double d = e == g ? 0.0 : std::abs(g - e);
+          const double allowed = tol::kLseF32 + 1e-5 * std::abs(e);
+          worst_stat = std::isnan(d) ? HUGE_VAL : std::max(worst_stat, d / allowed);
+        }
+        if (r + c.offset() >= 0) continue;  // a row before key 0 sees nothing
+        ++empty;
+        empty_exact = empty_exact && std::all_of(got, got + dv, [](float x) { return x == 0.f; });
+        if constexpr (std::is_same_v<N, ak::Softmax>)
+          empty_exact = empty_exact && stat[at] == kNegInf && stat_expected[at] == kNegInf;
+      }
+  INFO("rows that see no key: " << empty);
+  CHECK(worst <= 1.0);
+  CHECK(worst_stat <= 1.0);
+  CHECK(empty_exact);
+}
+
+// One Case over the grid of normalizers and scores, with routes of several densities.
+template <class T = float>
+void check_grid(const Case& c, Index window, std::uint32_t seed) {
+  for (const double p_full : {0.0, 0.3, 0.8}) {
+    const AhaRoutes routes =
+        random_routes(c, p_full, seed + static_cast<std::uint32_t>(10 * p_full));
+    check<T>("Softmax", ak::Dot{}, ak::Softmax{}, c, routes, window);
+    check<T>("Sigmoid{}", ak::Dot{}, ak::Sigmoid{}, c, routes, window);
+    check<T>("SoftplusL1", ak::Dot{}, ak::SoftplusL1{}, c, routes, window);
+    check<T>("Softcap{5}, Softmax", ak::Softcap{5.f}, ak::Softmax{}, c, routes, window);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("all_or_here: matches the reference routing mask on ragged square shapes",
+          "[select][aha]") {
+  for (const Index len : {1, 37, 130, 200})
+    for (const Layout layout : {Layout::Bshd, Layout::Bhsd}) {
+      Case c;
+      c.q_len = c.kv_len = len;
+      c.dim = 32;
+      c.layout = layout;
+      c.threads = 1;
+      check_grid(c, 16, static_cast<std::uint32_t>(len));
+    }
+}
+
+TEST_CASE("all_or_here: matches the reference with GQA, two batches, d 64, two threads",
+          "[select][aha]") {
+  Case c;
+  c.batch = 2;
+  c.q_heads = 4;
+  c.kv_heads = 2;
+  c.q_len = c.kv_len = 150;
+  c.dim = 64;
+  c.value_dim = 40;
+  check_grid(c, 33, 3);
+  c.threads = 1;
+  check_grid(c, 1, 4);  // a window of one: the query's own key only
+}
+
+TEST_CASE("all_or_here: matches the reference with Lq != Lk and q_offset, rows seeing nothing",
+          "[select][aha]") {
+  Case c;
+  c.q_heads = 3;
+  c.kv_heads = 1;
+  c.dim = 32;
+  c.q_len = 40;
+  c.kv_len = 170;
+  check_grid(c, 24, 5);  // bottom-right: queries at 130 .. 169
+  c.q_offset = 70;
+  check_grid(c, 24, 6);
+  c.q_offset = -5;  // the first five rows sit before key 0
+  check_grid(c, 24, 7);
+  c.q_len = 90;
+  c.kv_len = 30;
+  c.q_offset = -20;  // Lq > Lk
+  check_grid(c, 8, 8);
+}
+
+TEST_CASE("all_or_here: matches the reference with bf16 storage", "[select][aha][bf16]") {
+  Case c;
+  c.q_len = c.kv_len = 97;
+  c.dim = 32;
+  c.q_heads = 4;
+  c.kv_heads = 2;
+  c.threads = 1;
+  check_grid<Eigen::bfloat16>(c, 20, 9);
+}
+
+TEST_CASE("all_or_here: routes from gate logits, default and custom thresholds", "[select][aha]") {
+  Case c;
+  c.q_len = c.kv_len = 120;
+  c.dim = 32;
+  const auto gates = random_gates(c.batch * c.q_len * c.q_heads, 21);
+  for (const float threshold : {0.5f, 0.2f, 0.9f}) {
+    INFO("threshold " << threshold);
+    const AhaRoutes routes =
+        threshold == 0.5f ? AhaRoutes::from_gates(gates, c.batch, c.q_len, c.q_heads)
+                          : AhaRoutes::from_gates(gates, c.batch, c.q_len, c.q_heads, threshold);
+    Index full = 0, mismatches = 0;
+    for (Index b = 0; b < c.batch; ++b)
+      for (Index t = 0; t < c.q_len; ++t)
+        for (Index h = 0; h < c.q_heads; ++h) {
+          const double g = gates[static_cast<std::size_t>((b * c.q_len + t) * c.q_heads + h)];
+          const double sigmoid = 1.0 / (1.0 + std::exp(-g));
+          if (std::abs(sigmoid - threshold) < 1e-6) continue;  // too close to call in f32
+          const bool want = sigmoid > threshold;
+          full += want ? 1 : 0;
+          mismatches += want != routes.is_full(b, t, h) ? 1 : 0;
+        }
+    CHECK(mismatches == 0);
+    CHECK(full > 0);
+    CHECK(full < c.batch * c.q_len * c.q_heads);
+    check("gates, Softmax", ak::Dot{}, ak::Softmax{}, c, routes, 16);
+  }
+}
+
+TEST_CASE("all_or_here: one and two threads give bitwise equal results", "[select][aha]") {
+  Case c;
+  c.q_heads = 4;
+  c.kv_heads = 2;
+  c.q_len = c.kv_len = 300;
+  c.dim = 64;
+  const AhaRoutes routes = random_routes(c, 0.4, 31);
+  const auto spec = ak::make_spec(ak::Softmax{});
+  c.threads = 1;
+  const Result one = run_aha(spec, c, routes, 50);
+  c.threads = 2;
+  const Result two = run_aha(spec, c, routes, 50);
+  REQUIRE(one.out.size() == two.out.size());
+  CHECK(std::memcmp(one.out.data(), two.out.data(), one.out.size() * sizeof(float)) == 0);
+  CHECK(std::memcmp(one.stat.data(), two.stat.data(), one.stat.size() * sizeof(float)) == 0);
+}
+
+TEST_CASE("all_or_here: every route full equals causal attention", "[select][aha]") {
+  Case c;
+  c.q_heads = 2;
+  c.q_len = 100;
+  c.kv_len = 180;
+  c.dim = 32;
+  const AhaRoutes routes(c.batch, c.q_len, c.q_heads,
+                         std::vector<unsigned char>(static_cast<std::size_t>(c.rows()), 1));
+  CHECK(routes.full_fraction() == 1.0);
+  const auto aha = run_aha(ak::make_spec(ak::Softmax{}), c, routes, 7);
+  const auto dense = ak::test::run_kernel(ak::make_spec(Causal{}), c, 11);
+  CHECK(ak::test::max_lse_diff(aha.out, dense.out) <= tol::kF32);
+  CHECK(ak::test::max_lse_diff(aha.stat, dense.lse) <= tol::kLseF32);
+}
+
+TEST_CASE("all_or_here: every route here equals a causal sliding window", "[select][aha]") {
+  Case c;
+  c.q_heads = 2;
+  c.q_len = c.kv_len = 200;
+  c.dim = 32;
+  const AhaRoutes routes(c.batch, c.q_len, c.q_heads,
+                         std::vector<unsigned char>(static_cast<std::size_t>(c.rows()), 0));
+  CHECK(routes.full_fraction() == 0.0);
+  for (const Index window : {1, 5, 64, 256}) {
+    INFO("window " << window);
+    const auto aha = run_aha(ak::make_spec(ak::Softmax{}), c, routes, window);
+    const auto dense =
+        ak::test::run_kernel(ak::make_spec(Causal{} & SlidingWindow{window - 1, 0}), c, 11);
+    CHECK(ak::test::max_lse_diff(aha.out, dense.out) <= tol::kF32);
+    CHECK(ak::test::max_lse_diff(aha.stat, dense.lse) <= tol::kLseF32);
+  }
+}
+
+TEST_CASE("AhaRoutes: full_fraction counts the routes to full attention", "[select][aha]") {
+  CHECK(AhaRoutes().full_fraction() == 0.0);
+  const AhaRoutes r(1, 4, 2, {1, 0, 0, 0, 1, 1, 0, 1});
+  CHECK(std::abs(r.full_fraction() - 0.5) < 1e-12);
+  CHECK(r.is_full(0, 0, 0));
+  CHECK_FALSE(r.is_full(0, 0, 1));
+  CHECK(r.is_full(0, 3, 1));
+  Case c;
+  c.batch = 2;
+  c.q_heads = 3;
+  c.q_len = 77;
+  const AhaRoutes random = random_routes(c, 0.25, 41);
+  Index full = 0;
+  for (Index b = 0; b < c.batch; ++b)
+    for (Index t = 0; t < c.q_len; ++t)
+      for (Index h = 0; h < c.q_heads; ++h) full += random.is_full(b, t, h) ? 1 : 0;
+  CHECK(std::abs(random.full_fraction() - double(full) / double(c.rows())) < 1e-12);
+}
+
+// BUG (select/all_or_here.hpp:66, full_fraction): counts entries equal to 1, while
+// is_full() (line 60) routes every nonzero entry to full attention. Routes {2, 0, 255, 0}
+// are half full for all_or_here() but full_fraction() reports 0 (expected 0.5).
+TEST_CASE("AhaRoutes: full_fraction agrees with is_full for any nonzero route",
+          "[select][aha][!shouldfail]") {
+  const AhaRoutes r(1, 2, 2, {2, 0, 255, 0});
+  CHECK(r.is_full(0, 0, 0));
+  CHECK(r.is_full(0, 1, 0));
+  CHECK(std::abs(r.full_fraction() - 0.5) < 1e-12);
+}
+
+// BUG (select/all_or_here.hpp:118-119): each gathered call is one head ([1, 1, n, d] views),
+// so per-head normalizer parameters are validated against q_heads = 1 and would be read at
+// head 0. With q_heads = 2, Sigmoid::per_head({-1, -2}) or Softmax::with_sinks({0, 1}) pass
+// the outer validate_policies() and then the first inner attention() throws
+// "Sigmoid.head_bias.size()" / "Softmax.sinks.size()" (expected: the reference result).
+TEST_CASE("all_or_here: per-head normalizer parameters follow the query head",
+          "[select][aha][!shouldfail]") {
+  Case c;
+  c.q_heads = 2;
+  c.q_len = c.kv_len = 64;
+  c.dim = 32;
+  const AhaRoutes routes = random_routes(c, 0.5, 51);
+  check("Sigmoid::per_head", ak::Dot{}, ak::Sigmoid::per_head({-1.f, -2.f}), c, routes, 8);
+  check("Softmax::with_sinks", ak::Dot{}, ak::Softmax::with_sinks({0.f, 1.f}), c, routes, 8);
+}
+
+TEST_CASE("all_or_here: refuses bad routes, window and threshold before writing",
+          "[select][aha][errors]") {
+  Case c;
+  c.batch = 2;
+  c.q_heads = 2;
+  c.q_len = c.kv_len = 20;
+  c.dim = 32;
+  const Inputs<float> in(c, 3);
+  Tensor<float> o(c.layout, c.batch, c.q_heads, c.q_len, c.dim);
+  o.for_each([](float& x) { x = 42.f; });
+  const auto untouched = [&] {
+    return std::all_of(o.memory.begin(), o.memory.end(), [](float x) { return x == 42.f; });
+  };
+  const auto spec = ak::make_spec(ak::Softmax{});
+  const auto call = [&](const AhaRoutes& routes, Index window) {
+    ak::all_or_here(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view, routes, window);
+  };
+  const auto routes_of = [](Index b, Index l, Index h) {
+    return AhaRoutes(b, l, h, std::vector<unsigned char>(static_cast<std::size_t>(b * l * h), 1));
+  };
+  CHECK_THROWS_AS(call(routes_of(1, 20, 2), 8), ak::Error);  // batch
+  CHECK_THROWS_AS(call(routes_of(2, 19, 2), 8), ak::Error);  // length
+  CHECK_THROWS_AS(call(routes_of(2, 20, 1), 8), ak::Error);  // heads
+  CHECK_THROWS_AS(call(AhaRoutes(), 8), ak::Error);
+  CHECK_THROWS_AS(call(routes_of(2, 20, 2), 0), ak::Error);
+  CHECK_THROWS_AS(call(routes_of(2, 20, 2), -3), ak::Error);
+  CHECK(untouched());
+  CHECK_NOTHROW(call(routes_of(2, 20, 2), 1));  // the checks above can pass
+  CHECK_FALSE(untouched());
+
+  CHECK_THROWS_AS(AhaRoutes(1, 2, 2, {1, 0, 1}), ak::Error);  // size != b * l * h
+  const std::vector<float> gates(8, 0.f);
+  for (const float t : {0.f, 1.f, -0.5f, 1.5f, std::numeric_limits<float>::quiet_NaN()}) {
+    INFO("threshold " << t);
+    CHECK_THROWS_AS(AhaRoutes::from_gates(gates, 1, 4, 2, t), ak::Error);
+  }
+  CHECK_THROWS_AS(AhaRoutes::from_gates(gates, 1, 3, 2), ak::Error);
+  CHECK_NOTHROW(AhaRoutes::from_gates(gates, 1, 4, 2, 0.01f));
+}
+
+// ---- Remapped<Mask> ----------------------------------------------------------------------
+
+namespace {
+
+// A sorted random subset of [begin, end) holding about `keep` of its positions (at least 1).
+std::vector<Index> random_positions(Index begin, Index end, double keep, std::mt19937& rng) {
+  std::bernoulli_distribution take(keep);
+  std::vector<Index> out;
+  for (Index p = begin; p < end; ++p)
+    if (take(rng)) out.push_back(p);
+  if (out.empty()) out.push_back(begin);
+  return out;
+}
+
+// Every face of remap(inner, qp, kp) against inner.keep at the true positions.
+template <class Inner>
+void check_remapped(const std::string& what, const Inner& inner, const std::vector<Index>& qp,
+                    const std::vector<Index>& kp, std::mt19937& rng, Index b = 0, Index h = 0) {
+  INFO(what << ", " << qp.size() << " queries, " << kp.size() << " keys, inner (b, h) = (" << b
+            << ", " << h << ")");
+  const auto nq = static_cast<Index>(qp.size()), nk = static_cast<Index>(kp.size());
+  const auto m = ak::remap(inner, qp.data(), kp.data(), nk, b, h);
+  // The call is (0, 0): the remapped mask asks the inner one at (b, h).
+  const auto truth = [&](Index r, Index j) {
+    return inner.keep(b, h, qp[static_cast<std::size_t>(r)], kp[static_cast<std::size_t>(j)]);
+  };
+
+  Index keep_wrong = 0;
+  for (Index r = 0; r < nq; ++r)
+    for (Index j = 0; j < nk; ++j) keep_wrong += m.keep(0, 0, r, j) != truth(r, j) ? 1 : 0;
+  CHECK(keep_wrong == 0);
+
+  // classify: sound on random tiles of gathered rows and keys.
+  std::uniform_int_distribution<Index> qd(0, nq - 1), kd(0, nk - 1);
+  Index unsound = 0, full = 0, empty = 0;
+  for (int t = 0; t < 400; ++t) {
+    Index q0 = qd(rng), q1 = qd(rng), k0 = kd(rng), k1 = kd(rng);
+    if (q0 > q1) std::swap(q0, q1);
+    if (k0 > k1) std::swap(k0, k1);
+    const Range q{q0, q1 + 1}, kv{k0, k1 + 1};
+    Index kept = 0;
+    for (Index r = q.begin; r < q.end; ++r)
+      for (Index j = kv.begin; j < kv.end; ++j) kept += truth(r, j) ? 1 : 0;
+    const TileKind kind = ak::detail::tile_kind_of(m, 0, 0, q, kv);
+    full += kind == TileKind::Full;
+    empty += kind == TileKind::Empty;
+    if (kind == TileKind::Full && kept != (q.end - q.begin) * (kv.end - kv.begin)) ++unsound;
+    if (kind == TileKind::Empty && kept != 0) ++unsound;
+  }
+  CHECK(unsound == 0);
+  INFO("Full tiles " << full << ", Empty tiles " << empty);
+  CHECK(ak::detail::tile_kind_of(m, 0, 0, Range{0, 0}, Range{0, nk}) == TileKind::Empty);
+
+  // key_ranges / for_each_key_range (through the key schedule): every kept key is covered.
+  for (int t = 0; t < 100; ++t) {
+    Index q0 = qd(rng), q1 = qd(rng);
+    if (q0 > q1) std::swap(q0, q1);
+    const Range q{q0, q1 + 1};
+    std::vector<char> covered(static_cast<std::size_t>(nk), 0);
+    Index last_end = -1;
+    bool ordered = true;
+    ak::detail::for_each_key_tile(m, 0, 0, q, nk, 16, [&](Range kv, TileKind) {
+      ordered = ordered && kv.begin >= last_end;
+      last_end = kv.end;
+      for (Index j = kv.begin; j < kv.end; ++j) covered[static_cast<std::size_t>(j)] = 1;
+    });
+    Index missed = 0;
+    for (Index r = q.begin; r < q.end; ++r)
+      for (Index j = 0; j < nk; ++j)
+        missed += truth(r, j) && !covered[static_cast<std::size_t>(j)] ? 1 : 0;
+    INFO("query rows [" << q.begin << ", " << q.end << ")");
+    CHECK(missed == 0);
+    CHECK(ordered);
+  }
+  if constexpr (ak::detail::has_key_ranges<decltype(m), Range>::value) {
+    Index missed = 0;
+    for (Index r = 0; r < nq; ++r)
+      for (Index j = 0; j < nk; ++j) {
+        if (!truth(r, j)) continue;
+        bool in = false;
+        for (const Range& x : m.key_ranges(0, 0, Range{r, r + 1}))
+          in = in || (x.begin <= j && j < x.end);
+        missed += in ? 0 : 1;
+      }
+    CHECK(missed == 0);
+  }
+
+  // runs: exactly the gathered keys each query keeps.
+  if constexpr (ak::detail::has_runs<decltype(m)>::value) {
+    Index wrong = 0;
+    for (Index r = 0; r < nq; ++r) {
+      std::vector<char> in(static_cast<std::size_t>(nk), 0);
+      for (const Range& x : m.runs(0, 0, r))
+        for (Index j = std::max<Index>(x.begin, 0); j < std::min(x.end, nk); ++j)
+          in[static_cast<std::size_t>(j)] = 1;
+      for (Index j = 0; j < nk; ++j) wrong += (in[static_cast<std::size_t>(j)] != 0) != truth(r, j);
+    }
+    CHECK(wrong == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("Remapped: identity positions leave the mask unchanged", "[select][aha][remap]") {
+  const auto m = ak::remap(Causal{} & SlidingWindow{3, 0}, nullptr, nullptr, 0);
+  Index wrong = 0;
+  for (Index i = -2; i < 20; ++i)
+    for (Index j = 0; j < 20; ++j) wrong += m.keep(0, 0, i, j) != (j <= i && i - j <= 3);
+  CHECK(wrong == 0);
+  CHECK(m.classify(0, 0, Range{10, 12}, Range{8, 10}) == TileKind::Full);
+  CHECK(m.classify(0, 0, Range{10, 12}, Range{0, 4}) == TileKind::Empty);
+}
+
+TEST_CASE("Remapped<Causal>: faces agree with the true positions", "[select][aha][remap]") {
+  std::mt19937 rng(61);
+  for (const double density : {0.1, 0.5, 0.95}) {
+    const auto qp = random_positions(0, 300, density, rng);
+    const auto kp = random_positions(0, 300, density, rng);
+    check_remapped("Causal, gathered queries and keys", Causal{}, qp, kp, rng);
+    std::vector<Index> all_keys(300);
+    for (Index j = 0; j < 300; ++j) all_keys[static_cast<std::size_t>(j)] = j;
+    check_remapped("Causal, gathered queries only", Causal{}, qp, all_keys, rng);
+    check_remapped("Causal, queries at 200 .. 500", Causal{},
+                   random_positions(200, 500, density, rng), kp, rng);
+  }
+}
+
+TEST_CASE("Remapped<Causal & SlidingWindow>: faces agree with the true positions",
+          "[select][aha][remap]") {
+  std::mt19937 rng(62);
+  for (const Index left : {0, 7, 40})
+    for (const double density : {0.15, 0.6}) {
+      const auto qp = random_positions(-10, 260, density, rng);
+      const auto kp = random_positions(0, 260, density, rng);
+      check_remapped("Causal & SlidingWindow{" + std::to_string(left) + ", 0}",
+                     Causal{} & SlidingWindow{left, 0}, qp, kp, rng);
+    }
+}
+
+TEST_CASE("Remapped<BlockMask>: faces agree with the true positions", "[select][aha][remap]") {
+  std::mt19937 rng(63);
+  ak::BlockMaskLayout layout;
+  layout.batch = 2;
+  layout.heads = 3;
+  layout.q_len = 200;
+  layout.kv_len = 230;
+  layout.block_q = 16;
+  layout.block_k = 32;
+  layout.q_offset = 30;
+  // A per-head pattern so that (batch, head) matter: document-like causal windows.
+  struct Rule {
+    bool keep(Index b, Index h, Index i, Index j) const {
+      return j <= i && i - j < 20 + 30 * h + 7 * b;
+    }
+  };
+  const auto block = ak::make_block_mask(Rule{}, layout);
+  for (const double density : {0.2, 0.7}) {
+    const auto qp = random_positions(30, 230, density, rng);
+    const auto kp = random_positions(0, 230, density, rng);
+    check_remapped("BlockMask, (b, h) = (0, 0)", block, qp, kp, rng, 0, 0);
+    check_remapped("BlockMask, (b, h) = (1, 2)", block, qp, kp, rng, 1, 2);
+  }
+}
+
+TEST_CASE("Remapped: a gathered attention call equals the reference at true positions",
+          "[select][aha][remap]") {
+  // Queries and keys gathered by hand; the kernel under Remapped must match the reference
+  // run on the same gathered rows with the mask spelled at true positions.
+  std::mt19937 rng(64);
+  const auto qp = random_positions(0, 180, 0.4, rng);
+  const auto kp = random_positions(0, 180, 0.6, rng);
+  const auto nq = static_cast<Index>(qp.size()), nk = static_cast<Index>(kp.size());
+  const Index d = 32;
+  Tensor<float> q(Layout::Bhsd, 1, 1, nq, d), k(Layout::Bhsd, 1, 1, nk, d),
+      v(Layout::Bhsd, 1, 1, nk, d), o(Layout::Bhsd, 1, 1, nq, d);
+  Tensor<double> expected(Layout::Bhsd, 1, 1, nq, d);
+  q.randomize(1);
+  k.randomize(2);
+  v.randomize(3);
+  struct AtTrue {
+    using slot = ak::MaskSlot;
+    const std::vector<Index>*qp, *kp;
+    bool keep(Index, Index, Index i, Index j) const {
+      const Index a = (*qp)[static_cast<std::size_t>(i)], b = (*kp)[static_cast<std::size_t>(j)];
+      return b <= a && a - b <= 25;
+    }
+  };
+  const auto inner = Causal{} & SlidingWindow{25, 0};
+  std::vector<float> lse(static_cast<std::size_t>(nq)), lse_expected(lse.size());
+  const auto options = ak::Options{}.with_q_offset(0).with_threads(2);
+  ak::attention(ak::make_spec(ak::remap(inner, qp.data(), kp.data(), nk)), q.cview(), k.cview(),
+                v.cview(), o.view, options.with_lse(lse.data()));
+  ak::reference::attention(ak::make_spec(AtTrue{&qp, &kp}), q.cview(), k.cview(), v.cview(),
+                           expected.view, options.with_lse(lse_expected.data()));
+  CHECK(ak::test::max_abs_diff(o.view, expected.view) <= tol::kF32);
+  CHECK(ak::test::max_lse_diff(lse, lse_expected) <= tol::kLseF32);
+}
