@@ -8,6 +8,7 @@
 #include "attnkit/kernel/tile_config.hpp"
 #include "attnkit/linear/feature_map.hpp"
 #include "attnkit/linear/linear_attention.hpp"
+#include "attnkit/linear/linear_spec.hpp"
 #include "attnkit/linear/linear_state.hpp"
 #include "attnkit/linear/reference.hpp"
 #include "attnkit/mask/block_mask.hpp"
