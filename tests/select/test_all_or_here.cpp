@@ -353,24 +353,17 @@ TEST_CASE("AhaRoutes: full_fraction counts the routes to full attention", "[sele
   CHECK(std::abs(random.full_fraction() - double(full) / double(c.rows())) < 1e-12);
 }
 
-// BUG (select/all_or_here.hpp:66, full_fraction): counts entries equal to 1, while
-// is_full() (line 60) routes every nonzero entry to full attention. Routes {2, 0, 255, 0}
-// are half full for all_or_here() but full_fraction() reports 0 (expected 0.5).
-TEST_CASE("AhaRoutes: full_fraction agrees with is_full for any nonzero route",
-          "[select][aha][!shouldfail]") {
+// full_fraction() counts every nonzero route, as is_full() does: {2, 0, 255, 0} is half full.
+TEST_CASE("AhaRoutes: full_fraction agrees with is_full for any nonzero route", "[select][aha]") {
   const AhaRoutes r(1, 2, 2, {2, 0, 255, 0});
   CHECK(r.is_full(0, 0, 0));
   CHECK(r.is_full(0, 1, 0));
   CHECK(std::abs(r.full_fraction() - 0.5) < 1e-12);
 }
 
-// BUG (select/all_or_here.hpp:118-119): each gathered call is one head ([1, 1, n, d] views),
-// so per-head normalizer parameters are validated against q_heads = 1 and would be read at
-// head 0. With q_heads = 2, Sigmoid::per_head({-1, -2}) or Softmax::with_sinks({0, 1}) pass
-// the outer validate_policies() and then the first inner attention() throws
-// "Sigmoid.head_bias.size()" / "Softmax.sinks.size()" (expected: the reference result).
-TEST_CASE("all_or_here: per-head normalizer parameters follow the query head",
-          "[select][aha][!shouldfail]") {
+// Each gathered call is one head ([1, 1, n, d] views): per-head normalizer parameters must
+// follow the query head it stands for (select::for_head), or the inner call would refuse them.
+TEST_CASE("all_or_here: per-head normalizer parameters follow the query head", "[select][aha]") {
   Case c;
   c.q_heads = 2;
   c.q_len = c.kv_len = 64;

@@ -63,7 +63,8 @@ struct AhaRoutes {
   /// The fraction of (batch, token, head) routed to full attention.
   double full_fraction() const {
     if (full.empty()) return 0.0;
-    return double(std::count(full.begin(), full.end(), 1)) / double(full.size());
+    return double(full.size() - std::size_t(std::count(full.begin(), full.end(), 0))) /
+           double(full.size());
   }
 };
 
@@ -89,10 +90,10 @@ void all_or_here(const Spec& spec, const View<Q>& q, const View<K>& k, const Vie
                   "AhaRoutes shape", "[batch, Lq, q_heads] of the call", "another shape");
   detail::require(window >= 1, "window", ">= 1", window);
 
-  const auto spec_with = [&](const auto& mask) {
+  const auto spec_with = [&](const auto& mask, Index h) {
     return AttentionSpec<typename Spec::Score, std::decay_t<decltype(mask)>,
                          typename Spec::Normalizer, NoPosition>{
-        spec.score, mask, spec.normalizer, {}};
+        spec.score, mask, select::for_head(spec.normalizer, h), {}};
   };
   select::GatheredRows<Q> gathered;
   std::vector<float> out, stat;
@@ -115,7 +116,7 @@ void all_or_here(const Spec& spec, const View<Q>& q, const View<K>& k, const Vie
         Options call = options.with_q_offset(0);
         call.lse = options.lse != nullptr ? stat.data() : nullptr;
         const auto run = [&](const auto& mask) {
-          attention(spec_with(remap(mask, positions.data(), nullptr, 0)), gathered.view(),
+          attention(spec_with(remap(mask, positions.data(), nullptr, 0), h), gathered.view(),
                     select::head_view(k, b, hk), select::head_view(v, b, hk), o_rows, call);
         };
         if (full)

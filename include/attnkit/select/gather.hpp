@@ -2,7 +2,8 @@
 // tiled kernel runs on them as on any dense input, and the results put back. A gathered call
 // sees one (batch, head) of the whole problem: head_view() is that head as a 1 x 1 view of
 // the caller's memory (no copy), gather_rows() copies chosen rows of it, scatter_rows()
-// writes result rows back. The masks of such calls are Remapped (mask/remap.hpp).
+// writes result rows back, for_head() gives the normalizer its head's parameters. The masks of such
+// calls are Remapped (mask/remap.hpp).
 #pragma once
 
 #include <algorithm>
@@ -10,6 +11,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "attnkit/normalizer/sigmoid.hpp"
+#include "attnkit/normalizer/softmax.hpp"
 #include "attnkit/tensor.hpp"
 
 namespace attnkit::select {
@@ -62,6 +65,21 @@ void scatter_rows(const View<S>& src, const std::vector<Index>& rows, const View
     T* out = dst.row(b, h, rows[r]);
     for (Index c = 0; c < dst.dim; ++c) out[c] = static_cast<T>(in[c]);
   }
+}
+
+/// The normalizer of a gathered call that stands for query head h: a gathered call has one
+/// head, so per-head parameters (softmax sinks, sigmoid biases) are cut down to head h's.
+inline Softmax for_head(const Softmax& n, Index h) {
+  return n.sinks.empty() ? n : Softmax::with_sinks({n.sinks[static_cast<std::size_t>(h)]});
+}
+inline Sigmoid for_head(const Sigmoid& n, Index h) {
+  if (n.head_bias.empty()) return n;
+  return Sigmoid::per_head({n.head_bias[static_cast<std::size_t>(h)]});
+}
+/// Normalizers without per-head parameters are used as they are.
+template <class N>
+const N& for_head(const N& n, Index /*h*/) {
+  return n;
 }
 
 }  // namespace attnkit::select

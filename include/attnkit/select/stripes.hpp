@@ -192,10 +192,12 @@ void stripe_attention(const Spec& spec, const View<Q>& q, const View<K>& k, cons
   selection.validate(p.batch, p.q_heads, p.q_len, p.kv_len, p.q_offset);
   if (p.kv_len == 0) return attention(spec, q, k, v, o, options);  // no key, no column
 
-  const auto causal_on = [&](const Index* q_pos, const std::vector<Index>& cols) {
+  const auto causal_on = [&](const Index* q_pos, const std::vector<Index>& cols, Index h) {
     return AttentionSpec<typename Spec::Score, Remapped<Causal>, typename Spec::Normalizer,
-                         NoPosition>{
-        spec.score, remap(Causal{}, q_pos, cols.data(), Index(cols.size())), spec.normalizer, {}};
+                         NoPosition>{spec.score,
+                                     remap(Causal{}, q_pos, cols.data(), Index(cols.size())),
+                                     select::for_head(spec.normalizer, h),
+                                     {}};
   };
   select::GatheredRows<K> keys;
   select::GatheredRows<V> values;
@@ -220,7 +222,7 @@ void stripe_attention(const Spec& spec, const View<Q>& q, const View<K>& k, cons
         Options call = options.with_q_offset(0);
         if (options.lse != nullptr)
           call.lse = options.lse + (b * p.q_heads + h) * p.q_len + rows.begin;
-        attention(causal_on(positions.data(), cols), block_of(q), keys.view(), values.view(),
+        attention(causal_on(positions.data(), cols, h), block_of(q), keys.view(), values.view(),
                   block_of(o), call);
       }
 }
