@@ -1,10 +1,11 @@
 // Data-dependent sparsity against dense causal attention on the same inputs, in the same
-// run: All-or-Here (AHA) with ~10% of (token, head) routed to full attention at L = 16384
-// (the rest: a 256-key window), f32, d = 128, 2 threads (1 thread too for the
-// ratio). The question a user asks: how much faster than dense causal is the routed variant
-// at the sparsity it runs at? The summary reports ms, the ratio dense / variant (a speedup),
-// the live fraction (the (query, key) pairs computed / causal pairs) and the target.
-// Selection (routing) time is timed apart and shown in its own row.
+// run, f32, d = 128, 2 threads (1 thread too): All-or-Here (AHA) with ~10% of (token, head)
+// routed to full attention at L = 16384 (the rest: a 256-key window); MoBA (B = 512, top-3,
+// routed from the data) and AnchorAttention stripes (theta tuned to keep ~10% of the middle
+// columns) at L = 32768. The question a user asks: how much faster than dense causal is the routed
+// variant at the sparsity it runs at? The summary reports ms, the ratio dense / variant (a
+// speedup), the live fraction (the (query, key) pairs computed / causal pairs) and the issue's
+// target. Selection (routing) time is timed apart and shown in its own row.
 #include <benchmark/benchmark.h>
 
 #include <attnkit/attnkit.hpp>
@@ -14,6 +15,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_support.hpp"
@@ -24,6 +26,8 @@ using ak::Index;
 namespace {
 
 constexpr Index kDim = 128, kHeads = 2, kAhaLen = 16384, kWindow = 256;
+constexpr Index kLongLen = 32768, kMobaBlock = 512, kMobaTopk = 3;
+constexpr double kStripeKeep = 0.10;  // target fraction of middle columns kept
 
 attnkit_bench::BshdBuffers& buffers(Index len) {
   static std::map<Index, attnkit_bench::BshdBuffers> all;
@@ -118,6 +122,104 @@ void add_aha() {
   });
 }
 
+// MoBA, B = 512, top-3 (own block included), routes from the data.
+const ak::BlockRoutes& moba_routes() {
+  static const ak::BlockRoutes routes = [] {
+    attnkit_bench::BshdBuffers& buf = buffers(kLongLen);
+    return ak::route_topk_blocks(buf.in(buf.q), buf.in(buf.k), kMobaBlock, kMobaTopk);
+  }();
+  return routes;
+}
+
+void add_moba() {
+  const ak::BlockRoutes& routes = moba_routes();
+  double pairs = 0;  // keys of the chosen blocks at or before each query
+  for (Index h = 0; h < kHeads; ++h)
+    for (Index i = 0; i < kLongLen; ++i)
+      for (const Index blk : routes.chosen(0, h, i))
+        pairs += double(std::min(i + 1, (blk + 1) * kMobaBlock) - blk * kMobaBlock);
+  const std::string name = "moba/L:" + std::to_string(kLongLen);
+  live_fraction()[name] = pairs / (kHeads * causal_pairs(kLongLen));
+  add(name, kLongLen, {1, 2}, [](int threads) {
+    return [threads] {
+      attnkit_bench::BshdBuffers& buf = buffers(kLongLen);
+      ak::moba_attention(ak::make_spec(ak::Softmax{}), buf.in(buf.q), buf.in(buf.k), buf.in(buf.v),
+                         buf.out(), moba_routes(), kMobaBlock, ak::Options{}.with_threads(threads));
+    };
+  });
+  add("moba_routing/L:" + std::to_string(kLongLen), kLongLen, {1}, [](int) {
+    return [] {
+      attnkit_bench::BshdBuffers& buf = buffers(kLongLen);
+      benchmark::DoNotOptimize(
+          ak::route_topk_blocks(buf.in(buf.q), buf.in(buf.k), kMobaBlock, kMobaTopk));
+    };
+  });
+}
+
+// Stripes with theta chosen (by bisection, on these inputs) so that ~10% of the middle
+// columns are kept: random inputs have no structure for the anchors to find.
+std::pair<ak::StripeParams, double>& stripe_setup() {
+  static std::pair<ak::StripeParams, double> setup = [] {
+    attnkit_bench::BshdBuffers& buf = buffers(kLongLen);
+    const auto kept_fraction = [&](const ak::StripeSelection& sel) {
+      double kept = 0, middle = 0;
+      for (Index h = 0; h < kHeads; ++h)
+        for (Index g = 0; g < sel.big_blocks(); ++g) {
+          kept += double(sel.kept_end(0, h, g) - sel.kept_begin(0, h, g));
+          middle += double(sel.middle(g).end - sel.middle(g).begin);
+        }
+      return middle > 0 ? kept / middle : 0.0;
+    };
+    ak::StripeParams params;
+    float lo = -20.f, hi = 20.f;
+    for (int step = 0; step < 12; ++step) {
+      params.theta = 0.5f * (lo + hi);
+      const double f = kept_fraction(ak::anchor_stripes(buf.in(buf.q), buf.in(buf.k), params));
+      (f > kStripeKeep ? hi : lo) = params.theta;
+    }
+    params.theta = 0.5f * (lo + hi);
+    return std::make_pair(params,
+                          kept_fraction(ak::anchor_stripes(buf.in(buf.q), buf.in(buf.k), params)));
+  }();
+  return setup;
+}
+
+const ak::StripeSelection& stripe_selection() {
+  static const ak::StripeSelection sel = [] {
+    attnkit_bench::BshdBuffers& buf = buffers(kLongLen);
+    return ak::anchor_stripes(buf.in(buf.q), buf.in(buf.k), stripe_setup().first);
+  }();
+  return sel;
+}
+
+void add_stripes() {
+  const ak::StripeSelection& sel = stripe_selection();
+  double pairs = 0;  // init + kept middle columns + local keys at or before each query
+  for (Index h = 0; h < kHeads; ++h)
+    for (Index g = 0; g < sel.big_blocks(); ++g) {
+      const double kept = double(sel.kept_end(0, h, g) - sel.kept_begin(0, h, g));
+      for (Index i = sel.rows(g).begin; i < sel.rows(g).end; ++i)
+        pairs += double(sel.init_end()) + kept + double(i + 1 - sel.middle(g).end);
+    }
+  const std::string name = "stripes/L:" + std::to_string(kLongLen);
+  live_fraction()[name] = pairs / (kHeads * causal_pairs(kLongLen));
+  add(name, kLongLen, {1, 2}, [](int threads) {
+    return [threads] {
+      attnkit_bench::BshdBuffers& buf = buffers(kLongLen);
+      ak::stripe_attention(ak::make_spec(ak::Softmax{}), buf.in(buf.q), buf.in(buf.k),
+                           buf.in(buf.v), buf.out(), stripe_selection(),
+                           ak::Options{}.with_threads(threads));
+    };
+  });
+  add("stripes_selection/L:" + std::to_string(kLongLen), kLongLen, {1}, [](int) {
+    return [] {
+      attnkit_bench::BshdBuffers& buf = buffers(kLongLen);
+      benchmark::DoNotOptimize(
+          ak::anchor_stripes(buf.in(buf.q), buf.in(buf.k), stripe_setup().first));
+    };
+  });
+}
+
 struct Row {
   const char* name;    // benchmark name without "/threads:n"
   const char* dense;   // its dense causal baseline
@@ -128,6 +230,10 @@ struct Row {
 constexpr Row kRows[] = {
     {"aha/L:16384", "dense_causal/L:16384", ">= 3x (10% full)", 3.0},
     {"aha_routing/L:16384", "dense_causal/L:16384", "- (selection)", 0},
+    {"moba/L:32768", "dense_causal/L:32768", ">= 5x (B 512, k 3)", 5.0},
+    {"moba_routing/L:32768", "dense_causal/L:32768", "- (selection)", 0},
+    {"stripes/L:32768", "dense_causal/L:32768", ">= 4x (~10% columns)", 4.0},
+    {"stripes_selection/L:32768", "dense_causal/L:32768", "- (selection)", 0},
 };
 
 void print_summary() {
@@ -157,7 +263,7 @@ void print_summary() {
       std::printf("| %s | %d | %.1f | %s | %s | %s | %s | %.0f%% |\n", row.name, threads,
                   it->second.seconds * 1e3, live, speedup, row.target, met, 100 * it->second.busy);
     }
-  for (const char* dense : {"dense_causal/L:16384"})
+  for (const char* dense : {"dense_causal/L:16384", "dense_causal/L:32768"})
     for (const int threads : {1, 2}) {
       const auto it =
           best_seconds().find(std::string(dense) + "/threads:" + std::to_string(threads));
@@ -172,6 +278,9 @@ void print_summary() {
 int main(int argc, char** argv) {
   add_dense(kAhaLen);
   add_aha();
+  add_dense(kLongLen);
+  add_moba();
+  add_stripes();
   // 2 repetitions of one iteration each unless the command line says otherwise: the dense
   // baselines at long L take seconds.
   if (!attnkit_bench::initialize(argc, argv,
@@ -181,5 +290,7 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   print_summary();
+  std::printf("\nstripes: theta = %.2f keeps %.1f%% of the middle columns (random inputs).\n",
+              double(stripe_setup().first.theta), 100 * stripe_setup().second);
   return 0;
 }
