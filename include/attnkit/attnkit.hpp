@@ -31,6 +31,7 @@
 #include "attnkit/normalizer/softplus_l1_reweighted.hpp"
 #include "attnkit/options.hpp"
 #include "attnkit/position/apply.hpp"
+#include "attnkit/position/fope.hpp"
 #include "attnkit/position/no_position.hpp"
 #include "attnkit/position/rope.hpp"
 #include "attnkit/position/rope_table.hpp"
