@@ -3,6 +3,7 @@
 
 #include "attnkit/error.hpp"
 #include "attnkit/kernel/attention.hpp"
+#include "attnkit/kernel/decode.hpp"
 #include "attnkit/kernel/merge.hpp"
 #include "attnkit/kernel/merge_reweighted.hpp"
 #include "attnkit/kernel/tile_config.hpp"

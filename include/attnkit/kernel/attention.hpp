@@ -15,6 +15,7 @@
 
 #include "attnkit/detail/pack.hpp"
 #include "attnkit/kernel/attention_tiles.hpp"
+#include "attnkit/kernel/split_kv.hpp"
 #include "attnkit/options.hpp"
 #include "attnkit/position/apply.hpp"
 #include "attnkit/position/row_at.hpp"
@@ -81,6 +82,26 @@ void run_tiles(const Spec& spec, const Problem& p, const View<Q>& q, const View<
 #endif
 }
 
+// Runs the kernel -- split-KV or tiled -- on k, or on k turned once by a row-transforming
+// Position (Rope, Fope): each key row turned into an f32 copy [B, Hkv, Lk, D] the tiles read.
+template <class Spec, class Q, class K, class V, class O>
+void run_with_keys(const Spec& spec, const Problem& p, const View<Q>& q, const View<K>& k,
+                   const View<V>& v, const View<O>& o, const Options& options, bool split) {
+  const auto run = [&](const auto& keys) {
+    if constexpr (passes<typename Spec::Normalizer>() == 1) {
+      if (split) return run_split_kv(spec, p, q, keys, v, o, options.lse);
+    }
+    run_tiles(spec, p, q, keys, v, o, options.lse);
+  };
+  if constexpr (transforms_rows<typename Spec::Position>()) {
+    if (p.batch * p.q_heads * p.q_len == 0) return;
+    const std::vector<float> keys = transformed_keys(spec.position, k, thread_count(p.threads));
+    run(bhsd(keys.data(), p.batch, p.kv_heads, p.kv_len, p.head_dim));
+  } else {
+    run(k);
+  }
+}
+
 }  // namespace detail
 
 /// o[B, Hq, Lq, Dv] = attention of q[B, Hq, Lq, D] over k[B, Hkv, Lk, D], v[B, Hkv, Lk, Dv]
@@ -91,6 +112,8 @@ void run_tiles(const Spec& spec, const Problem& p, const View<Q>& q, const View<
 /// before any thread starts: when it cannot be, std::bad_alloc reaches the caller.
 /// A Position that transforms rows (Rope, Fope) turns each query row as its tile is packed
 /// and every key row once per call, into an f32 copy of K [B, Hkv, Lk, D] that the tiles read.
+/// Up to kMaxDecodeQueries query rows against at least 2 kDecodeChunk keys run split-KV, as
+/// decode() does (one-pass normalizers).
 template <class Spec, class Q, class K, class V, class O>
 void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
                const View<O>& o, const Options& options = {}) {
@@ -110,15 +133,10 @@ void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<
   static_assert(detail::check_normalizer<typename Spec::Normalizer>());  // each says why
   const Problem p = make_problem(q, k, v, o, options);
   validate_policies(spec, p, options);
-  if constexpr (detail::transforms_rows<Position>()) {
-    if (p.batch * p.q_heads * p.q_len == 0) return;
-    const std::vector<float> keys =
-        detail::transformed_keys(spec.position, k, detail::thread_count(p.threads));
-    const View<const float> turned = bhsd(keys.data(), p.batch, p.kv_heads, p.kv_len, p.head_dim);
-    detail::run_tiles(spec, p, q, turned, v, o, options.lse);
-  } else {
-    detail::run_tiles(spec, p, q, k, v, o, options.lse);
-  }
+  // Few queries against many keys (decode): split-KV over key chunks (split_kv.hpp).
+  const bool split = detail::passes<typename Spec::Normalizer>() == 1 &&
+                     p.q_len <= kMaxDecodeQueries && p.kv_len >= 2 * kDecodeChunk;
+  detail::run_with_keys(spec, p, q, k, v, o, options, split);
 }
 
 }  // namespace attnkit

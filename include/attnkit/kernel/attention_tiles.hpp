@@ -57,10 +57,10 @@ class AttentionTiles {
         dv_pad_(simd::round_up(p.value_dim)),
         k_direct_(is_f32<K>()),
         v_direct_(is_f32<V>() && dv_pad_ == p.value_dim),
-        scratch_(Scratch::size_for(p.head_dim * kBq, k_direct_ ? 0 : kBk * p.head_dim,
-                                   v_direct_ ? 0 : kBk * dv_pad_, kBk * kBq, kBq * dv_pad_, kBq,
-                                   kCounts ? kBq : 0, kTurnsRows ? p.head_dim : 0,
-                                   kOwnsProduct ? kBk * kBq : 0, kOwnsProduct ? kBq + kBk : 0)),
+        scratch_(Scratch::size_for(
+            p.head_dim * kBq, k_direct_ ? 0 : kBk * p.head_dim, v_direct_ ? 0 : kBk * dv_pad_,
+            kBk * kBq, kBq * dv_pad_, kBq, kCounts ? kBq : 0, kTurnsRows ? p.head_dim : 0,
+            kOwnsProduct ? kBk * kBq : 0, kOwnsProduct ? kBq + kBk : 0, kNarrow * p.head_dim)),
         qt_(scratch_.carve(p.head_dim * kBq)),
         kp_(k_direct_ ? nullptr : scratch_.carve(kBk * p.head_dim)),
         vp_(v_direct_ ? nullptr : scratch_.carve(kBk * dv_pad_)),
@@ -71,29 +71,60 @@ class AttentionTiles {
         row_(kTurnsRows ? scratch_.carve(p.head_dim) : nullptr),
         s2_(kOwnsProduct ? scratch_.carve(kBk * kBq) : nullptr),
         work_(kOwnsProduct ? scratch_.carve(kBq + kBk) : nullptr),
+        qr_(scratch_.carve(kNarrow * p.head_dim)),
         states_(kBq / simd::kWidth) {}
 
   /// Computes output rows [q0, q0 + nq) of query head h in batch b.
   void run(Index b, Index h, Index q0, Index nq) {
+    compute(b, h, q0, nq, Range{0, p_.kv_len});
+    write_output(b, h, q0, nq, simd::round_up(nq));
+  }
+
+  /// The partial result of rows [q0, q0 + nq) over the keys in `keys` only (split-KV):
+  /// out[r * ld + c] for c < Dv, and the row statistic in stat[r] (when stat is not null).
+  void run_part(Index b, Index h, Index q0, Index nq, Range keys, float* out, Index ld,
+                float* stat) {
+    compute(b, h, q0, nq, keys);
+    const Index lanes = simd::round_up(nq);
+    finalize_rows(lanes);
+    for (Index r = 0; r < nq; ++r)
+      for (Index c = 0; c < p_.value_dim; ++c) out[r * ld + c] = acc_[r * dv_pad_ + c] * factor_[r];
+    if (stat != nullptr) store_row_stats(stat, nq, lanes);
+  }
+
+  /// Queries per tile up to which the products run row by row (a dot product per key and
+  /// query, vectorized over the head dimension) instead of as tile GEMMs: few queries would
+  /// fill one lane of each GEMM vector.
+  static constexpr Index kNarrow = 4;
+
+ private:
+  // acc_ and the normalizer states of rows [q0, q0 + nq) over the keys in `keys`.
+  void compute(Index b, Index h, Index q0, Index nq, Range keys) {
     const Index hk = p_.kv_head(h);
     const Index lanes = simd::round_up(nq);  // queries padded to whole vectors
     const Range q_pos{q0 + p_.q_offset, q0 + nq + p_.q_offset};
 
     pack_queries(b, h, q0, nq, lanes);  // qt_ [D, kBq]
+    narrow_ = nq <= kNarrow && !kOwnsProduct;
+    nq_ = nq;
+    if (narrow_) pack_query_rows(nq);  // qr_ [nq, D]
     begin_rows(b, h, q0, nq, q_pos.begin);
     std::fill(acc_, acc_ + nq * dv_pad_, 0.f);  // acc_ [kBq, dv_pad]
 
     // Only the key tiles the mask lets some query see (key_schedule.hpp): with Causal the
     // diagonal tile ends at the last visible key, `Sinks | window` visits two short ranges.
     const auto for_each_logit_tile = [&](auto&& use) {
-      for_each_key_tile(spec_.mask, b, h, q_pos, p_.kv_len, kBk, [&](Range kv, TileKind kind) {
-        const Index k0 = kv.begin, nk = kv.end - kv.begin;
-        scores(b, hk, q_pos.begin, k0, nk, lanes);  // s_ [nk, kBq]
-        apply_score_mods(ScoreTile{b, h, q_pos.begin, k0}, nk, lanes);
-        if (kind == TileKind::Partial)
-          mask_partial_tile(spec_.mask, s_, kBq, b, h, q_pos.begin, k0, nk, nq, lanes);
-        use(k0, nk, kind);
-      });
+      for_each_key_tile(
+          spec_.mask, b, h, q_pos, p_.kv_len, kBk,
+          [&](Range kv, TileKind kind) {
+            const Index k0 = kv.begin, nk = kv.end - kv.begin;
+            scores(b, hk, q_pos.begin, k0, nk, lanes);  // s_ [nk, kBq]
+            apply_score_mods(ScoreTile{b, h, q_pos.begin, k0}, nk, lanes);
+            if (kind == TileKind::Partial)
+              mask_partial_tile(spec_.mask, s_, kBq, b, h, q_pos.begin, k0, nk, nq, lanes);
+            use(k0, nk, kind);
+          },
+          keys);
     };
     // Passes before the last keep row statistics only (LSSAR's row sums).
     if constexpr (passes<Normalizer>() > 1) {
@@ -109,10 +140,8 @@ class AttentionTiles {
         accumulate_values(b, h, hk, q_pos.begin, k0, nk, nq, kind);  // acc_ += P V
       });
     } while (another_pass_needed(lanes));
-    write_output(b, h, q0, nq, lanes);
   }
 
- private:
   // qt_ = the query rows, transposed and scaled -- by 1/|q_i| for cosine logits -- after the
   // Position's transform (RoPE: each row turned at its position) when there is one.
   void pack_queries(Index b, Index h, Index q0, Index nq, Index lanes) {
@@ -165,7 +194,10 @@ class AttentionTiles {
       return;
     }
     (void)i0;
-    gemm::gemm(nk, lanes, p_.head_dim, {keys.data, keys.ld, 1}, qt_, kBq, s_, kBq, false);
+    if (narrow_)
+      dot_rows(keys, nk, nq_, lanes);
+    else
+      gemm::gemm(nk, lanes, p_.head_dim, {keys.data, keys.ld, 1}, qt_, kBq, s_, kBq, false);
     if constexpr (kCosine) {
       const float* inv = key_scale_ + (b * p_.kv_heads + hk) * p_.kv_len + k0;
       for (Index jj = 0; jj < nk; ++jj) {
@@ -242,10 +274,51 @@ class AttentionTiles {
     weighted_sum(values, run, nk, nq);
   }
 
-  // acc_[nq, dv] += P[nq, j0:j1] * values[j0:j1].
+  // acc_[nq, dv] += P[nq, j0:j1] * values[j0:j1]; row by row when narrow.
   void weighted_sum(const F32Rows& values, Index j0, Index j1, Index nq) {
-    gemm::gemm(nq, dv_pad_, j1 - j0, {s_ + j0 * kBq, 1, kBq}, values.data + j0 * values.ld,
-               values.ld, acc_, dv_pad_, true);
+    if (!narrow_) {
+      gemm::gemm(nq, dv_pad_, j1 - j0, {s_ + j0 * kBq, 1, kBq}, values.data + j0 * values.ld,
+                 values.ld, acc_, dv_pad_, true);
+      return;
+    }
+    const Index dv = p_.value_dim, whole = dv / simd::kWidth * simd::kWidth;
+    for (Index jj = j0; jj < j1; ++jj) {
+      const float* value = values.data + jj * values.ld;
+      for (Index r = 0; r < nq; ++r) {
+        const float w = s_[jj * kBq + r];
+        const simd::Vec wv(w);
+        float* acc = acc_ + r * dv_pad_;
+        for (Index c = 0; c < whole; c += simd::kWidth)
+          simd::store(acc + c, simd::fma(wv, simd::load(value + c), simd::load(acc + c)));
+        for (Index c = whole; c < dv; ++c) acc[c] += w * value[c];
+      }
+    }
+  }
+
+  // qr_[nq, D] = the packed queries (qt_) in rows, for the narrow products.
+  void pack_query_rows(Index nq) {
+    for (Index r = 0; r < nq; ++r)
+      for (Index c = 0; c < p_.head_dim; ++c) qr_[r * p_.head_dim + c] = qt_[c * kBq + r];
+  }
+
+  // s_[nk, lanes] = K[k0:k0+nk] . q_r for each query row r (padding lanes 0), vectorized over
+  // the head dimension: no GEMM lane is wasted when a tile holds one to kNarrow queries.
+  void dot_rows(const F32Rows& keys, Index nk, Index nq, Index lanes) {
+    const Index d = p_.head_dim, whole = d / simd::kWidth * simd::kWidth;
+    for (Index jj = 0; jj < nk; ++jj) {
+      const float* key = keys.data + jj * keys.ld;
+      float* row = s_ + jj * kBq;
+      for (Index r = 0; r < lanes; ++r) row[r] = 0.f;
+      for (Index r = 0; r < nq; ++r) {
+        const float* q = qr_ + r * d;
+        simd::Vec acc(0.f);
+        for (Index c = 0; c < whole; c += simd::kWidth)
+          acc = simd::fma(simd::load(key + c), simd::load(q + c), acc);
+        float dot = simd::reduce_add(acc);
+        for (Index c = whole; c < d; ++c) dot += key[c] * q[c];
+        row[r] = dot;
+      }
+    }
   }
 
   // True when every element of value rows [j0, j1) is finite: x - x is 0 exactly for finite
@@ -272,12 +345,22 @@ class AttentionTiles {
     }
   }
 
+  // factor_ = each row's finalize factor.
+  void finalize_rows(Index lanes) {
+    for (Index c = 0; c < lanes; c += simd::kWidth)
+      simd::store(factor_ + c,
+                  spec_.normalizer.finalize(states_[static_cast<std::size_t>(c / simd::kWidth)]));
+  }
+
+  // stat[0, nq) = the rows' statistics.
+  void store_row_stats(float* stat, Index nq, Index lanes) {
+    for (Index c = 0; c < lanes; c += simd::kWidth)
+      store_row_stat(states_[static_cast<std::size_t>(c / simd::kWidth)], stat + c, nq - c);
+  }
+
   void write_output(Index b, Index h, Index q0, Index nq, Index lanes) {
-    for (Index c = 0; c < lanes; c += simd::kWidth) {
-      const State& st = states_[static_cast<std::size_t>(c / simd::kWidth)];
-      simd::store(factor_ + c, spec_.normalizer.finalize(st));
-      if (lse_ != nullptr) store_row_stat(st, (b * p_.q_heads + h) * p_.q_len + q0 + c, nq - c);
-    }
+    finalize_rows(lanes);
+    if (lse_ != nullptr) store_row_stats(lse_ + (b * p_.q_heads + h) * p_.q_len + q0, nq, lanes);
     for (Index r = 0; r < nq; ++r) {
       const float* acc = acc_ + r * dv_pad_;
       O* out = o_.row(b, h, q0 + r);
@@ -285,13 +368,13 @@ class AttentionTiles {
     }
   }
 
-  void store_row_stat(const State& st, Index at, Index valid) {
+  void store_row_stat(const State& st, float* at, Index valid) {
     alignas(64) float lanes[simd::kWidth];
     if constexpr (row_stat_kind<Normalizer>() != RowStat::None)  // attention() refuses a buffer
       simd::store(lanes, row_stat(spec_.normalizer, st));
     else
       return;
-    std::copy(lanes, lanes + std::min<Index>(valid, simd::kWidth), lse_ + at);
+    std::copy(lanes, lanes + std::min<Index>(valid, simd::kWidth), at);
   }
 
   const Spec& spec_;
@@ -316,6 +399,9 @@ class AttentionTiles {
   float* row_;                 // [D]            one query row being transformed (Position)
   float* s2_;                  // [kBk, kBq]     second product (a Position that owns it)
   float* work_;                // [kBq + kBk]    its per-tile table
+  float* qr_;                  // [kNarrow, D]   the packed queries in rows (narrow tiles)
+  bool narrow_ = false;        // this tile's products run row by row (nq <= kNarrow)
+  Index nq_ = 0;               // rows of the current tile
   std::vector<State> states_;  // [kBq / kWidth] normalizer state, one lane per query
 };
 

@@ -20,12 +20,15 @@ struct KeyRangeVisitorProbe {
 
 /// Calls visit(Range kv, TileKind kind) for each key tile of [0, kv_len) that query
 /// positions q may see: kv is at most max_keys long and kind is Full or Partial.
+/// `within` (default: all keys) limits the keys further: split-KV decode visits one chunk.
 template <class Mask, class Visit>
 void for_each_key_tile(const Mask& mask, Index b, Index h, Range q, Index kv_len, Index max_keys,
-                       Visit&& visit) {
-  const auto clip = [kv_len](Range r) {
-    const Index end = std::clamp<Index>(r.end, 0, kv_len);
-    return Range{std::clamp<Index>(r.begin, 0, end), end};
+                       Visit&& visit, Range within = {0, -1}) {
+  const Index lo = std::max<Index>(within.begin, 0);
+  const Index hi = within.end < 0 ? kv_len : std::min(within.end, kv_len);
+  const auto clip = [lo, hi](Range r) {
+    const Index end = std::clamp<Index>(r.end, lo, std::max(lo, hi));
+    return Range{std::clamp<Index>(r.begin, lo, end), end};
   };
   const auto walk = [&](Range range) {
     const Range keys = clip(range);

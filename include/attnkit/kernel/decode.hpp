@@ -1,0 +1,40 @@
+// decode(): attention for a few query rows (Lq <= kMaxDecodeQueries, e.g. one new token per
+// sequence) against a long KV, split-KV (kernel/split_kv.hpp): key chunks of kDecodeChunk are
+// shared by the threads, the query heads of a KV group read each chunk once, and the chunks
+// merge in a fixed order, so the result is bitwise identical for any thread count.
+// attention() routes such shapes here by itself (when Lk >= 2 kDecodeChunk); call decode()
+// to ask for it explicitly. Every mask, score mod, position policy and one-pass normalizer
+// works; a multi-pass normalizer (LSSAR) fails at compile time.
+#pragma once
+
+#include <string>
+#include <type_traits>
+
+#include "attnkit/kernel/attention.hpp"
+#include "attnkit/kernel/split_kv.hpp"
+
+namespace attnkit {
+
+/// The same contract as attention(), for q_len <= kMaxDecodeQueries (Error otherwise).
+template <class Spec, class Q, class K, class V, class O>
+void decode(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
+            const View<O>& o, const Options& options = {}) {
+  static_assert(!std::is_const_v<O>, "decode(): the output view must be writable");
+  static_assert(detail::passes<typename Spec::Normalizer>() == 1,
+                "decode(): this normalizer makes more than one pass over the keys (LSSAR): its "
+                "chunks cannot be merged in one round; use attention()");
+  static_assert(std::is_same_v<typename Spec::Position, NoPosition> ||
+                    detail::transforms_rows<typename Spec::Position>() ||
+                    detail::owns_product<typename Spec::Position>(),
+                "decode(): a Position policy needs apply() or combine()");
+  static_assert(detail::is_storage<Q>() && detail::is_storage<K>() && detail::is_storage<V>() &&
+                    detail::is_storage<O>(),
+                "decode(): storage must be float, Eigen::bfloat16 or Eigen::half");
+  const Problem p = make_problem(q, k, v, o, options);
+  validate_policies(spec, p, options);
+  detail::require(p.q_len <= kMaxDecodeQueries, "decode(): q_len",
+                  "<= " + std::to_string(kMaxDecodeQueries) + " (use attention())", p.q_len);
+  detail::run_with_keys(spec, p, q, k, v, o, options, true);
+}
+
+}  // namespace attnkit

@@ -1,0 +1,111 @@
+// Split-KV: the engine of decode(). A few query rows (Lq <= kMaxDecodeQueries) against a long
+// KV give one query tile per head: the prefill kernel would keep one thread per (batch,
+// head). Here the keys are cut into chunks of kDecodeChunk, the items are (batch, KV head,
+// chunk), shared by the threads; each item runs the query heads of its KV group one after
+// another over the same chunk (its K and V stay in cache: one read from memory per group),
+// giving each row a partial result and row statistic; merge() then combines the chunks of
+// each row in chunk order. Chunking does not depend on the thread count, so the output is
+// bitwise identical for any number of threads.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <deque>
+#include <type_traits>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "attnkit/kernel/attention_tiles.hpp"
+#include "attnkit/kernel/merge.hpp"
+#include "attnkit/normalizer/row_context.hpp"
+#include "attnkit/normalizer/softmax.hpp"
+#include "attnkit/problem.hpp"
+
+namespace attnkit {
+
+/// Keys per split-KV chunk, and the most query rows decode() takes.
+inline constexpr Index kDecodeChunk = 512;
+inline constexpr Index kMaxDecodeQueries = 16;
+
+namespace detail {
+
+// The normalizer a chunk runs with: a softmax sink is added once, by the merge.
+inline Softmax chunk_normalizer(const Softmax&) { return Softmax{}; }
+template <class N>
+const N& chunk_normalizer(const N& n) {
+  return n;
+}
+
+inline int split_kv_threads(int requested, Index items) {
+#ifdef _OPENMP
+  const int t = requested > 0 ? requested : omp_get_max_threads();
+#else
+  (void)requested;
+  const int t = 1;
+#endif
+  return static_cast<int>(std::min<Index>(t, std::max<Index>(items, 1)));
+}
+
+/// The split-KV kernel on validated inputs (Lq <= kMaxDecodeQueries).
+template <class Spec, class Q, class K, class V, class O>
+void run_split_kv(const Spec& spec, const Problem& p, const View<Q>& q, const View<K>& k,
+                  const View<V>& v, const View<O>& o, float* lse) {
+  using Normalizer = typename Spec::Normalizer;
+  static_assert(passes<Normalizer>() == 1,
+                "decode(): this normalizer makes more than one pass over the keys (LSSAR): its "
+                "chunks cannot be merged in one round; use attention()");
+  Spec part_spec = spec;
+  part_spec.normalizer = chunk_normalizer(spec.normalizer);
+  using Tiles = AttentionTiles<Spec, Q, K, V, O>;
+
+  const Index chunks = std::max<Index>(1, (p.kv_len + kDecodeChunk - 1) / kDecodeChunk);
+  const Index group = p.q_heads / p.kv_heads, rows = p.batch * p.q_heads * p.q_len;
+  const Index items = p.batch * p.kv_heads * chunks;
+  if (rows == 0) return;
+  constexpr bool kStat = row_stat_kind<Normalizer>() != RowStat::None;
+  std::vector<float> part_out(static_cast<std::size_t>(chunks * rows * p.value_dim));
+  std::vector<float> part_stat(kStat ? static_cast<std::size_t>(chunks * rows) : 0);
+
+  std::vector<float> key_scale;  // cosine logits (SoftplusL1): the key norms, once per call
+  if constexpr (cosine_logits<Normalizer>()) key_scale = inverse_row_norms(k);
+  const int threads = split_kv_threads(p.threads, items);
+  std::deque<Tiles> tiles;
+  for (int t = 0; t < threads; ++t)
+    tiles.emplace_back(part_spec, p, q, k, v, o, nullptr, key_scale.data());
+
+  const auto run_item = [&](Tiles& mine, Index item) {
+    const Index c = item % chunks, bg = item / chunks;
+    const Index b = bg / p.kv_heads, g = bg % p.kv_heads;
+    const Range keys{c * kDecodeChunk, std::min(p.kv_len, (c + 1) * kDecodeChunk)};
+    for (Index h = g * group; h < (g + 1) * group; ++h) {
+      const Index row = (b * p.q_heads + h) * p.q_len;
+      mine.run_part(b, h, 0, p.q_len, keys, part_out.data() + (c * rows + row) * p.value_dim,
+                    p.value_dim, kStat ? part_stat.data() + c * rows + row : nullptr);
+    }
+  };
+#ifdef _OPENMP
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    Tiles& mine = tiles[static_cast<std::size_t>(omp_get_thread_num())];
+#pragma omp for schedule(dynamic, 1)
+    for (Index item = 0; item < items; ++item) run_item(mine, item);
+  }
+#else
+  for (Index item = 0; item < items; ++item) run_item(tiles.front(), item);
+#endif
+
+  std::vector<View<const float>> parts;
+  std::vector<const float*> stats;
+  for (Index c = 0; c < chunks; ++c) {
+    parts.push_back(bhsd(static_cast<const float*>(part_out.data()) + c * rows * p.value_dim,
+                         p.batch, p.q_heads, p.q_len, p.value_dim));
+    if (kStat) stats.push_back(part_stat.data() + c * rows);
+  }
+  merge(spec.normalizer, parts, stats, o, lse);
+}
+
+}  // namespace detail
+}  // namespace attnkit
