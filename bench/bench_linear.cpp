@@ -13,6 +13,7 @@
 #include <attnkit/attnkit.hpp>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <map>
 #include <string>
 #include <vector>
@@ -28,7 +29,8 @@ using ak::Index;
 
 namespace {
 
-constexpr Index kHeads = 2, kChunk = 32, kMaxLen = 65536, kMaxSoftmaxLen = 16384;
+// From 256 (below the 1K) so that the crossover is bracketed.
+constexpr Index kHeads = 2, kChunk = 32, kMinLen = 256, kMaxLen = 65536, kMaxSoftmaxLen = 16384;
 constexpr Index kPeakSize = 128;
 
 // Q, K, V, O of [1, kMaxLen, kHeads, d]; a call on L tokens views the first L (BSHD).
@@ -39,20 +41,30 @@ attnkit_bench::BshdBuffers& buffers(Index dim) {
   return it->second;
 }
 
-std::map<std::string, double>& best_seconds() {
-  static std::map<std::string, double> r;
+// The best iteration of one benchmark: wall time and process CPU time. This machine is
+// shared: a long run loses the CPU to other processes, so the summary also reports each
+// figure per CPU second (cpu = CPU time / (wall x threads); 100% on a quiet machine).
+struct Best {
+  double wall = 1e300, cpu = 0;
+  double share(int threads) const { return cpu / (wall * threads); }
+};
+std::map<std::string, Best>& best_seconds() {
+  static std::map<std::string, Best> r;
   return r;
 }
 
 // Times `body` per iteration, keeps the best under `key`, reports GFLOP/s of `flops`.
 template <class Body>
 void timed(benchmark::State& state, const std::string& key, double flops, Body body) {
-  double& best = best_seconds().try_emplace(key, 1e300).first->second;
+  Best& best = best_seconds()[key];
   for (auto _ : state) {
+    const std::clock_t cpu_start = std::clock();
     const auto start = std::chrono::steady_clock::now();
     body();
-    best = std::min(
-        best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double cpu = double(std::clock() - cpu_start) / CLOCKS_PER_SEC;
+    if (wall < best.wall) best = Best{wall, cpu};
     benchmark::ClobberMemory();
   }
   state.counters["GFLOP/s"] =
@@ -118,47 +130,55 @@ void BM_Gemm_TilePeak(benchmark::State& state) {
 }
 
 // One table row per (d, L): linear, its scaling and peak share, softmax and the ratio.
+// "per CPU s" figures divide by the CPU share: what the kernel does while it runs.
 void print_rows(Index dim, int threads, double peak) {
   Index crossover = 0;
-  for (Index len = 1024; len <= kMaxLen; len *= 2) {
+  for (Index len = kMinLen; len <= kMaxLen; len *= 2) {
     const auto lin = best_seconds().find(key("linear", dim, len, threads));
     if (lin == best_seconds().end()) continue;
+    const Best& l = lin->second;
     const auto half = best_seconds().find(key("linear", dim, len / 2, threads));
     const auto soft = best_seconds().find(key("softmax", dim, len, threads));
-    char x2[16] = "-", soft_ms[16] = "-", ratio[16] = "-";
+    char x2[32] = "-", soft_ms[16] = "-", ratio[16] = "-";
     if (half != best_seconds().end())
-      std::snprintf(x2, sizeof x2, "%.2f", lin->second / half->second);
+      std::snprintf(x2, sizeof x2, "%.2f / %.2f", l.wall / half->second.wall,
+                    l.cpu / half->second.cpu);
     if (soft != best_seconds().end()) {
-      std::snprintf(soft_ms, sizeof soft_ms, "%.1f", soft->second * 1e3);
-      std::snprintf(ratio, sizeof ratio, "%.2f", soft->second / lin->second);
-      if (crossover == 0 && soft->second > lin->second) crossover = len;
+      std::snprintf(soft_ms, sizeof soft_ms, "%.1f", soft->second.wall * 1e3);
+      std::snprintf(ratio, sizeof ratio, "%.2f", soft->second.wall / l.wall);
+      if (crossover == 0 && soft->second.wall > l.wall) crossover = len;
     }
-    const double gflops = linear_flops(len, dim) / lin->second / 1e9;
-    std::printf("| %ld | %d | %ld | %.2f | %s | %.1f | %.0f%% | %s | %s |\n", long(dim), threads,
-                long(len), lin->second * 1e3, x2, gflops, 100 * gflops / (threads * peak), soft_ms,
-                ratio);
+    const double gflops = linear_flops(len, dim) / l.wall / 1e9;
+    std::printf("| %ld | %d | %ld | %.2f | %.0f%% | %s | %.1f | %.0f%% / %.0f%% | %s | %s |\n",
+                long(dim), threads, long(len), l.wall * 1e3, 100 * l.share(threads), x2, gflops,
+                100 * gflops / (threads * peak), 100 * gflops / (threads * peak * l.share(threads)),
+                soft_ms, ratio);
   }
   if (crossover > 0)
     std::printf(
         "| %ld | %d | crossover: linear faster from L = %ld (first measured length) |"
-        "||||||\n",
+        "|||||||\n",
         long(dim), threads, long(crossover));
 }
 
 void print_summary() {
   const auto p = best_seconds().find("tile_peak");
-  const double peak =
-      p == best_seconds().end() ? 0 : 2.0 * kPeakSize * kPeakSize * kPeakSize / p->second / 1e9;
+  const double peak = p == best_seconds().end()
+                          ? 0
+                          : 2.0 * kPeakSize * kPeakSize * kPeakSize / p->second.wall / 1e9;
   std::printf(
       "\n### Linear attention (EluPlusOne, causal, chunked C = %ld) vs softmax (causal): ISA "
       "%s, H=%ld, B=1, f32, BSHD\n\ntile-GEMM peak (gemm::gemm %ld^3 in cache, one thread): "
-      "%.1f GFLOP/s. ms = best iteration; x2 = time(L) / time(L/2) (target <= 2.2 for L >= "
-      "8K); %%peak = linear GFLOP/s / (threads x peak) (target >= 40%%); softmax/linear > 1: "
-      "linear is faster.\n\n",
-      long(kChunk), ak::simd::kArchName, long(kHeads), long(kPeakSize), peak);
+      "%.1f GFLOP/s (cpu %.0f%%). ms = best iteration; cpu = CPU time / (wall x threads) of "
+      "it; x2 = time(L) / time(L/2), wall / CPU time (target <= 2.2 for L >= 8K); %%peak = "
+      "linear GFLOP/s / (threads x peak), wall / per CPU second (target >= 40%%); "
+      "softmax/linear > 1: linear is faster.\n\n",
+      long(kChunk), ak::simd::kArchName, long(kHeads), long(kPeakSize), peak,
+      p == best_seconds().end() ? 0.0 : 100 * p->second.share(1));
   std::printf(
-      "| d | threads | L | linear ms | x2 | GFLOP/s | %%peak | softmax ms | softmax/linear |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+      "| d | threads | L | linear ms | cpu | x2 | GFLOP/s | %%peak | softmax ms | "
+      "softmax/linear |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Index dim : {64, 128})
     for (const int threads : {1, 2}) print_rows(dim, threads, peak);
 }
@@ -166,9 +186,11 @@ void print_summary() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  attnkit_bench::report_context("linear", kHeads, 0);
+  attnkit_bench::report_baseline("linear", "softmax");
   benchmark::RegisterBenchmark("tile_peak", BM_Gemm_TilePeak)->UseRealTime();
   for (const Index dim : {64, 128})
-    for (Index len = 1024; len <= kMaxLen; len *= 2)
+    for (Index len = kMinLen; len <= kMaxLen; len *= 2)
       for (const int threads : {1, 2}) add_pair(dim, len, threads);
   // 2 repetitions of at least 0.05 s each unless the command line says otherwise: the long
   // softmax shapes run once per repetition, which keeps the default run near a minute.
