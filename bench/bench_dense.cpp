@@ -325,6 +325,9 @@ int main(int argc, char** argv) {
     if (!s.causal) add(s.name("roofline"), BM_Gemm_Roofline, s);
   }
 
+  attnkit_bench::report_context("dense", kBatch * kHeads, 0);
+  attnkit_bench::report_baseline("attnkit", "unfused");
+  attnkit_bench::report_baseline("attnkit_softcap", "attnkit");
   // 0.3 s per benchmark unless the command line says otherwise.
   if (!attnkit_bench::initialize(argc, argv, {"--benchmark_min_time=0.3"})) return 1;
   std::printf("attnkit bench_dense: B=%td H=%td, SIMD %s (%d lanes), OpenMP %s\n", kBatch, kHeads,

@@ -117,7 +117,9 @@ void bench_mask(benchmark::State& state, const std::string& key, Mask mask, int 
     benchmark::DoNotOptimize(buf.o.data());
     benchmark::ClobberMemory();
   }
-  const double flops = 4.0 * kHeads * kDim * variants()[key.substr(0, key.find('/'))].kept;
+  const double kept = variants()[key.substr(0, key.find('/'))].kept;
+  const double flops = 4.0 * kHeads * kDim * kept;
+  state.counters["live"] = kept / (double(kLen) * double(kLen + 1) / 2);  // for the report
   state.counters["GFLOP/s"] =
       benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -125,6 +127,7 @@ void bench_mask(benchmark::State& state, const std::string& key, Mask mask, int 
 template <class Mask>
 void add(const std::string& name, const std::string& baseline, Mask mask) {
   variants()[name] = Variant{name, baseline, kept_pairs(mask)};
+  if (!baseline.empty()) attnkit_bench::report_baseline(name, baseline);
   for (const int threads : {1, 2}) {
     const std::string key = name + "/threads:" + std::to_string(threads);
     benchmark::RegisterBenchmark(key.c_str(),
@@ -179,6 +182,7 @@ void print_summary() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  attnkit_bench::report_context("masks", kHeads, kLen);
   add("dense_causal", "", ak::Causal{});
   add("dense_full", "", ak::Full{});
   add("causal&window512", "dense_causal", ak::Causal{} & ak::SlidingWindow{512, 0});

@@ -76,6 +76,7 @@ void bench_normalizer(benchmark::State& state, const std::string& key, const Spe
 // Registers `name` (a normalizer) under both masks and both thread counts.
 template <class Normalizer>
 void add(const std::string& name, const Normalizer& normalizer) {
+  if (name != "softmax") attnkit_bench::report_baseline(name, "softmax");
   for (const bool causal : {false, true})
     for (const int threads : {1, 2}) {
       const std::string key =
@@ -132,6 +133,7 @@ void print_summary() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  attnkit_bench::report_context("normalizers", kHeads, kLen);
   add("softmax", ak::Softmax{});
   add("sigmoid", ak::Sigmoid{});
   add("softmax_sinks", ak::Softmax::with_sinks(std::vector<float>(kHeads, 0.f)));

@@ -69,6 +69,7 @@ void bench_position(benchmark::State& state, const std::string& key, int threads
 // Registers `name` under both thread counts; make_call(threads) gives the timed callable.
 template <class MakeCall>
 void add_call(const std::string& name, MakeCall make_call) {
+  if (name != "none") attnkit_bench::report_baseline(name, "none");
   for (const int threads : {1, 2}) {
     const std::string key = name + "/causal/threads:" + std::to_string(threads);
     auto run = [=](benchmark::State& s) { bench_position(s, key, threads, make_call()); };
@@ -152,6 +153,7 @@ void print_summary() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  attnkit_bench::report_context("positions", kHeads, kLen);
   add("none", ak::make_spec(ak::Causal{}));
   add("alibi", ak::make_spec(ak::Causal{}, ak::Alibi::standard(kHeads)));
   const ak::Rope rope(ak::RopeTable(kDim, 10000.0, kLen));

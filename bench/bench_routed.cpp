@@ -11,6 +11,7 @@
 #include <attnkit/attnkit.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <map>
 #include <random>
@@ -64,6 +65,8 @@ void bench_call(benchmark::State& state, const std::string& key, int threads, In
     benchmark::DoNotOptimize(buffers(len).o.data());
     benchmark::ClobberMemory();
   }
+  const auto live = live_fraction().find(key.substr(0, key.rfind("/threads:")));
+  if (live != live_fraction().end()) state.counters["live"] = live->second;  // for the report
 }
 
 template <class MakeCall>
@@ -281,6 +284,10 @@ int main(int argc, char** argv) {
   add_dense(kLongLen);
   add_moba();
   add_stripes();
+  attnkit_bench::report_context("routed", kHeads, 0);
+  const auto variant = [](const char* name) { return std::string(name, std::strcspn(name, "/")); };
+  for (const Row& row : kRows)  // selection rows (no speedup target) are timed alone
+    if (row.limit > 0) attnkit_bench::report_baseline(variant(row.name), variant(row.dense));
   // 2 repetitions of one iteration each unless the command line says otherwise: the dense
   // baselines at long L take seconds.
   if (!attnkit_bench::initialize(argc, argv,

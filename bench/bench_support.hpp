@@ -2,13 +2,16 @@
 // the console output -- Google Benchmark's table in plain text, without two distractions. Debian's
 // "Library was built as DEBUG" warning is replaced by a note on what it means, and rate counters
 // print without the "/s" the library appends (the column names carry the unit: GFLOP/s, bytes/s).
-// JSON output is unchanged.
+// JSON output is unchanged; report_context() and report_baseline() add to it what
+// scripts/bench_report.py needs (family, shape, ISA, each variant's in-run baseline).
 #pragma once
 
 #include <benchmark/benchmark.h>
 
+#include <attnkit/simd/simd.hpp>
 #include <attnkit/tensor.hpp>
 #include <cstddef>
+#include <fstream>
 #include <initializer_list>
 #include <random>
 #include <sstream>
@@ -52,6 +55,29 @@ inline bool initialize(int argc, char** argv, std::initializer_list<const char*>
   int count = static_cast<int>(args.size());
   benchmark::Initialize(&count, args.data());
   return !benchmark::ReportUnrecognizedArguments(count, args.data());
+}
+
+/// Tells the report (scripts/bench_report.py) which family this bench's rows belong to
+/// ("dense", "masks", ...), its head count (time per head lets benches of different H share
+/// a plot) and its sequence length where the names do not carry "L:<n>" (0: they do), plus
+/// the ISA and CPU model for plot titles. Goes to the JSON context; call before running.
+inline void report_context(const std::string& family, attnkit::Index heads, attnkit::Index len) {
+  benchmark::AddCustomContext("attnkit_family", family);
+  benchmark::AddCustomContext("attnkit_heads", std::to_string(heads));
+  if (len > 0) benchmark::AddCustomContext("attnkit_len", std::to_string(len));
+  benchmark::AddCustomContext("attnkit_isa", attnkit::simd::kArchName);
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);)
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+      benchmark::AddCustomContext("attnkit_cpu", line.substr(line.find(':') + 2));
+      break;
+    }
+}
+
+/// Names the in-run baseline of `variant` (the first '/'-part of a benchmark name) for the
+/// report: a row "<variant>/<rest>" is compared with "<baseline>/<rest>" of the same file.
+inline void report_baseline(const std::string& variant, const std::string& baseline) {
+  benchmark::AddCustomContext("attnkit_baseline:" + variant, baseline);
 }
 
 class PlainConsoleReporter : public benchmark::ConsoleReporter {

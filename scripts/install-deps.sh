@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything attnkit needs to build, test and benchmark on Debian/Ubuntu:
 # a C++17 compiler, CMake >= 3.25, Ninja, Eigen 3.4, xsimd >= 8.1, Catch2 v3,
-# Google Benchmark, OpenMP, and clang with its libFuzzer runtime for the fuzz test.
+# Google Benchmark, OpenMP, clang with its libFuzzer runtime for the fuzz test, and
+# matplotlib for the plots of the bench report (scripts/bench_report.py).
 # Idempotent: when everything is present it only checks.
 # On Debian 12 Catch2 v3 lives in bookworm-backports, which is enabled when needed.
 set -euo pipefail
@@ -9,8 +10,9 @@ set -euo pipefail
 # libomp-dev is LLVM's OpenMP runtime, for Clang builds; g++ brings its own libgomp.
 # clang builds the fuzz test (tests/fuzz); its libFuzzer runtime is a separate package, see
 # fuzzer_runtime_package below.
+# python3-matplotlib: the bench report's plots (without it the report prints the table only).
 packages=(g++ cmake ninja-build libeigen3-dev libxsimd-dev catch2 libbenchmark-dev libomp-dev
-          clang)
+          clang python3-matplotlib)
 
 if [ "$(id -u)" -eq 0 ]; then
   sudo=()
