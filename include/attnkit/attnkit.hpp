@@ -45,6 +45,7 @@
 #include "attnkit/select/gather.hpp"
 #include "attnkit/select/moba.hpp"
 #include "attnkit/select/stripes.hpp"
+#include "attnkit/select/superlinear.hpp"
 #include "attnkit/score/dot.hpp"
 #include "attnkit/score/softcap.hpp"
 #include "attnkit/slots.hpp"
