@@ -1,12 +1,14 @@
 // attnkit: attention kernels for CPUs. The umbrella header: includes every public header.
 #pragma once
 
+#include "attnkit/cache/kv_cache.hpp"
 #include "attnkit/error.hpp"
 #include "attnkit/kernel/attention.hpp"
 #include "attnkit/kernel/decode.hpp"
 #include "attnkit/kernel/merge.hpp"
 #include "attnkit/kernel/merge_reweighted.hpp"
 #include "attnkit/kernel/tile_config.hpp"
+#include "attnkit/kernel/varlen.hpp"
 #include "attnkit/linear/feature_map.hpp"
 #include "attnkit/linear/linear_attention.hpp"
 #include "attnkit/linear/linear_spec.hpp"
