@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/attnkit_test.hpp"
@@ -92,6 +93,13 @@ void check_all_forms(const Map& map) {
       }
 }
 
+// A user feature map: an element rule and its vector form (phi >= 0, so it normalizes).
+struct Square {
+  static constexpr bool kNormalizes = true;
+  double element(double x) const { return x * x; }
+  ak::simd::Vec vec(ak::simd::Vec x) const { return x * x; }
+};
+
 }  // namespace
 
 TEST_CASE("linear_attention: EluPlusOne, chunked and recurrent, equal the f64 reference",
@@ -113,6 +121,13 @@ TEST_CASE(
 TEST_CASE("linear_attention: Taylor2 (state d^2), chunked and recurrent, equal the f64 reference",
           "[linear]") {
   check_all_forms(ak::Taylor2{});
+}
+
+TEST_CASE(
+    "linear_attention: a user feature map (element rule and vector form) equals the f64 "
+    "reference",
+    "[linear]") {
+  check_all_forms(Square{});
 }
 
 TEST_CASE("linear_attention: head sizes 32, 80, 128 and a normalized Identity", "[linear]") {
@@ -144,7 +159,7 @@ TEST_CASE("linear_attention: bf16 and f16 storage within their tolerances", "[li
 TEST_CASE("linear_attention: a prefill then decode steps equal one long prefill", "[linear]") {
   Shape s;
   Inputs<float> in(s);
-  const Index split = 70;  // not a multiple of the chunk
+  const Index split = 70;  // prefill [0, 40) and [40, 70): neither a multiple of the chunk
   const auto rows = [](auto x, Index from, Index count) {
     auto part = x;
     part.data = x.row(0, 0, from);
@@ -162,8 +177,9 @@ TEST_CASE("linear_attention: a prefill then decode steps equal one long prefill"
 
     auto state = ak::make_linear_state(spec, in.q.view, in.v.view);
     const auto q = in.q.cview(), k = in.k.cview(), v = in.v.cview();
-    ak::linear_attention(spec, rows(q, 0, split), rows(k, 0, split), rows(v, 0, split),
-                         rows(parts.view, 0, split), state);
+    for (const auto& [from, count] : {std::pair<Index, Index>{0, 40}, {40, split - 40}})
+      ak::linear_attention(spec, rows(q, from, count), rows(k, from, count), rows(v, from, count),
+                           rows(parts.view, from, count), state);  // two prefills, then decode
     const auto step = spec.with_form(LinearForm::Recurrent);
     for (Index t = split; t < s.q_len; ++t)  // decode: one token per call
       ak::linear_attention(step, rows(q, t, 1), rows(k, t, 1), rows(v, t, 1),
