@@ -280,3 +280,43 @@ TEST_CASE("linear_attention: bad inputs throw Error before anything is written",
   // Non-causal: Lq != Lk is legal.
   CHECK_NOTHROW(ak::linear_attention(spec.with_causal(false), short_q, k, v, short_o));
 }
+
+TEST_CASE("linear_attention: one token, no token, and a non-causal call that only reads keys",
+          "[linear]") {
+  Shape s;
+  s.q_len = s.kv_len = 1;
+  const auto spec = ak::linear_spec(ak::EluPlusOne{}).with_decay(kDecay);
+  CHECK(error_vs_reference<float>(spec, s) <= kLinearF32);  // Lq = 1 through the chunked form
+
+  Shape full;
+  Inputs<float> in(full);
+  Tensor<float> o(Layout::Bhsd, full.batch, full.q_heads, full.q_len, full.value_dim);
+  auto causal_state = ak::make_linear_state(spec, in.q.view, in.v.view);
+  ak::linear_attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view, causal_state);
+
+  // No query rows: a non-causal call still folds every key into the state, the same state.
+  auto no_queries = in.q.cview();
+  no_queries.seq = 0;
+  auto no_rows = o.view;
+  no_rows.seq = 0;
+  auto state = ak::make_linear_state(spec, in.q.view, in.v.view);
+  ak::linear_attention(spec.with_causal(false), no_queries, in.k.cview(), in.v.cview(), no_rows,
+                       state);
+  double worst = 0;
+  for (Index f = 0; f < state.features(); ++f)
+    for (Index c = 0; c < full.value_dim; ++c)
+      worst = std::max(worst, double(std::abs(state.s(1, 3, f, c) - causal_state.s(1, 3, f, c))));
+  CHECK(worst <= kStateF32 * 10);  // sums of 150 terms of order 1
+
+  // No token at all: the state is unchanged.
+  auto no_keys = in.k.cview();
+  no_keys.seq = 0;
+  auto no_values = in.v.cview();
+  no_values.seq = 0;
+  const ak::LinearState before = state;
+  ak::linear_attention(spec, no_queries, no_keys, no_values, no_rows, state);
+  CHECK(std::equal(
+      before.head(0, 0),
+      before.head(0, 0) + before.batch() * before.heads() * before.features() * before.ld(),
+      state.head(0, 0)));
+}
