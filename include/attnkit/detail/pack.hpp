@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <type_traits>
 
 #include "attnkit/simd/simd.hpp"
@@ -34,12 +35,23 @@ void pack_q_transposed(const View<T>& q, Index b, Index h, Index row0, Index row
 }
 
 /// dst[rows, ld] = f32(src rows from (b, h, row0)), columns past src.dim up to ld are 0.
+/// bfloat16 and half rows widen with SIMD (simd::widen_bf16 / widen_f16) where it can.
 template <class T>
 void pack_rows(const View<T>& src, Index b, Index h, Index row0, Index rows, float* dst, Index ld) {
+  using U = std::remove_const_t<T>;
   for (Index r = 0; r < rows; ++r) {
     const T* in = src.row(b, h, row0 + r);
     float* out = dst + r * ld;
-    for (Index c = 0; c < src.dim; ++c) out[c] = static_cast<float>(in[c]);
+    const auto* bits = reinterpret_cast<const std::uint16_t*>(in);  // unused for f32
+    if constexpr (std::is_same_v<U, Eigen::bfloat16>) {
+      simd::widen_bf16(bits, out, src.dim);
+    } else if constexpr (std::is_same_v<U, Eigen::half>) {
+      if (!simd::widen_f16(bits, out, src.dim))
+        for (Index c = 0; c < src.dim; ++c) out[c] = static_cast<float>(in[c]);
+    } else {
+      (void)bits;
+      for (Index c = 0; c < src.dim; ++c) out[c] = static_cast<float>(in[c]);
+    }
     std::fill(out + src.dim, out + ld, 0.f);
   }
 }

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 
 #ifndef ATTNKIT_NO_SIMD
 // GCC 12 reports -W(maybe-)uninitialized inside its own AVX-512 intrinsic headers when
@@ -152,6 +154,59 @@ inline Vec softplus(Vec x) {
   Vec q(kQ[0]);
   for (std::size_t i = 1; i < sizeof kQ / sizeof kQ[0]; ++i) q = fma(q, u, Vec(kQ[i]));
   return fma(u, q, max(x, Vec(0.f)));
+}
+
+/// dst[0, n) = the f32 values of n bfloat16 bit patterns (the high half of an f32): a shift.
+/// AVX-512 and AVX2 widen 16 or 8 at a time; elsewhere (and for the tail) one at a time.
+/// The AVX-512 forms are the zero-masked ones: GCC 12 warns (-Wmaybe-uninitialized) about
+/// the undefined pass-through operand of the unmasked ones once <immintrin.h> came first.
+inline void widen_bf16(const std::uint16_t* src, float* dst, std::ptrdiff_t n) {
+  std::ptrdiff_t i = 0;
+#if !defined(ATTNKIT_NO_SIMD) && defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(
+                                  0xFFFF, _mm512_maskz_cvtepu16_epi32(0xFFFF, h), 16)));
+  }
+#elif !defined(ATTNKIT_NO_SIMD) && defined(__AVX2__)
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+  }
+#endif
+  for (; i < n; ++i) {
+    const std::uint32_t bits = std::uint32_t{src[i]} << 16;
+    std::memcpy(dst + i, &bits, sizeof bits);
+  }
+}
+
+/// dst[0, n) = the f32 values of n IEEE half bit patterns, with the F16C / AVX-512
+/// conversion instructions where the ISA has them; false when it has none (the caller
+/// converts one at a time).
+inline bool widen_f16(const std::uint16_t* src, float* dst, std::ptrdiff_t n) {
+#if !defined(ATTNKIT_NO_SIMD) && defined(__F16C__)
+  std::ptrdiff_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(dst + i,
+                     _mm512_maskz_cvtph_ps(
+                         0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
+#endif
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(dst + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+  if (i < n) {  // the tail through a zero-padded block of 8
+    alignas(16) std::uint16_t tail[8] = {};
+    alignas(32) float out[8];
+    std::memcpy(tail, src + i, static_cast<std::size_t>(n - i) * sizeof(std::uint16_t));
+    _mm256_store_ps(out, _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(tail))));
+    std::memcpy(dst + i, out, static_cast<std::size_t>(n - i) * sizeof(float));
+  }
+  return true;
+#else
+  (void)src, (void)dst, (void)n;
+  return false;
+#endif
 }
 
 /// Rounds n up to a whole number of vectors.
