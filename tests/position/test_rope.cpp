@@ -158,8 +158,7 @@ double dot(const float* a, const float* b, Index n) {
   return s;
 }
 
-// A Rope carrying position ids split for standalone use: apply_position() validates the ids
-// of its own role only when the other role's ids are empty (see the [!shouldfail] case below).
+// A Rope carrying only one role's position ids (apply_position() takes either form).
 Rope query_side(const Rope& r) { return r.with_positions(r.q_positions, {}); }
 Rope key_side(const Rope& r) { return r.with_positions({}, r.k_positions); }
 
@@ -637,13 +636,10 @@ TEST_CASE("RopeTable: bad sizes, bases and scaling parameters throw naming the f
   refuses([] { return Rope(std::shared_ptr<const RopeTable>(), RopePairing::NeoX); }, "Rope.table");
 }
 
-// Known bug (rope.hpp Rope::validate with apply.hpp apply_position): apply_position() calls
-// validate(x.seq, 0, ...) for queries and validate(0, x.seq, ...) for keys, so the other
-// role's ids must cover 0 rows: a Rope made by with_positions(q_ids, k_ids) -- the one
-// attention() takes -- throws "Rope.k_positions.size(): expected batch * length = 0" on the
-// queries (and the q ids on the keys). The tests above split the ids (query_side/key_side).
+// apply_position() checks the ids of its own role only (Rope::validate_role): the Rope made by
+// with_positions(q_ids, k_ids) that attention() takes turns each role standalone too.
 TEST_CASE("apply_position: a Rope with both query and key ids turns each role with its ids",
-          "[position][rope][!shouldfail]") {
+          "[position][rope]") {
   const Rope rope = Rope(RopeTable(16, 10000, 64)).with_positions({3, 9}, {1, 2, 4});
   Tensor<float> q(Layout::Bhsd, 1, 1, 2, 16), k(Layout::Bhsd, 1, 1, 3, 16);
   q.randomize(1);
@@ -674,16 +670,27 @@ struct RangeRecordingRope {
 
 }  // namespace
 
-// Known bug (apply.hpp apply_position, the Role::Key branch): keys sit at s + offset, but
-// validate() gets q_offset 0 for keys, so an offset that puts them past max_len (e.g. keys of
-// a decode step written to a cache at its length) is not refused and Rope::apply reads
-// past the table (RopeTable::cos_at(t), t >= max_len). Expected: Error before writing.
+// Keys sit at s + offset: an offset that puts them past max_len (keys of a decode step
+// written to a cache at its length) is refused before anything is read or written -- by
+// validate_role() for Rope and Fope, and for a policy with validate() alone, any key offset.
 TEST_CASE("apply_position: keys at an offset past the table are refused",
-          "[position][rope][errors][!shouldfail]") {
+          "[position][rope][errors]") {
   bool outside = false;
   const RangeRecordingRope policy{Rope(RopeTable(16, 10000, 64)), &outside};
   Tensor<float> k(Layout::Bhsd, 1, 1, 4, 16);
   k.randomize(3);
   CHECK_THROWS_AS(ak::apply_position(policy, k.view, Role::Key, 62), ak::Error);  // 62..65
   CHECK_FALSE(outside);
+}
+
+TEST_CASE("apply_position: Rope keys at an offset inside and past the table", "[position][rope]") {
+  const Rope rope(RopeTable(16, 10000, 64));
+  Tensor<float> k(Layout::Bhsd, 1, 1, 4, 16), at_60(Layout::Bhsd, 1, 1, 4, 16);
+  k.randomize(3);
+  at_60.randomize(3);
+  ak::apply_position(rope, at_60.view, Role::Key, 60);  // 60..63: the last rows of the table
+  CHECK_THROWS_MATCHES(ak::apply_position(rope, k.view, Role::Key, 61), ak::Error,
+                       MessageMatches(ContainsSubstring("the last key position")));
+  CHECK_THROWS_MATCHES(ak::apply_position(rope, k.view, Role::Key, -1), ak::Error,
+                       MessageMatches(ContainsSubstring("the first key position")));
 }

@@ -31,7 +31,11 @@ void apply_position(const Policy& policy, const View<T>& x, Role role, Index off
   static_assert(detail::transforms_rows<Policy>(), "apply_position(): the policy has no apply()");
   detail::check_view(x, "x");
   detail::check_rows_distinct(x, "x");
-  if constexpr (detail::has_validate<Policy>::value) {
+  if constexpr (detail::has_validate_role<Policy>::value) {
+    policy.validate_role(role, x.batch, x.seq, offset, x.heads);
+  } else if constexpr (detail::has_validate<Policy>::value) {
+    detail::require(role == Role::Query || offset == 0, "apply_position(): offset",
+                    "0 for keys (this policy checks key positions from 0 only)", offset);
     if (role == Role::Query)
       policy.validate(x.seq, 0, offset, x.batch, x.heads);
     else

@@ -286,6 +286,26 @@ struct Fope {
       detail::require(kv_len - 1 < c.max_len, "Fope: the last key position", range, kv_len - 1);
   }
 
+  /// The checks of validate() for the rows of one role alone (apply_position): `heads` query
+  /// or KV heads, `len` rows per batch at positions offset .. offset + len - 1 or at the ids.
+  void validate_role(Role role, Index batch, Index len, Index offset, Index heads) const {
+    const FopeConfig& c = table->config();
+    const bool query = role == Role::Query;
+    detail::require(heads == (query ? c.q_heads : c.kv_heads),
+                    query ? "Fope: the call's query heads" : "Fope: the keys' heads",
+                    query ? "FopeConfig.q_heads = " + std::to_string(c.q_heads)
+                          : "FopeConfig.kv_heads = " + std::to_string(c.kv_heads),
+                    heads);
+    const std::vector<Index>& ids = query ? q_positions : k_positions;
+    check_ids(ids, query ? "Fope.q_positions" : "Fope.k_positions", batch * len);
+    if (!ids.empty() || len == 0) return;
+    const std::string range = "in [0, max_len = " + std::to_string(c.max_len) + ")";
+    const std::string who = query ? "query" : "key";
+    detail::require(offset >= 0, "Fope: the first " + who + " position (offset)", range, offset);
+    detail::require(offset + len - 1 < c.max_len, "Fope: the last " + who + " position", range,
+                    offset + len - 1);
+  }
+
   /// Throws Error unless the head is the table's d.
   void validate_head_dim(Index head_dim) const {
     detail::require(head_dim == table->config().head_dim, "Fope: head_dim",

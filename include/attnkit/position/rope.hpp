@@ -74,17 +74,25 @@ struct Rope {
 
   /// Throws Error when a position falls outside the table or ids do not cover the call.
   void validate(Index q_len, Index kv_len, Index q_offset, Index batch, Index /*q_heads*/) const {
-    check_ids(q_positions, "Rope.q_positions", batch * q_len);
-    check_ids(k_positions, "Rope.k_positions", batch * kv_len);
+    validate_role(Role::Query, batch, q_len, q_offset, 0);
+    validate_role(Role::Key, batch, kv_len, 0, 0);
+  }
+
+  /// The same for the rows of one role alone (apply_position): `len` rows per batch at
+  /// positions offset .. offset + len - 1, or at the role's ids.
+  void validate_role(Role role, Index batch, Index len, Index offset, Index /*heads*/) const {
+    const bool query = role == Role::Query;
+    const std::vector<Index>& ids = query ? q_positions : k_positions;
+    check_ids(ids, query ? "Rope.q_positions" : "Rope.k_positions", batch * len);
+    if (!ids.empty() || len == 0) return;
     const std::string range = "in [0, max_len = " + std::to_string(table->max_len()) + ")";
-    if (q_positions.empty() && q_len > 0) {
-      detail::require(q_offset >= 0, "Rope: the first query position (q_offset)", range, q_offset);
-      detail::require(q_offset + q_len - 1 < table->max_len(), "Rope: the last query position",
-                      range, q_offset + q_len - 1);
-    }
-    if (k_positions.empty() && kv_len > 0)
-      detail::require(kv_len - 1 < table->max_len(), "Rope: the last key position", range,
-                      kv_len - 1);
+    const std::string who = query ? "query" : "key";
+    detail::require(
+        offset >= 0,
+        "Rope: the first " + who + " position (" + (query ? "q_offset" : "offset") + ")", range,
+        offset);
+    detail::require(offset + len - 1 < table->max_len(), "Rope: the last " + who + " position",
+                    range, offset + len - 1);
   }
 
   /// Throws Error when the rotated dimensions do not fit the head.

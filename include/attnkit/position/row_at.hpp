@@ -3,6 +3,7 @@
 //   void apply(float* x, Index dim, const RowAt& at) const            -- the kernel's form
 //   void reference_apply(double* x, Index dim, const RowAt& at) const -- the reference's
 //   validate(q_len, kv_len, q_offset, batch, q_heads)                 -- positions in range
+//   validate_role(Role, batch, len, offset, heads)  (optional)        -- the same, one role
 // The kernel applies it once per query row when the query tile is packed, and once per key
 // row per call (into an f32 copy of K that every query tile then reads in place).
 // A Position may instead own the logit product (TAPA: two half-width products and a term in
@@ -41,6 +42,13 @@ struct has_row_transform : std::false_type {};
 template <class P>
 struct has_row_transform<P, std::void_t<decltype(std::declval<const P&>().apply(
                                 std::declval<float*>(), Index{}, RowAt{}))>> : std::true_type {};
+
+template <class P, class = void>
+struct has_validate_role : std::false_type {};
+template <class P>
+struct has_validate_role<P, std::void_t<decltype(std::declval<const P&>().validate_role(
+                                Role::Query, Index{}, Index{}, Index{}, Index{}))>>
+    : std::true_type {};
 
 /// Whether a Position policy transforms q and k rows (RoPE, FoPE).
 template <class P>
