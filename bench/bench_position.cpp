@@ -2,7 +2,8 @@
 // and 2 threads: ALiBi (a bias slope_h |i - j| added to each logit tile in apply_tile: one
 // add, abs and fma per logit), RoPE fused (queries turned as their tile is packed, keys once
 // per call into an f32 copy) and standalone (apply_position on copies of q and k, then plain
-// attention), TAPA (two half-width products and one cos per logit). The question a user asks: what
+// attention), FoPE the same two ways (drawn coefficients, sigma 0.3, N_train = L / 2), TAPA
+// (two half-width products and one cos per logit). The question a user asks: what
 // does the encoding cost on top of the attention it rides on? The GEMMs and the softmax are the
 // same, so the difference is the encoding's own work. A new encoding is one add("name", spec) line
 // in main() and one Row in kRows. The summary reports ms, GFLOP/s (2 H L^2 d, causal) and time /
@@ -116,10 +117,9 @@ struct Row {
 };
 
 // One row per encoding, in print order; a row without a benchmark is skipped.
-constexpr Row kRows[] = {{"none", "baseline", 0},
-                         {"alibi", "<= 1.05", 1.05},
-                         {"rope", "<= 1.08", 1.08},
-                         {"rope_standalone", "- (rope < it)", 0},
+constexpr Row kRows[] = {{"none", "baseline", 0},   {"alibi", "<= 1.05", 1.05},
+                         {"rope", "<= 1.08", 1.08}, {"rope_standalone", "- (rope < it)", 0},
+                         {"fope", "<= 1.08", 1.08}, {"fope_standalone", "- (fope < it)", 0},
                          {"tapa", "<= 1.30", 1.30}};
 
 void print_summary() {
@@ -159,6 +159,10 @@ int main(int argc, char** argv) {
   const ak::Rope rope(ak::RopeTable(kDim, 10000.0, kLen));
   add("rope", ak::make_spec(ak::Causal{}, rope));
   add_standalone("rope_standalone", rope);
+  const ak::Fope fope = ak::Fope::drawn(
+      ak::FopeConfig{kDim, kLen, kLen / 2, 10000.0, kHeads, kHeads, ak::FopePadding::Identity});
+  add("fope", ak::make_spec(ak::Causal{}, fope));
+  add_standalone("fope_standalone", fope);
   add("tapa", ak::make_spec(ak::Causal{}, ak::Tapa{}));
   // 3 repetitions of at least 0.2 s each unless the command line says otherwise.
   if (!attnkit_bench::initialize(argc, argv,
