@@ -205,8 +205,8 @@ class LinearHeads {
 
   // The recurrent step S[f, :] = gamma S[f, :] + phi(k)[f] v, z[f] = gamma z[f] + phi(k)[f]
   // and, when `read`, the read out_[ld] = phi(q)^T S, den_[0] = phi(q)^T z of the new state
-  // in the same pass: a decode step is bound by
-  // the state's memory traffic (H = 8, d = 128, one thread: 23.2 us against 25.5 in two passes).
+  // in the same pass: a decode step is bound by the state's memory traffic (H = 8, d = 128,
+  // one thread: 23.2 us against 25.5 in two passes).
   void update_and_read(float* s, float gamma, bool read = true) {
     const simd::Vec g(gamma);
     if (read) std::fill(out_, out_ + ld_, 0.f);
