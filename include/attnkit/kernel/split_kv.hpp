@@ -14,10 +14,7 @@
 #include <type_traits>
 #include <vector>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
+#include "attnkit/detail/parallel.hpp"
 #include "attnkit/kernel/attention_tiles.hpp"
 #include "attnkit/kernel/merge.hpp"
 #include "attnkit/normalizer/row_context.hpp"
@@ -37,16 +34,6 @@ inline Softmax chunk_normalizer(const Softmax&) { return Softmax{}; }
 template <class N>
 const N& chunk_normalizer(const N& n) {
   return n;
-}
-
-inline int split_kv_threads(int requested, Index items) {
-#ifdef _OPENMP
-  const int t = requested > 0 ? requested : omp_get_max_threads();
-#else
-  (void)requested;
-  const int t = 1;
-#endif
-  return static_cast<int>(std::min<Index>(t, std::max<Index>(items, 1)));
 }
 
 /// The split-KV kernel on validated inputs (Lq <= kMaxDecodeQueries).
@@ -71,7 +58,7 @@ void run_split_kv(const Spec& spec, const Problem& p, const View<Q>& q, const Vi
 
   std::vector<float> key_scale;  // cosine logits (SoftplusL1): the key norms, once per call
   if constexpr (cosine_logits<Normalizer>()) key_scale = inverse_row_norms(k);
-  const int threads = split_kv_threads(p.threads, items);
+  const int threads = threads_for(p.threads, items);
   std::deque<Tiles> tiles;
   for (int t = 0; t < threads; ++t)
     tiles.emplace_back(part_spec, p, q, k, v, o, nullptr, key_scale.data());
@@ -86,16 +73,7 @@ void run_split_kv(const Spec& spec, const Problem& p, const View<Q>& q, const Vi
                     p.value_dim, kStat ? part_stat.data() + c * rows + row : nullptr);
     }
   };
-#ifdef _OPENMP
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    Tiles& mine = tiles[static_cast<std::size_t>(omp_get_thread_num())];
-#pragma omp for schedule(dynamic, 1)
-    for (Index item = 0; item < items; ++item) run_item(mine, item);
-  }
-#else
-  for (Index item = 0; item < items; ++item) run_item(tiles.front(), item);
-#endif
+  for_each_item(tiles, items, run_item);
 
   std::vector<View<const float>> parts;
   std::vector<const float*> stats;

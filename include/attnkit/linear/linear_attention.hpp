@@ -8,11 +8,8 @@
 #include <string>
 #include <type_traits>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "attnkit/detail/pack.hpp"
+#include "attnkit/detail/parallel.hpp"
 #include "attnkit/error.hpp"
 #include "attnkit/kernel/attention.hpp"
 #include "attnkit/linear/feature_map.hpp"
@@ -79,23 +76,14 @@ void linear_attention(const LinearSpec<Map>& spec, const View<Q>& q, const View<
   using Heads = detail::LinearHeads<Map, Q, K, V, O>;
   const Index items = p.batch * p.q_heads;
   if (items == 0) return;
-  const int threads = static_cast<int>(std::min<Index>(detail::thread_count(p.threads), items));
+  const int threads = detail::threads_for(p.threads, items);
   // Scratch for every thread is allocated here, so std::bad_alloc reaches the caller.
   std::deque<Heads> heads;  // never relocates
   for (int t = 0; t < threads; ++t) heads.emplace_back(spec, p, scale, q, k, v, o, state);
   const auto run_item = [&](Heads& mine, Index item) {
     mine.run(item / p.q_heads, item % p.q_heads);
   };
-#ifdef _OPENMP
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    Heads& mine = heads[static_cast<std::size_t>(omp_get_thread_num())];
-#pragma omp for schedule(dynamic, 1)
-    for (Index item = 0; item < items; ++item) run_item(mine, item);
-  }
-#else
-  for (Index item = 0; item < items; ++item) run_item(heads.front(), item);
-#endif
+  detail::for_each_item(heads, items, run_item);
 }
 
 /// linear_attention() from the empty history, the final state dropped.

@@ -27,10 +27,7 @@
 #include <type_traits>
 #include <vector>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
+#include "attnkit/detail/parallel.hpp"
 #include "attnkit/error.hpp"
 #include "attnkit/kernel/attention.hpp"
 #include "attnkit/mask/full.hpp"
@@ -112,8 +109,7 @@ void superlinear_attention(const Spec& spec, const View<Q>& q, const View<K>& k,
       std::min(p.kv_len, std::min(sel.topk, p.kv_len + 1) * sel.span + sel.window);
   constexpr Index kChunk = 64;  // query rows per work item
   const Index chunks = (p.q_len + kChunk - 1) / kChunk, items = p.batch * p.q_heads * chunks;
-  const int threads =
-      static_cast<int>(std::min<Index>(detail::thread_count(p.threads), std::max<Index>(items, 1)));
+  const int threads = detail::threads_for(p.threads, items);
   struct Scratch {  // one thread's, allocated before the parallel region
     detail::SpanScratch rows;
     std::vector<float> out;   // [Dv] one row's output in f32
@@ -142,16 +138,7 @@ void superlinear_attention(const Spec& spec, const View<Q>& q, const View<K>& k,
       if (options.lse != nullptr) options.lse[sel.row(b, h, i)] = lse;
     }
   };
-#ifdef _OPENMP
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    Scratch& mine = scratch[static_cast<std::size_t>(omp_get_thread_num())];
-#pragma omp for schedule(dynamic, 1)
-    for (Index item = 0; item < items; ++item) run_item(mine, item);
-  }
-#else
-  for (Index item = 0; item < items; ++item) run_item(scratch.front(), item);
-#endif
+  detail::for_each_item(scratch, items, run_item);
 }
 
 }  // namespace attnkit

@@ -10,10 +10,7 @@
 #include <string>
 #include <vector>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
+#include "attnkit/detail/parallel.hpp"
 #include "attnkit/detail/view_checks.hpp"
 #include "attnkit/error.hpp"
 #include "attnkit/kernel/attention.hpp"
@@ -132,8 +129,7 @@ SpanSelection superlinear_spans(const View<R>& routing_q, const View<K>& k,
 
   constexpr Index kChunk = 64;  // query rows per work item
   const Index chunks = (r.seq + kChunk - 1) / kChunk, items = r.batch * r.heads * chunks;
-  const int threads = static_cast<int>(
-      std::min<Index>(detail::thread_count(options.threads), std::max<Index>(items, 1)));
+  const int threads = detail::threads_for(options.threads, items);
   struct Scratch {                // one thread's, allocated before the parallel region
     std::vector<float> score, q;  // [anchors]: one row's scores; [D]: its routing row in f32
     std::vector<Index> order;     // [anchors]: candidate indices m - 1
@@ -172,16 +168,7 @@ SpanSelection superlinear_spans(const View<R>& routing_q, const View<K>& k,
       sel.counts[static_cast<std::size_t>(sel.row(b, h, i))] = keep;
     }
   };
-#ifdef _OPENMP
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    auto& mine = scratch[static_cast<std::size_t>(omp_get_thread_num())];
-#pragma omp for schedule(dynamic, 1)
-    for (Index item = 0; item < items; ++item) run_item(mine, item);
-  }
-#else
-  for (Index item = 0; item < items; ++item) run_item(scratch.front(), item);
-#endif
+  detail::for_each_item(scratch, items, run_item);
   return sel;
 }
 
