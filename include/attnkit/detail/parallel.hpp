@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <deque>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -32,14 +31,14 @@ inline int threads_for(int requested, Index items) {
 }
 
 /// run(worker, item) for every item in [0, items), worker = workers[thread]: one thread per
-/// worker (a deque never relocates them), dynamic schedule of one item at a time.
-template <class Worker, class Run>
-void for_each_item(std::deque<Worker>& workers, Index items, Run&& run) {
+/// worker (a std::deque or std::vector of them), dynamic schedule of one item at a time.
+template <class Workers, class Run>
+void for_each_item(Workers& workers, Index items, Run&& run) {
 #ifdef _OPENMP
   const int threads = static_cast<int>(workers.size());
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
-    Worker& mine = workers[static_cast<std::size_t>(omp_get_thread_num())];
+    auto& mine = workers[static_cast<std::size_t>(omp_get_thread_num())];
 #pragma omp for schedule(dynamic, 1)
     for (Index item = 0; item < items; ++item) run(mine, item);
   }
