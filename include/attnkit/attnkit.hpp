@@ -2,6 +2,7 @@
 #pragma once
 
 #include "attnkit/cache/kv_cache.hpp"
+#include "attnkit/cache/paged_kv.hpp"
 #include "attnkit/error.hpp"
 #include "attnkit/kernel/attention.hpp"
 #include "attnkit/kernel/decode.hpp"

@@ -1,0 +1,482 @@
+// PagedKv<T>: paged KV storage (the layout of vLLM / FlashInfer). One pool holds K pages
+// [num_pages, Hkv, page_size, D] and V pages [num_pages, Hkv, page_size, Dv] in storage T;
+// each sequence owns a block table (the pool pages holding its positions 0 .. length - 1,
+// page_size positions per page, in order) and a length. append(seq, k, v) takes new pages
+// from a free list; assign(seq, pages, length) installs a block table chosen elsewhere (the
+// page contents are then written through key_page() / value_page()); release(seq) returns a
+// sequence's pages.
+//
+// attention_paged(spec, q, paged, o, options) reads the pages in place, never gathering a
+// sequence first. For sequence b and the p-th page of its block table, K and V are strided
+// views of that page in the pool (no copy) and one attention() call gives a partial result
+// and row statistic; the call's mask sees true key positions through Remapped (k_positions =
+// page start + j, pointers into one shared iota array; query rows at their true positions
+// q_offset_b + r), so every mask behaves as on the contiguous sequence; merge() then combines
+// the pages of each sequence in page order -- exact (merge() is exact for one-pass
+// normalizers), and independent of the thread count.
+//
+// Strategy and cost. Decode-sized calls (q_len <= kMaxDecodeQueries) run the (sequence,
+// page) items in parallel, one OpenMP loop over all of them, with threads = 1 inside each
+// attention() call: a page is the split-KV chunk. Larger calls run the items one after another,
+// each attention() call using the requested threads. The price of reading in place is:
+// scratch of pages_b x Hq x Lq x (Dv + 1) floats per sequence for the partial results
+// (for prefill that is pages_b times the output: small pages and long prompts make it
+// large -- 16-key pages are fine for decode, prefill wants pages of 256 keys or more), one
+// merge per row in f64 over its pages (O(pages x Dv) per row), and one kernel call per
+// page (its fixed setup cost, noticeable with tiny pages). Compared with gathering, no K/V
+// byte is copied: decode reads every K/V byte once.
+//
+// Positions: score mods and Position policies would see page-local indices, so the spec must
+// be position-free: no Position (store keys rotated: KvCache's way 1, queries turned by
+// apply_position at their positions) and no Alibi (static_assert); a user's own score mod
+// that reads positions sees page-local ones.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "attnkit/detail/checked.hpp"
+#include "attnkit/detail/traits.hpp"
+#include "attnkit/detail/view_checks.hpp"
+#include "attnkit/error.hpp"
+#include "attnkit/kernel/attention.hpp"
+#include "attnkit/kernel/merge.hpp"
+#include "attnkit/kernel/split_kv.hpp"
+#include "attnkit/mask/remap.hpp"
+#include "attnkit/mask/visible_keys.hpp"
+#include "attnkit/normalizer/row_context.hpp"
+#include "attnkit/normalizer/sigmoid.hpp"
+#include "attnkit/normalizer/softmax.hpp"
+#include "attnkit/normalizer/softplus_l1.hpp"
+#include "attnkit/options.hpp"
+#include "attnkit/position/no_position.hpp"
+#include "attnkit/spec.hpp"
+#include "attnkit/tensor.hpp"
+
+namespace attnkit {
+
+struct Alibi;  // score/alibi.hpp: refused by attention_paged() (it reads positions)
+
+template <class T>
+class PagedKv {
+  static_assert(detail::is_storage<T>() && !std::is_const_v<T>,
+                "PagedKv: storage must be float, Eigen::bfloat16 or Eigen::half");
+
+ public:
+  /// A pool of num_pages pages of page_size positions, every page free, no sequence.
+  /// Throws Error on a negative page count, a zero head, page size, head_dim or value_dim,
+  /// or a size whose element count overflows.
+  PagedKv(Index num_pages, Index kv_heads, Index page_size, Index head_dim, Index value_dim = 0)
+      : pages_(num_pages),
+        heads_(kv_heads),
+        page_size_(page_size),
+        dim_(head_dim),
+        value_dim_(value_dim > 0 ? value_dim : head_dim) {
+    using detail::require;
+    require(num_pages >= 0, "PagedKv.num_pages", ">= 0", num_pages);
+    require(kv_heads >= 1, "PagedKv.kv_heads", ">= 1", kv_heads);
+    require(page_size >= 1, "PagedKv.page_size", ">= 1", page_size);
+    require(head_dim >= 1, "PagedKv.head_dim", ">= 1", head_dim);
+    require(value_dim >= 0, "PagedKv.value_dim", ">= 0 (0: head_dim)", value_dim);
+    Index k_elems = 0, v_elems = 0;
+    require(detail::checked_product({num_pages, kv_heads, page_size, dim_}, &k_elems) &&
+                detail::checked_product({num_pages, kv_heads, page_size, value_dim_}, &v_elems),
+            "PagedKv", "num_pages * kv_heads * page_size * dim that fits in Index", "an overflow");
+    keys_.assign(static_cast<std::size_t>(k_elems), T(0.f));
+    values_.assign(static_cast<std::size_t>(v_elems), T(0.f));
+    owner_.assign(static_cast<std::size_t>(num_pages), -1);
+    for (Index p = num_pages - 1; p >= 0; --p) free_.push_back(p);  // lowest page first
+  }
+
+  Index num_pages() const { return pages_; }
+  Index kv_heads() const { return heads_; }
+  Index page_size() const { return page_size_; }
+  Index head_dim() const { return dim_; }
+  Index value_dim() const { return value_dim_; }
+  Index free_pages() const { return static_cast<Index>(free_.size()); }
+  Index sequences() const { return static_cast<Index>(tables_.size()); }
+
+  /// A new empty sequence; returns its index.
+  Index add_sequence() {
+    tables_.emplace_back();
+    lengths_.push_back(0);
+    return sequences() - 1;
+  }
+
+  Index length(Index seq) const { return lengths_[static_cast<std::size_t>(check_seq(seq))]; }
+  const std::vector<Index>& block_table(Index seq) const {
+    return tables_[static_cast<std::size_t>(check_seq(seq))];
+  }
+
+  /// Page `page` of the pool, all page_size positions: K [1, kv_heads, page_size, head_dim],
+  /// V [..., value_dim] (writable: fill pages installed by assign()). Error if out of range.
+  View<T> key_page(Index page) {
+    return page_view(keys_.data(), dim_, check_page(page), page_size_);
+  }
+  View<T> value_page(Index page) {
+    return page_view(values_.data(), value_dim_, check_page(page), page_size_);
+  }
+  View<const T> key_page(Index page) const {
+    return page_view(keys_.data(), dim_, check_page(page), page_size_);
+  }
+  View<const T> value_page(Index page) const {
+    return page_view(values_.data(), value_dim_, check_page(page), page_size_);
+  }
+
+  /// The filled rows of the p-th page of sequence seq's block table (no copy).
+  View<const T> sequence_keys(Index seq, Index p) const {
+    return page_view(keys_.data(), dim_, table_page(seq, p), rows_in(seq, p));
+  }
+  View<const T> sequence_values(Index seq, Index p) const {
+    return page_view(values_.data(), value_dim_, table_page(seq, p), rows_in(seq, p));
+  }
+
+  /// Appends k_new [1, kv_heads, n, head_dim], v_new [1, kv_heads, n, value_dim] (any storage
+  /// type, converted to T) at positions [length, length + n) of sequence seq, taking pages
+  /// from the free list as needed. Throws Error, with the pool unchanged, on a bad sequence
+  /// index, a shape mismatch, new views sharing memory with the pool, or too few free pages.
+  template <class K, class V>
+  void append(Index seq, const View<K>& k_new, const View<V>& v_new) {
+    static_assert(detail::is_storage<K>() && detail::is_storage<V>(),
+                  "PagedKv::append(): storage must be float, Eigen::bfloat16 or Eigen::half");
+    using detail::require;
+    using detail::require_dim;
+    check_seq(seq);
+    detail::check_view(k_new, "k_new");
+    detail::check_view(v_new, "v_new");
+    require_dim(k_new.batch, 1, "k_new.batch", "1 (one sequence)");
+    require_dim(v_new.batch, 1, "v_new.batch", "1 (one sequence)");
+    require_dim(k_new.heads, heads_, "k_new.heads", "PagedKv.kv_heads");
+    require_dim(v_new.heads, heads_, "v_new.heads", "PagedKv.kv_heads");
+    require_dim(k_new.dim, dim_, "k_new.dim", "PagedKv.head_dim");
+    require_dim(v_new.dim, value_dim_, "v_new.dim", "PagedKv.value_dim");
+    require_dim(v_new.seq, k_new.seq, "v_new.seq", "k_new.seq");
+    const detail::ByteSpan mine[2] = {span_of(keys_), span_of(values_)};
+    for (const detail::ByteSpan& s : mine) {
+      detail::require_disjoint(detail::byte_span(k_new), "k_new", s, "the pool's storage");
+      detail::require_disjoint(detail::byte_span(v_new), "v_new", s, "the pool's storage");
+    }
+    std::vector<Index>& table = tables_[static_cast<std::size_t>(seq)];
+    Index& len = lengths_[static_cast<std::size_t>(seq)];
+    const Index n = k_new.seq;
+    require(n <= kMaxLength - len, "PagedKv::append: new positions", "a length that fits", n);
+    const Index needed = pages_for(len + n) - static_cast<Index>(table.size());
+    require(needed <= free_pages(), "PagedKv::append: pages",
+            "<= " + std::to_string(free_pages()) + " free pages (pool exhausted)", needed);
+    for (Index i = 0; i < needed; ++i) {
+      table.push_back(free_.back());
+      owner_[static_cast<std::size_t>(free_.back())] = seq;
+      free_.pop_back();
+    }
+    for (Index s = 0; s < n; ++s) {
+      const Index at = len + s;
+      const Index page = table[static_cast<std::size_t>(at / page_size_)], r = at % page_size_;
+      for (Index h = 0; h < heads_; ++h) {
+        copy_row(k_new.row(0, h, s), dim_, slot(keys_.data(), dim_, page, h, r));
+        copy_row(v_new.row(0, h, s), value_dim_, slot(values_.data(), value_dim_, page, h, r));
+      }
+    }
+    len += n;
+  }
+
+  /// Installs a block table for seq: `pages` (in order) hold its positions 0 .. length - 1;
+  /// exactly ceil(length / page_size) pages. The sequence's old pages return to the free
+  /// list. Throws Error, with nothing changed, on a page index out of range, a page listed
+  /// twice or owned by another sequence, or a page count that does not fit the length.
+  void assign(Index seq, const std::vector<Index>& pages, Index length) {
+    using detail::require;
+    check_seq(seq);
+    require(length >= 0, "PagedKv::assign: length", ">= 0", length);
+    require(static_cast<Index>(pages.size()) == pages_for(length), "PagedKv::assign: pages.size()",
+            "ceil(length / page_size) = " + std::to_string(pages_for(length)), pages.size());
+    std::vector<char> seen(static_cast<std::size_t>(pages_), 0);
+    for (std::size_t i = 0; i < pages.size(); ++i) {
+      const std::string name = "PagedKv::assign: pages[" + std::to_string(i) + "]";
+      const Index p = pages[i];
+      require(p >= 0 && p < pages_, name, "a page index in [0, " + std::to_string(pages_) + ")", p);
+      require(!seen[static_cast<std::size_t>(p)], name, "listed once", "a repeated page");
+      const Index owner = owner_[static_cast<std::size_t>(p)];
+      require(owner < 0 || owner == seq, name, "a free page or one of this sequence",
+              "a page of sequence " + std::to_string(owner));
+      seen[static_cast<std::size_t>(p)] = 1;
+    }
+    release(seq);
+    for (const Index p : pages) {
+      free_.erase(std::find(free_.begin(), free_.end(), p));
+      owner_[static_cast<std::size_t>(p)] = seq;
+    }
+    tables_[static_cast<std::size_t>(seq)] = pages;
+    lengths_[static_cast<std::size_t>(seq)] = length;
+  }
+
+  /// Returns seq's pages to the free list; its length becomes 0 (the sequence stays).
+  void release(Index seq) {
+    std::vector<Index>& table = tables_[static_cast<std::size_t>(check_seq(seq))];
+    for (auto it = table.rbegin(); it != table.rend(); ++it) {
+      owner_[static_cast<std::size_t>(*it)] = -1;
+      free_.push_back(*it);
+    }
+    table.clear();
+    lengths_[static_cast<std::size_t>(seq)] = 0;
+  }
+
+ private:
+  static constexpr Index kMaxLength = Index{1} << 40;
+
+  Index pages_for(Index length) const { return (length + page_size_ - 1) / page_size_; }
+
+  Index check_seq(Index seq) const {
+    detail::require(seq >= 0 && seq < sequences(), "PagedKv: sequence",
+                    "in [0, " + std::to_string(sequences()) + ")", seq);
+    return seq;
+  }
+  Index check_page(Index page) const {
+    detail::require(page >= 0 && page < pages_, "PagedKv: page index",
+                    "in [0, " + std::to_string(pages_) + ")", page);
+    return page;
+  }
+  Index table_page(Index seq, Index p) const {
+    const std::vector<Index>& table = block_table(seq);
+    detail::require(p >= 0 && p < static_cast<Index>(table.size()), "PagedKv: block table entry",
+                    "in [0, " + std::to_string(table.size()) + ")", p);
+    return table[static_cast<std::size_t>(p)];
+  }
+  Index rows_in(Index seq, Index p) const {
+    return std::min(page_size_, length(seq) - p * page_size_);
+  }
+
+  template <class U>
+  View<U> page_view(U* base, Index dim, Index page, Index rows) const {
+    return strided(base + page * heads_ * page_size_ * dim, {1, heads_, rows, dim},
+                   {heads_ * page_size_ * dim, page_size_ * dim, dim});
+  }
+
+  template <class U>
+  U* slot(U* base, Index dim, Index page, Index h, Index r) const {
+    return base + ((page * heads_ + h) * page_size_ + r) * dim;
+  }
+
+  template <class S, class D>
+  static void copy_row(const S* src, Index dim, D* dst) {
+    for (Index c = 0; c < dim; ++c) dst[c] = static_cast<D>(static_cast<float>(src[c]));
+  }
+
+  static detail::ByteSpan span_of(const std::vector<T>& data) {
+    const auto begin = reinterpret_cast<std::uintptr_t>(data.data());
+    return {begin, begin + data.size() * sizeof(T)};
+  }
+
+  Index pages_, heads_, page_size_, dim_, value_dim_;
+  std::vector<T> keys_;                     // [num_pages, kv_heads, page_size, head_dim]
+  std::vector<T> values_;                   // [num_pages, kv_heads, page_size, value_dim]
+  std::vector<Index> free_;                 // free pages, the next one at the back
+  std::vector<Index> owner_;                // [num_pages] owning sequence, -1: free
+  std::vector<std::vector<Index>> tables_;  // per sequence: its pages in order
+  std::vector<Index> lengths_;              // per sequence
+};
+
+namespace detail {
+
+// The normalizer the pages of one sequence (length kv_len, query rows at q_offset + r) run
+// with: a softmax sink is added once, by the merge; a sigmoid with the default bias gets the
+// whole sequence's -log Lk; SoftplusL1 gets each row's key count N_i over the whole sequence
+// (a page's own counts would differ). The others, as given.
+template <class Mask>
+Softmax page_normalizer(const Softmax&, const Mask&, Index, Index, Index, Index, Index) {
+  return Softmax{};
+}
+template <class Mask>
+Sigmoid page_normalizer(const Sigmoid& s, const Mask&, Index, Index, Index, Index kv_len, Index) {
+  if (!s.head_bias.empty() || s.bias) return s;
+  return Sigmoid{kv_len > 0 ? -std::log(static_cast<float>(kv_len)) : 0.f};
+}
+template <class Mask>
+SoftplusL1 page_normalizer(const SoftplusL1& s, const Mask& mask, Index b, Index q_heads,
+                           Index q_len, Index kv_len, Index q_offset) {
+  const Index rows = q_heads * q_len;
+  if (!s.key_counts.empty()) {  // given for the whole call [B * Hq * Lq]: this sequence's
+    detail::require(static_cast<Index>(s.key_counts.size()) >= (b + 1) * rows,
+                    "SoftplusL1.key_counts.size()", "q.batch * q.heads * q.seq",
+                    s.key_counts.size());
+    const auto first = s.key_counts.begin() + b * rows;
+    return SoftplusL1::with_key_counts(std::vector<float>(first, first + rows));
+  }
+  return SoftplusL1::with_key_counts(
+      visible_key_counts(remap(mask, nullptr, nullptr, 0, b), 1, q_heads, q_len, kv_len, q_offset));
+}
+template <class N, class Mask>
+const N& page_normalizer(const N& n, const Mask&, Index, Index, Index, Index, Index) {
+  return n;
+}
+
+// Threads of the loop over (sequence, page) items: as requested (0: all), at most one per item.
+inline int paged_kv_threads(int requested, Index items) {
+#ifdef _OPENMP
+  const int t = requested > 0 ? requested : omp_get_max_threads();
+#else
+  (void)requested;
+  const int t = 1;
+#endif
+  return static_cast<int>(std::min<Index>(t, std::max<Index>(items, 1)));
+}
+
+}  // namespace detail
+
+/// o[B, Hq, Lq, Dv] = attention of q[B, Hq, Lq, D] over the sequences of `paged` (B =
+/// paged.sequences(); sequence b has its own length Lk_b), read page by page in place (see
+/// the top of this file). Query row r of sequence b is at position options.q_offset + r, by
+/// default Lk_b - Lq + r (the queries are the sequence's last tokens). options.lse receives
+/// [B, Hq, Lq] row statistics. A sequence of length 0 gives zero rows (the empty statistic).
+/// Throws Error before writing anything on bad shapes or overlapping buffers.
+template <class Spec, class Q, class T, class O>
+void attention_paged(const Spec& spec, const View<Q>& q, const PagedKv<T>& paged, const View<O>& o,
+                     const Options& options = {}) {
+  using Normalizer = typename Spec::Normalizer;
+  static_assert(!std::is_const_v<O>, "attention_paged(): the output view must be writable");
+  static_assert(detail::passes<Normalizer>() == 1,
+                "attention_paged(): this normalizer makes more than one pass over the keys "
+                "(LSSAR): its pages cannot be merged in one round");
+  static_assert(std::is_same_v<typename Spec::Position, NoPosition>,
+                "attention_paged(): a Position policy would see page-local key indices: store "
+                "the keys rotated and turn the queries with apply_position()");
+  static_assert(!std::is_same_v<typename Spec::Score, Alibi>,
+                "attention_paged(): Alibi would see page-local key indices");
+  using detail::require;
+  using detail::require_dim;
+  detail::check_view(q, "q");
+  detail::check_view(o, "o");
+  detail::check_rows_distinct(o, "o");
+  const Index B = paged.sequences(), Hq = q.heads, Lq = q.seq, Dv = paged.value_dim();
+  require_dim(q.batch, B, "q.batch", "PagedKv.sequences()");
+  require_dim(q.dim, paged.head_dim(), "q.dim", "PagedKv.head_dim");
+  require(Hq >= 1 && Hq % paged.kv_heads() == 0, "q.heads",
+          "a multiple of PagedKv.kv_heads = " + std::to_string(paged.kv_heads()), Hq);
+  require_dim(o.batch, B, "o.batch", "q.batch");
+  require_dim(o.heads, Hq, "o.heads", "q.heads");
+  require_dim(o.seq, Lq, "o.seq", "q.seq");
+  require_dim(o.dim, Dv, "o.dim", "PagedKv.value_dim");
+  const detail::ByteSpan out_span = detail::byte_span(o);
+  detail::require_disjoint(out_span, "o", detail::byte_span(q), "q");
+  for (Index b = 0; b < B; ++b)
+    for (Index pg = 0; pg < static_cast<Index>(paged.block_table(b).size()); ++pg) {
+      detail::require_disjoint(out_span, "o", detail::byte_span(paged.sequence_keys(b, pg)),
+                               "the pool");
+      detail::require_disjoint(out_span, "o", detail::byte_span(paged.sequence_values(b, pg)),
+                               "the pool");
+    }
+  constexpr bool kStat = detail::row_stat_kind<Normalizer>() != RowStat::None;
+  require(kStat || options.lse == nullptr, "lse", "nullptr (this normalizer has no row statistic)",
+          "a buffer");
+  if (options.lse != nullptr && B * Hq * Lq > 0) {
+    const auto begin = reinterpret_cast<std::uintptr_t>(options.lse);
+    const detail::ByteSpan lse_span{
+        begin, begin + static_cast<std::uintptr_t>(B * Hq * Lq) * sizeof(float)};
+    detail::require_disjoint(out_span, "o", lse_span, "options.lse");
+    detail::require_disjoint(detail::byte_span(q), "q", lse_span, "options.lse");
+  }
+  if constexpr (detail::has_sinks<Normalizer>::value)
+    require(spec.normalizer.sinks.empty() || static_cast<Index>(spec.normalizer.sinks.size()) == Hq,
+            "Softmax.sinks.size()", "q.heads = " + std::to_string(Hq),
+            spec.normalizer.sinks.size());
+  if (B * Hq * Lq == 0) return;
+
+  // Query offsets per sequence, and one iota of positions covering every query and key.
+  std::vector<Index> q_off(static_cast<std::size_t>(B));
+  Index lo = 0, hi = 0;
+  for (Index b = 0; b < B; ++b) {
+    const Index off = options.q_offset ? *options.q_offset : paged.length(b) - Lq;
+    q_off[static_cast<std::size_t>(b)] = off;
+    lo = std::min(lo, off);
+    hi = std::max({hi, off + Lq, paged.length(b)});
+  }
+  std::vector<Index> iota(static_cast<std::size_t>(hi - lo));
+  for (Index x = lo; x < hi; ++x) iota[static_cast<std::size_t>(x - lo)] = x;
+  const auto at = [&](Index position) { return iota.data() + (position - lo); };
+
+  // The items: (sequence, page), each with its slot of partial results.
+  struct Item {
+    Index b, page, slot;
+  };
+  std::vector<Item> items;
+  std::vector<Index> first_slot(static_cast<std::size_t>(B) + 1, 0);
+  for (Index b = 0; b < B; ++b) {
+    const Index n = static_cast<Index>(paged.block_table(b).size());
+    for (Index pg = 0; pg < n; ++pg)
+      items.push_back({b, pg, first_slot[static_cast<std::size_t>(b)] + pg});
+    first_slot[static_cast<std::size_t>(b) + 1] =
+        first_slot[static_cast<std::size_t>(b)] + std::max<Index>(n, 1);
+  }
+  const Index slots = first_slot[static_cast<std::size_t>(B)], part_rows = Hq * Lq;
+  std::vector<float> part_out(static_cast<std::size_t>(slots * part_rows * Dv), 0.f);
+  std::vector<float> part_stat(kStat ? static_cast<std::size_t>(slots * part_rows) : 0,
+                               detail::row_stat_kind<Normalizer>() == RowStat::Sum
+                                   ? 0.f
+                                   : -std::numeric_limits<float>::infinity());
+
+  const bool parallel = Lq <= kMaxDecodeQueries;
+  const int threads =
+      parallel ? detail::paged_kv_threads(options.threads, static_cast<Index>(items.size())) : 1;
+  std::vector<Normalizer> norms;  // per sequence, before any thread starts
+  norms.reserve(static_cast<std::size_t>(B));
+  for (Index b = 0; b < B; ++b)
+    norms.push_back(detail::page_normalizer(spec.normalizer, spec.mask, b, Hq, Lq, paged.length(b),
+                                            q_off[static_cast<std::size_t>(b)]));
+  const auto run_item = [&](const Item& it) {
+    const View<const T> k = paged.sequence_keys(it.b, it.page);
+    const View<const T> v = paged.sequence_values(it.b, it.page);
+    using Mask = typename Spec::Mask;
+    const auto remapped = remap(spec.mask, at(q_off[static_cast<std::size_t>(it.b)]),
+                                at(it.page * paged.page_size()), k.seq, it.b);
+    const AttentionSpec<typename Spec::Score, Remapped<Mask>, Normalizer, NoPosition> call_spec{
+        spec.score, remapped, norms[static_cast<std::size_t>(it.b)], NoPosition{}};
+    const View<const Q> qb = strided(static_cast<const Q*>(q.row(it.b, 0, 0)), {1, Hq, Lq, q.dim},
+                                     {q.batch_stride, q.head_stride, q.seq_stride});
+    float* out = part_out.data() + it.slot * part_rows * Dv;
+    Options call = options.with_q_offset(0).with_threads(parallel ? 1 : options.threads);
+    call.lse = kStat ? part_stat.data() + it.slot * part_rows : nullptr;
+    attention(call_spec, qb, k, v, bhsd(out, 1, Hq, Lq, Dv), call);
+  };
+
+  std::exception_ptr error;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
+#endif
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    try {
+      run_item(items[i]);
+    } catch (...) {
+#ifdef _OPENMP
+#pragma omp critical(attnkit_paged_error)
+#endif
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+
+  for (Index b = 0; b < B; ++b) {
+    std::vector<View<const float>> parts;
+    std::vector<const float*> stats;
+    for (Index s = first_slot[static_cast<std::size_t>(b)];
+         s < first_slot[static_cast<std::size_t>(b) + 1]; ++s) {
+      parts.push_back(
+          bhsd(static_cast<const float*>(part_out.data()) + s * part_rows * Dv, 1, Hq, Lq, Dv));
+      if (kStat) stats.push_back(part_stat.data() + s * part_rows);
+    }
+    const View<O> ob =
+        strided(o.row(b, 0, 0), {1, Hq, Lq, Dv}, {o.batch_stride, o.head_stride, o.seq_stride});
+    merge(spec.normalizer, parts, stats, ob,
+          kStat && options.lse != nullptr ? options.lse + b * Hq * Lq : nullptr);
+  }
+}
+
+}  // namespace attnkit
