@@ -17,7 +17,7 @@ template <class T>
 float inverse_norm(const T* row, Index dim) {
   double sum = 0.0;
   for (Index c = 0; c < dim; ++c) {
-    const double x = static_cast<float>(row[c]);
+    const auto x = static_cast<double>(static_cast<float>(row[c]));
     sum += x * x;
   }
   return sum == 0.0 ? 0.f : static_cast<float>(1.0 / std::sqrt(sum));

@@ -92,7 +92,7 @@ void merge(const Normalizer& normalizer, const std::vector<View<P>>& parts,
         const Index row = (b * out.heads + h) * out.seq + r;
         double total = 0;  // the merged statistic
         if constexpr (kStat == RowStat::LogSumExp) {
-          const double sink = detail::sink_of(normalizer, h);
+          const double sink = double(detail::sink_of(normalizer, h));
           double m = sink;
           for (const float* s : stats)
             m = std::isnan(s[row]) ? double(s[row]) : std::max(m, double(s[row]));
@@ -102,7 +102,8 @@ void merge(const Normalizer& normalizer, const std::vector<View<P>>& parts,
           total = m == kNegInf ? kNegInf : m + std::log(sum);
           for (double& w : weight) w = sum > 0 ? w / sum : w;  // NaN stays NaN
         } else if constexpr (kStat == RowStat::Sum) {
-          for (std::size_t k = 0; k < parts.size(); ++k) total += (weight[k] = stats[k][row]);
+          for (std::size_t k = 0; k < parts.size(); ++k)
+            total += (weight[k] = double(stats[k][row]));
           for (double& w : weight) w = total == 0 ? 0.0 : w / total;
         } else {
           for (double& w : weight) w = 1.0;

@@ -87,7 +87,7 @@ void feature_row(const Map& map, const T* x, Index dim, T* out) {
     Index c = 0;
     for (; c + simd::kWidth <= dim; c += simd::kWidth)
       simd::store(out + c, map.vec(simd::load(x + c)));
-    for (; c < dim; ++c) out[c] = static_cast<float>(map.element(x[c]));
+    for (; c < dim; ++c) out[c] = static_cast<float>(map.element(double(x[c])));
   } else {
     for (Index c = 0; c < dim; ++c) out[c] = static_cast<T>(map.element(x[c]));
   }

@@ -40,7 +40,7 @@ void linear_attention(const LinearSpec<Map>& spec, const View<Q>& q, const View<
                       const View<V>& v, const View<O>& o, const Options& options = {}) {
   const Problem p = make_problem(q, k, v, o, options);
   attnkit::detail::validate_linear(spec, p, options, nullptr);
-  const double scale = options.scale.value_or(1.f);
+  const double scale = double(options.scale.value_or(1.f));
   const Index f = attnkit::detail::feature_count(spec.map, p.head_dim);
   std::vector<double> acc(static_cast<std::size_t>(p.value_dim));
   for (Index b = 0; b < p.batch; ++b)

@@ -226,7 +226,7 @@ struct SoftplusL1Reweighted::SecondRound {
   /// log of that sum (-inf and weights 0 where every r is 0: the merge falls back).
   double reference_row(double* s, Index n, const RowContext& ctx) const {
     const double c = SoftplusL1::logit_scale(double(ctx.head_dim), double(lssa.key_count(ctx, 0)));
-    const double sum = row_sums[static_cast<std::size_t>(ctx.row)];
+    const double sum = double(row_sums[static_cast<std::size_t>(ctx.row)]);
     for (Index j = 0; j < n; ++j) {
       const double x = c * s[j];
       s[j] = sum == 0.0 ? 0.0 : (std::max(x, 0.0) + std::log1p(std::exp(-std::fabs(x)))) / sum;

@@ -37,7 +37,7 @@ struct Tapa {
 
   /// The amplitude part's width: round(theta d), at least 1.
   Index amplitude_dims(Index head_dim) const {
-    const auto a = static_cast<Index>(std::lround(double(theta) * double(head_dim)));
+    const Index a = std::lround(double(theta) * double(head_dim));
     return a < 1 ? 1 : a > head_dim ? head_dim : a;
   }
 

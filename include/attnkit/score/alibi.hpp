@@ -43,9 +43,10 @@ struct Alibi {
     Index p = 1;
     while (2 * p <= heads) p *= 2;  // the closest power of two at or below `heads`
     std::vector<float> s;
-    for (Index h = 1; h <= p; ++h) s.push_back(static_cast<float>(std::exp2(-8.0 * h / p)));
+    for (Index h = 1; h <= p; ++h)
+      s.push_back(static_cast<float>(std::exp2(-8.0 * double(h) / double(p))));
     for (Index k = 1; Index(s.size()) < heads; k += 2)
-      s.push_back(static_cast<float>(std::exp2(-8.0 * k / (2 * p))));
+      s.push_back(static_cast<float>(std::exp2(-8.0 * double(k) / double(2 * p))));
     return Alibi(std::move(s));
   }
 

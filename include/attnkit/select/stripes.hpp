@@ -101,7 +101,7 @@ struct StripeSelection {
     std::string s;
     for (Index g = 0; g < big_blocks(); ++g) {
       const Range mid = middle(g);
-      const Index n = Index(kept_end(b, h, g) - kept_begin(b, h, g));
+      const Index n = kept_end(b, h, g) - kept_begin(b, h, g);
       s += "rows [" + std::to_string(rows(g).begin) + ", " + std::to_string(rows(g).end) +
            "): init [0, " + std::to_string(init_end()) + "), middle [" + std::to_string(mid.begin) +
            ", " + std::to_string(mid.end) + ") kept " + std::to_string(n) + ":";
