@@ -288,8 +288,7 @@ TEST_CASE("decode: score mods and positions match the reference", "[decode]") {
 // subnormals there (the SIMD one flushes to 0 at -127), so a chunk's row sum could be
 // subnormal, 1 / sum infinite and that chunk's partial output -inf (found on the scalar build:
 // Lq 1, Lk 1500, Hq 4 / Hkv 2, d 32, head 3). Both paths now share the flush.
-TEST_CASE("decode: SoftplusL1 with Alibi matches the reference",
-          "[decode]") {
+TEST_CASE("decode: SoftplusL1 with Alibi matches the reference", "[decode]") {
   for (const Index lq : {1, 16})
     check("SoftplusL1, Causal, Alibi::standard",
           ak::make_spec(Causal{}, ak::Alibi::standard(4), ak::SoftplusL1{}),

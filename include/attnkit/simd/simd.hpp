@@ -52,9 +52,7 @@ inline Vec max(Vec a, Vec b) { return std::max(a.x, b.x); }
 inline Vec min(Vec a, Vec b) { return std::min(a.x, b.x); }
 // The SIMD path's contract: 0 at or below -127 (no subnormal results, so 1 / a row sum of
 // such weights stays finite), inf from 127 on.
-inline Vec exp2(Vec a) {
-  return a.x <= -127.f ? 0.f : a.x >= 127.f ? HUGE_VALF : std::exp2(a.x);
-}
+inline Vec exp2(Vec a) { return a.x <= -127.f ? 0.f : a.x >= 127.f ? HUGE_VALF : std::exp2(a.x); }
 inline Vec log2(Vec a) { return std::log2(a.x); }
 inline Vec tanh(Vec a) { return std::tanh(a.x); }
 inline Vec cos(Vec a) { return std::cos(a.x); }
