@@ -5,6 +5,9 @@
 // them, chosen once per (batch, q head, big block) by anchor_stripes(). StripeSelection is
 // that choice as data; stripe_attention() gathers each big block's columns and runs the tiled
 // kernel on them under a Remapped causal mask; stripe_recall() measures what they hold.
+// A gathered call's key count is the number of gathered columns: a normalizer that reads the
+// call's Lk (Sigmoid{}'s default bias -log Lk) sees that count, not the whole sequence's; give
+// such a normalizer its parameter explicitly (Sigmoid{b}). Softmax does not read it.
 #pragma once
 
 #include <algorithm>
