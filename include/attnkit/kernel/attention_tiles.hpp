@@ -304,20 +304,12 @@ class AttentionTiles {
   // s_[nk, lanes] = K[k0:k0+nk] . q_r for each query row r (padding lanes 0), vectorized over
   // the head dimension: no GEMM lane is wasted when a tile holds one to kNarrow queries.
   void dot_rows(const F32Rows& keys, Index nk, Index nq, Index lanes) {
-    const Index d = p_.head_dim, whole = d / simd::kWidth * simd::kWidth;
+    const Index d = p_.head_dim;
     for (Index jj = 0; jj < nk; ++jj) {
       const float* key = keys.data + jj * keys.ld;
       float* row = s_ + jj * kBq;
       for (Index r = 0; r < lanes; ++r) row[r] = 0.f;
-      for (Index r = 0; r < nq; ++r) {
-        const float* q = qr_ + r * d;
-        simd::Vec acc(0.f);
-        for (Index c = 0; c < whole; c += simd::kWidth)
-          acc = simd::fma(simd::load(key + c), simd::load(q + c), acc);
-        float dot = simd::reduce_add(acc);
-        for (Index c = whole; c < d; ++c) dot += key[c] * q[c];
-        row[r] = dot;
-      }
+      for (Index r = 0; r < nq; ++r) row[r] = simd::dot(key, qr_ + r * d, d);
     }
   }
 

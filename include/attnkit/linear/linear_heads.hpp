@@ -165,7 +165,7 @@ class LinearHeads {
   // `decay` (causal chunks).
   void read_state(const float* s, Index n, bool decay) {
     gemm::gemm(n, ld_, f_, {qf_, f_, 1}, s, ld_, out_, ld_, false);
-    for (Index r = 0; r < n; ++r) den_[r] = dot(qf_ + r * f_, z_, f_);
+    for (Index r = 0; r < n; ++r) den_[r] = simd::dot(qf_ + r * f_, z_, f_);
     if (decay)
       for (Index r = 0; r < n; ++r) {
         scale_row(out_ + r * ld_, ld_, powers_[r + 1]);
@@ -195,7 +195,8 @@ class LinearHeads {
   // gamma^(n-1-j). Scales va_ in place (read last).
   void advance_state(float* s, Index n) {
     for (Index j = 0; j < cp_; ++j) weights_[j] = j < n ? powers_[n - 1 - j] : 0.f;
-    for (Index f = 0; f < f_; ++f) z_[f] = z_[f] * powers_[n] + dot(kft_ + f * cp_, weights_, cp_);
+    for (Index f = 0; f < f_; ++f)
+      z_[f] = z_[f] * powers_[n] + simd::dot(kft_ + f * cp_, weights_, cp_);
     if (decays_) {
       scale_row(s, f_ * ld_, powers_[n]);
       for (Index j = 0; j < n; ++j) scale_row(va_ + j * ld_, ld_, powers_[n - 1 - j]);
@@ -234,17 +235,6 @@ class LinearHeads {
       Out* dst = o_.row(b, h, t0 + r);
       for (Index c = 0; c < p_.value_dim; ++c) dst[c] = static_cast<Out>(acc[c] * factor);
     }
-  }
-
-  // a . b over n floats (any n).
-  static float dot(const float* a, const float* b, Index n) {
-    simd::Vec acc(0.f);
-    Index i = 0;
-    for (; i + simd::kWidth <= n; i += simd::kWidth)
-      acc = simd::fma(simd::load(a + i), simd::load(b + i), acc);
-    float sum = simd::reduce_add(acc);
-    for (; i < n; ++i) sum += a[i] * b[i];
-    return sum;
   }
 
   static void scale_row(float* x, Index n, float factor) {  // n a whole number of vectors

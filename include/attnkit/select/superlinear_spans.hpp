@@ -153,7 +153,7 @@ SpanSelection superlinear_spans(const View<R>& routing_q, const View<K>& k,
       for (std::size_t m = 0; m < offsets.size() && offsets[m] <= pos; ++m) {
         const Index a = pos - offsets[m];
         if (a >= k.seq) continue;
-        mine.score[m] = detail::dot_f32(qf, keys.row(b, hk, a), dim);
+        mine.score[m] = simd::dot(qf, keys.row(b, hk, a), dim);
         order.push_back(static_cast<Index>(m));
       }
       const auto keep =

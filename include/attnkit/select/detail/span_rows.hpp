@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "attnkit/detail/pack.hpp"
 #include "attnkit/mask/tile_kind.hpp"
 #include "attnkit/simd/simd.hpp"
 #include "attnkit/tensor.hpp"
@@ -29,11 +30,7 @@ class F32Rows4 {
       copy_.resize(static_cast<std::size_t>(v.batch * v.heads * v.seq * v.dim));
       for (Index b = 0; b < v.batch; ++b)
         for (Index h = 0; h < v.heads; ++h)
-          for (Index s = 0; s < v.seq; ++s) {
-            float* out = copy_.data() + ((b * v.heads + h) * v.seq + s) * v.dim;
-            const T* in = v.row(b, h, s);
-            for (Index c = 0; c < v.dim; ++c) out[c] = static_cast<float>(in[c]);
-          }
+          pack_rows(v, b, h, 0, v.seq, copy_.data() + (b * v.heads + h) * v.seq * v.dim, v.dim);
       view_ = bhsd(static_cast<const float*>(copy_.data()), v.batch, v.heads, v.seq, v.dim);
     }
   }
@@ -43,21 +40,6 @@ class F32Rows4 {
   std::vector<float> copy_;
   View<const float> view_;
 };
-
-/// a . b over n floats: four accumulators hide the FMA latency (d = 128 is 8 vectors on
-/// AVX-512, so two per accumulator), a scalar tail for n not a multiple of the width.
-inline float dot_f32(const float* a, const float* b, Index n) {
-  constexpr Index w = simd::kWidth;
-  simd::Vec acc[4] = {simd::Vec(0.f), simd::Vec(0.f), simd::Vec(0.f), simd::Vec(0.f)};
-  Index c = 0;
-  for (; c + 4 * w <= n; c += 4 * w)
-    for (int u = 0; u < 4; ++u)
-      acc[u] = simd::fma(simd::load(a + c + u * w), simd::load(b + c + u * w), acc[u]);
-  for (; c + w <= n; c += w) acc[0] = simd::fma(simd::load(a + c), simd::load(b + c), acc[0]);
-  float sum = simd::reduce_add((acc[0] + acc[1]) + (acc[2] + acc[3]));
-  for (; c < n; ++c) sum += a[c] * b[c];
-  return sum;
-}
 
 /// Per-thread scratch of span_attend(): logits [capacity rounded up], accumulator [Dv].
 struct SpanScratch {
@@ -81,7 +63,7 @@ float span_attend(const float* q, Index head_dim, const Range* runs, int run_cou
   float* s = scratch.s.data();  // [n rounded up]: logits, then weights
   Index n = 0;
   for (int t = 0; t < run_count; ++t)
-    for (Index j = runs[t].begin; j < runs[t].end; ++j) s[n++] = dot_f32(q, key_row(j), head_dim);
+    for (Index j = runs[t].begin; j < runs[t].end; ++j) s[n++] = simd::dot(q, key_row(j), head_dim);
   std::fill(out, out + value_dim, 0.f);
   if (n == 0) return kNegInf;
   const Index padded = simd::round_up(n);

@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "attnkit/detail/pack.hpp"
 #include "attnkit/detail/view_checks.hpp"
 #include "attnkit/error.hpp"
 #include "attnkit/mask/tile_kind.hpp"
@@ -51,21 +52,6 @@ Problem stripe_problem(const View<Q>& q, const View<K>& k, const Params& params,
   return p;
 }
 
-// a . b over n floats: two accumulators hide the FMA latency for d >= 2 * width.
-inline float dot(const float* a, const float* b, Index n) {
-  constexpr Index kW = simd::kWidth;
-  simd::Vec acc0(0.f), acc1(0.f);
-  Index c = 0;
-  for (; c + 2 * kW <= n; c += 2 * kW) {
-    acc0 = simd::fma(simd::load(a + c), simd::load(b + c), acc0);
-    acc1 = simd::fma(simd::load(a + c + kW), simd::load(b + c + kW), acc1);
-  }
-  for (; c + kW <= n; c += kW) acc0 = simd::fma(simd::load(a + c), simd::load(b + c), acc0);
-  float s = simd::reduce_add(acc0 + acc1);
-  for (; c < n; ++c) s += a[c] * b[c];
-  return s;
-}
-
 // Rows [begin, end) of head (b, h) of x as contiguous f32 [end - begin, dim]: f32 rows of
 // the caller are read in place, other storage is converted into `buffer`.
 template <class T>
@@ -76,9 +62,7 @@ const float* f32_rows(const View<T>& x, Index b, Index h, Index begin, Index end
     return x.row(b, h, begin);
   } else {
     buffer.resize(std::size_t((end - begin) * x.dim));
-    for (Index s = begin; s < end; ++s)
-      std::transform(x.row(b, h, s), x.row(b, h, s) + x.dim, buffer.begin() + (s - begin) * x.dim,
-                     [](auto v) { return float(v); });
+    pack_rows(x, b, h, begin, end - begin, buffer.data(), x.dim);
     *stride = x.dim;
     return buffer.data();
   }
@@ -108,8 +92,9 @@ void select_stripes(const View<Q>& q, const View<K>& k, const Problem& p, const 
     const float* qi = qs + r * q_stride;
     float anchor = -std::numeric_limits<float>::infinity();
     for (Index j = 0; j < std::min(mid.begin, see); ++j)
-      anchor = std::max(anchor, p.scale * dot(qi, key(j), d));
-    for (Index j = mid.end; j < see; ++j) anchor = std::max(anchor, p.scale * dot(qi, key(j), d));
+      anchor = std::max(anchor, p.scale * simd::dot(qi, key(j), d));
+    for (Index j = mid.end; j < see; ++j)
+      anchor = std::max(anchor, p.scale * simd::dot(qi, key(j), d));
     const Index g = r / params.block;
     a_bar[std::size_t(g)] += anchor;
     for (Index c = 0; c < d; ++c) q_bar[std::size_t(g * d + c)] += qi[c];
@@ -122,7 +107,7 @@ void select_stripes(const View<Q>& q, const View<K>& k, const Problem& p, const 
   // q_bar already carries the scale; keep j when q_bar . k_j >= a_bar - theta for any group.
   for (Index j = mid.begin; j < mid.end; ++j)
     for (Index g = 0; g < groups; ++g)
-      if (dot(q_bar.data() + g * d, key(j), d) + params.theta >= a_bar[std::size_t(g)]) {
+      if (simd::dot(q_bar.data() + g * d, key(j), d) + params.theta >= a_bar[std::size_t(g)]) {
         out.push_back(j);
         break;
       }
