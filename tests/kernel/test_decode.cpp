@@ -241,6 +241,35 @@ TEST_CASE("decode: every decode shape and GQA group matches the reference", "[de
   check("Softmax, Full, B2 Dv24", ak::make_spec(), c, Call::Decode);
 }
 
+// Softmax decode runs on the row engine (kernel/decode_rows.hpp): queries kept in registers
+// for 2, 4 or 8 whole vectors of head dims (else loaded, with a scalar tail), two rows of a
+// KV group sharing each K/V load when both see a whole key block, value slabs of 1 to 8
+// vectors plus a scalar tail. These shapes reach each of those paths on every SIMD width:
+// odd groups (a row left over after the pairs), queries of one head whose blocks differ
+// (Partial on the diagonal, Empty outside a window) and K/V widened in registers.
+TEST_CASE("decode: the softmax row engine over head dims, value dims and group sizes", "[decode]") {
+  struct Heads {
+    Index q, kv;
+  };
+  for (const Index d : {8, 16, 40, 64, 128})
+    for (const Index dv : {Index{0}, Index{24}, Index{136}})
+      for (const Heads& h : {Heads{3, 1}, Heads{4, 2}})
+        for (const Index lq : {1, 2}) {
+          Case c = decode_case(lq, 700, h.q, h.kv, d);
+          c.value_dim = dv;
+          c.layout = d == 40 ? Layout::Padded : Layout::Bshd;
+          check("Softmax, Causal", ak::make_spec(Causal{}), c, Call::Decode);
+          if (d == 64 && dv == 0) {
+            check("Softmax, Causal & SlidingWindow{100, 0}",
+                  ak::make_spec(Causal{} & SlidingWindow{100, 0}), c, Call::Decode);
+            check("Softmax, Causal, Softcap{5}", ak::make_spec(Causal{}, ak::Softcap{5.f}), c,
+                  Call::Decode);
+            check<Eigen::bfloat16>("Softmax, Causal", ak::make_spec(Causal{}), c, Call::Decode);
+            check<Eigen::half>("Softmax, Causal", ak::make_spec(Causal{}), c, Call::Decode);
+          }
+        }
+}
+
 TEST_CASE("decode: each normalizer under each mask matches the reference", "[decode]") {
   for (const Index lq : {1, 5, 16})
     for (const Index lk : {513, 1500}) {

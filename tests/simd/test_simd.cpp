@@ -298,3 +298,37 @@ TEST_CASE("simd: is_nan, in_range, either and select act lane by lane", "[simd][
     CHECK(ranged[i] == (((0.f <= x && x < 3.f) || (-3.f <= x && x < -2.f)) ? 1.f : 0.f));
   }
 }
+
+TEST_CASE("simd: transpose_add puts the sum of row t in lane t", "[simd][reduce]") {
+  // Integers small enough to add exactly in any order: a lane out of place cannot hide
+  // (row t sums to 100 t kWidth + kWidth (kWidth - 1) / 2, distinct for every t).
+  std::array<simd::Vec, kWidth> rows;
+  for (int t = 0; t < kWidth; ++t) {
+    Lanes x;
+    for (int l = 0; l < kWidth; ++l) x[l] = float(100 * t + l);
+    rows[t] = vec_of(x);
+  }
+  const Lanes sums = lanes_of(simd::transpose_add(rows.data()));
+  for (int t = 0; t < kWidth; ++t) {
+    INFO("lane " << t);
+    CHECK(sums[t] == float(100 * t * kWidth + kWidth * (kWidth - 1) / 2));
+  }
+}
+
+TEST_CASE("simd: load_bf16 and load_f16 widen every lane exactly", "[simd][memory]") {
+  // bf16 is the high half of an f32; f16 bit patterns of 1 + t/1024 (exact in both).
+  std::array<std::uint16_t, kWidth + 1> bf16{}, f16{};
+  for (int l = 0; l < kWidth; ++l) {
+    const float x = float(l) - 2.5f;
+    std::uint32_t bits;
+    std::memcpy(&bits, &x, sizeof bits);
+    bf16[l + 1] = static_cast<std::uint16_t>(bits >> 16);
+    f16[l + 1] = static_cast<std::uint16_t>(0x3C00 + l);  // 1 + l / 1024
+  }
+  const Lanes b = lanes_of(simd::load_bf16(bf16.data() + 1));  // unaligned on purpose
+  for (int l = 0; l < kWidth; ++l) CHECK(b[l] == float(l) - 2.5f);
+  if constexpr (simd::kWidensF16) {
+    const Lanes h = lanes_of(simd::load_f16(f16.data() + 1));
+    for (int l = 0; l < kWidth; ++l) CHECK(h[l] == 1.f + float(l) / 1024.f);
+  }
+}

@@ -16,6 +16,7 @@
 
 #include "attnkit/detail/parallel.hpp"
 #include "attnkit/kernel/attention_tiles.hpp"
+#include "attnkit/kernel/decode_rows.hpp"
 #include "attnkit/kernel/merge.hpp"
 #include "attnkit/normalizer/row_context.hpp"
 #include "attnkit/normalizer/softmax.hpp"
@@ -36,26 +37,17 @@ const N& chunk_normalizer(const N& n) {
   return n;
 }
 
-/// The split-KV kernel on validated inputs (Lq <= kMaxDecodeQueries).
+// The split-KV items on AttentionTiles (any one-pass spec): each item runs the query heads of
+// its KV group one after another over its chunk.
 template <class Spec, class Q, class K, class V, class O>
-void run_split_kv(const Spec& spec, const Problem& p, const View<Q>& q, const View<K>& k,
-                  const View<V>& v, const View<O>& o, float* lse) {
+void run_split_kv_tiles(const Spec& part_spec, const Problem& p, const View<Q>& q, const View<K>& k,
+                        const View<V>& v, const View<O>& o, Index chunks,
+                        std::vector<float>& part_out, std::vector<float>& part_stat) {
   using Normalizer = typename Spec::Normalizer;
-  static_assert(passes<Normalizer>() == 1,
-                "decode(): this normalizer makes more than one pass over the keys (LSSAR): its "
-                "chunks cannot be merged in one round; use attention()");
-  Spec part_spec = spec;
-  part_spec.normalizer = chunk_normalizer(spec.normalizer);
   using Tiles = AttentionTiles<Spec, Q, K, V, O>;
-
-  const Index chunks = std::max<Index>(1, (p.kv_len + kDecodeChunk - 1) / kDecodeChunk);
+  constexpr bool kStat = row_stat_kind<Normalizer>() != RowStat::None;
   const Index group = p.q_heads / p.kv_heads, rows = p.batch * p.q_heads * p.q_len;
   const Index items = p.batch * p.kv_heads * chunks;
-  if (rows == 0) return;
-  constexpr bool kStat = row_stat_kind<Normalizer>() != RowStat::None;
-  std::vector<float> part_out(static_cast<std::size_t>(chunks * rows * p.value_dim));
-  std::vector<float> part_stat(kStat ? static_cast<std::size_t>(chunks * rows) : 0);
-
   std::vector<float> key_scale;  // cosine logits (SoftplusL1): the key norms, once per call
   if constexpr (cosine_logits<Normalizer>()) key_scale = inverse_row_norms(k);
   const int threads = threads_for(p.threads, items);
@@ -74,6 +66,41 @@ void run_split_kv(const Spec& spec, const Problem& p, const View<Q>& q, const Vi
     }
   };
   for_each_item(tiles, items, run_item);
+}
+
+/// The split-KV kernel on validated inputs (Lq <= kMaxDecodeQueries).
+template <class Spec, class Q, class K, class V, class O>
+void run_split_kv(const Spec& spec, const Problem& p, const View<Q>& q, const View<K>& k,
+                  const View<V>& v, const View<O>& o, float* lse) {
+  using Normalizer = typename Spec::Normalizer;
+  static_assert(passes<Normalizer>() == 1,
+                "decode(): this normalizer makes more than one pass over the keys (LSSAR): its "
+                "chunks cannot be merged in one round; use attention()");
+
+  const Index chunks = std::max<Index>(1, (p.kv_len + kDecodeChunk - 1) / kDecodeChunk);
+  const Index group = p.q_heads / p.kv_heads, rows = p.batch * p.q_heads * p.q_len;
+  const Index items = p.batch * p.kv_heads * chunks;
+  if (rows == 0) return;
+  constexpr bool kStat = row_stat_kind<Normalizer>() != RowStat::None;
+  std::vector<float> part_out(static_cast<std::size_t>(chunks * rows * p.value_dim));
+  std::vector<float> part_stat(kStat ? static_cast<std::size_t>(chunks * rows) : 0);
+
+  if constexpr (decode_rows_fit<Spec>()) {
+    // Softmax rows: a whole KV group per item, keys in the lanes (decode_rows.hpp).
+    std::deque<DecodeRows<Spec, Q, K, V>> engines;
+    for (int t = 0; t < threads_for(p.threads, items); ++t) engines.emplace_back(spec, p, q, k, v);
+    for_each_item(engines, items, [&](DecodeRows<Spec, Q, K, V>& mine, Index item) {
+      const Index c = item % chunks, bg = item / chunks;
+      const Index b = bg / p.kv_heads, g = bg % p.kv_heads;
+      const Index row = (b * p.q_heads + g * group) * p.q_len;
+      mine.run(b, g, Range{c * kDecodeChunk, std::min(p.kv_len, (c + 1) * kDecodeChunk)},
+               part_out.data() + (c * rows + row) * p.value_dim, part_stat.data() + c * rows + row);
+    });
+  } else {
+    Spec part_spec = spec;
+    part_spec.normalizer = chunk_normalizer(spec.normalizer);
+    run_split_kv_tiles(part_spec, p, q, k, v, o, chunks, part_out, part_stat);
+  }
 
   std::vector<View<const float>> parts;
   std::vector<const float*> stats;

@@ -58,6 +58,7 @@ inline Vec tanh(Vec a) { return std::tanh(a.x); }
 inline Vec cos(Vec a) { return std::cos(a.x); }
 inline float reduce_add(Vec a) { return a.x; }
 inline float reduce_max(Vec a) { return a.x; }
+inline Vec transpose_add(const Vec* rows) { return rows[0]; }
 inline Vec zero_if_neg_inf(Vec a) { return a.x == -HUGE_VALF ? 0.f : a.x; }
 using Mask = bool;
 inline Mask in_range(Vec x, Vec lo, Vec hi) { return lo.x <= x.x && x.x < hi.x; }
@@ -139,6 +140,49 @@ inline float reduce_max(Vec a) {
   return *std::max_element(lanes, lanes + kWidth);
 }
 
+/// Lane t of the result is the sum of the lanes of rows[t] (t < kWidth): kWidth horizontal
+/// sums in about 2 kWidth shuffles and adds, instead of a reduction each. xsimd's haddp()
+/// serves 4 and 8 lanes; its AVX-512 form in xsimd 8.1 returns the sums out of order, so
+/// 16 lanes have their own: four halving steps, each adding two shuffles of a pair of
+/// vectors (zero-masked forms: see the GCC 12 note above).
+inline Vec transpose_add(const Vec* rows) {
+#if defined(__AVX512F__)
+  if constexpr (kWidth == 16) {
+    constexpr __mmask16 kAll = 0xFFFF;
+    const auto half = [](__m512 a, __m512 b, auto lo, auto hi) {
+      return _mm512_maskz_add_ps(kAll, lo(a, b), hi(a, b));
+    };
+    const auto quarters_lo = [](__m512 a, __m512 b) {
+      return _mm512_maskz_shuffle_f32x4(kAll, a, b, 0x44);
+    };
+    const auto quarters_hi = [](__m512 a, __m512 b) {
+      return _mm512_maskz_shuffle_f32x4(kAll, a, b, 0xEE);
+    };
+    const auto quarters_even = [](__m512 a, __m512 b) {
+      return _mm512_maskz_shuffle_f32x4(kAll, a, b, 0x88);
+    };
+    const auto quarters_odd = [](__m512 a, __m512 b) {
+      return _mm512_maskz_shuffle_f32x4(kAll, a, b, 0xDD);
+    };
+    const auto lanes_even = [](__m512 a, __m512 b) {
+      return _mm512_maskz_shuffle_ps(kAll, a, b, 0x88);
+    };
+    const auto lanes_odd = [](__m512 a, __m512 b) {
+      return _mm512_maskz_shuffle_ps(kAll, a, b, 0xDD);
+    };
+    // The steps leave row P[t] in lane t for P = {0, 2, 1, 3, 8, 10, 9, 11, 4, ...}; P is its
+    // own inverse, so feeding row P[t] as input t puts every sum in its own lane.
+    constexpr int kP[16] = {0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15};
+    __m512 c[8], f[4], p[2];
+    for (int i = 0; i < 8; ++i) c[i] = half(rows[kP[i]], rows[kP[i + 8]], quarters_lo, quarters_hi);
+    for (int i = 0; i < 4; ++i) f[i] = half(c[i], c[i + 4], quarters_even, quarters_odd);
+    for (int i = 0; i < 2; ++i) p[i] = half(f[i], f[i + 2], lanes_even, lanes_odd);
+    return Vec(half(p[0], p[1], lanes_even, lanes_odd));
+  }
+#endif
+  return xsimd::haddp(rows);
+}
+
 #endif
 
 /// log(1 + e^x) for every x: max(x, 0) + u q(u) with u = e^-|x| in [0, 1] and q(u) =
@@ -208,6 +252,45 @@ inline bool widen_f16(const std::uint16_t* src, float* dst, std::ptrdiff_t n) {
 #else
   (void)src, (void)dst, (void)n;
   return false;
+#endif
+}
+
+/// kWidth f32 values widened from the bfloat16 bits at src, in a register (no store).
+inline Vec load_bf16(const std::uint16_t* src) {
+#if !defined(ATTNKIT_NO_SIMD) && defined(__AVX512F__)
+  return Vec(_mm512_castsi512_ps(_mm512_maskz_slli_epi32(
+      0xFFFF,
+      _mm512_maskz_cvtepu16_epi32(0xFFFF,
+                                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src))),
+      16)));
+#elif !defined(ATTNKIT_NO_SIMD) && defined(__AVX2__)
+  return Vec(_mm256_castsi256_ps(_mm256_slli_epi32(
+      _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src))), 16)));
+#else
+  alignas(64) float out[kWidth];
+  widen_bf16(src, out, kWidth);
+  return load(out);
+#endif
+}
+
+/// True when load_f16() converts in registers (F16C, or AVX-512's conversions).
+#if !defined(ATTNKIT_NO_SIMD) && (defined(__AVX512F__) || (defined(__AVX2__) && defined(__F16C__)))
+inline constexpr bool kWidensF16 = true;
+#else
+inline constexpr bool kWidensF16 = false;
+#endif
+
+/// kWidth f32 values widened from the IEEE half bits at src, in a register. Only where
+/// kWidensF16; callers convert one at a time elsewhere.
+inline Vec load_f16(const std::uint16_t* src) {
+#if !defined(ATTNKIT_NO_SIMD) && defined(__AVX512F__)
+  return Vec(
+      _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src))));
+#elif !defined(ATTNKIT_NO_SIMD) && defined(__AVX2__) && defined(__F16C__)
+  return Vec(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src))));
+#else
+  (void)src;
+  return Vec(0.f);  // not reached: kWidensF16 is false here
 #endif
 }
 

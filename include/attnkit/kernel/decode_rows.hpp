@@ -1,0 +1,381 @@
+// DecodeRows: the split-KV engine for softmax rows (kernel/split_kv.hpp runs it when the spec
+// allows, see decode_rows_fit()). One item is one KV group over one key chunk: all the rows of
+// the group -- its query heads times Lq -- read each block of kDecodeBlock keys while it is in
+// L1 (bf16/f16 K/V are widened once per block, whatever the number of rows), and each row keeps
+// its logits with the keys in the SIMD lanes: a block of kWidth dot products ends in one
+// transposing horizontal add, the softmax takes one exp per kWidth keys, and the weighted sum
+// of value rows runs in registers. The tile engine (AttentionTiles) puts queries in the lanes
+// instead, which leaves all but one lane idle when a head decodes one token.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "attnkit/detail/pack.hpp"
+#include "attnkit/detail/scratch.hpp"
+#include "attnkit/detail/traits.hpp"
+#include "attnkit/mask/combine.hpp"
+#include "attnkit/mask/tile_kind.hpp"
+#include "attnkit/normalizer/softmax.hpp"
+#include "attnkit/position/no_position.hpp"
+#include "attnkit/position/row_at.hpp"
+#include "attnkit/problem.hpp"
+#include "attnkit/score/dot.hpp"
+#include "attnkit/score/score_tile.hpp"
+#include "attnkit/score/softcap.hpp"
+#include "attnkit/simd/simd.hpp"
+
+namespace attnkit::detail {
+
+/// Keys a DecodeRows block holds (K and V of one block stay in L1 across the group's rows).
+inline constexpr Index kDecodeBlock = 16;
+
+/// True when DecodeRows can run the spec: softmax rows (sinks are added by the merge), a
+/// logit mod that does not depend on positions or heads (none, Softcap), and no Position or
+/// one that turns rows (the key rows then arrive turned). Others take AttentionTiles.
+template <class Spec>
+constexpr bool decode_rows_fit() {
+  using Score = typename Spec::Score;
+  using Position = typename Spec::Position;
+  return std::is_same_v<typename Spec::Normalizer, Softmax> &&
+         (std::is_same_v<Score, Dot> || std::is_same_v<Score, Softcap>)&&(
+             std::is_same_v<Position, NoPosition> || transforms_rows<Position>());
+}
+
+/// kWidth f32 values from storage T at p, widened in registers (no store on the way).
+template <class T>
+simd::Vec widened(const T* p) {
+  using U = std::remove_const_t<T>;
+  if constexpr (std::is_same_v<U, float>) {
+    return simd::load(p);
+  } else if constexpr (std::is_same_v<U, Eigen::bfloat16>) {
+    return simd::load_bf16(reinterpret_cast<const std::uint16_t*>(p));
+  } else if constexpr (simd::kWidensF16) {
+    return simd::load_f16(reinterpret_cast<const std::uint16_t*>(p));
+  } else {
+    alignas(64) float out[simd::kWidth];
+    for (int i = 0; i < simd::kWidth; ++i) out[i] = static_cast<float>(p[i]);
+    return simd::load(out);
+  }
+}
+
+template <class Spec, class Q, class K, class V>
+class DecodeRows {
+ public:
+  static constexpr Index kW = simd::kWidth;
+  static constexpr Index kBlock = kDecodeBlock;
+  static constexpr Index kSlab = 8;  // value vectors accumulated in registers at a time
+  static constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+  DecodeRows(const Spec& spec, const Problem& p, const View<Q>& q, const View<K>& k,
+             const View<V>& v)
+      : spec_(spec),
+        p_(p),
+        q_(q),
+        k_(k),
+        v_(v),
+        rows_(p.q_heads / p.kv_heads * p.q_len),
+        dv_pad_(simd::round_up(p.value_dim)),
+        q_vectors_(queries_in_registers(p.head_dim)),
+        scratch_(Scratch::size_for(rows_ * p.head_dim, rows_ * dv_pad_, rows_, rows_, 2 * kSPad)),
+        qr_(scratch_.carve(rows_ * p.head_dim)),
+        acc_(scratch_.carve(rows_ * dv_pad_)),
+        m_(scratch_.carve(rows_)),
+        l_(scratch_.carve(rows_)),
+        s_(scratch_.carve(2 * kSPad)),
+        kinds_(static_cast<std::size_t>(rows_)) {}
+
+  /// The rows of KV group g in batch b -- query heads g * G .. (g + 1) * G - 1, each with its
+  /// Lq queries, in that order -- over `keys`: out[r * Dv + c] is row r's partial output and
+  /// stat[r] its log-sum-exp (-inf for a row that saw no key).
+  void run(Index b, Index g, Range keys, float* out, float* stat) {
+    begin(b, g);
+    for (Index k0 = keys.begin; k0 < keys.end; k0 += kBlock) {
+      const Index nk = std::min(kBlock, keys.end - k0);
+      for (Index r = 0; r < rows_; ++r) {
+        const Index i = query_position(r);
+        kinds_[static_cast<std::size_t>(r)] =
+            tile_kind_of(spec_.mask, b, head(g, r), Range{i, i + 1}, Range{k0, k0 + nk});
+      }
+      for (Index r = 0; r < rows_; ++r) {
+        const TileKind kind = kind_of(r);
+        if (kind == TileKind::Empty) continue;
+        // Two rows that see the whole block share each load of K and V (AVX-512 has the
+        // registers for both rows' queries and accumulators).
+        if (kPair && q_vectors_ > 0 && kind == TileKind::Full && r + 1 < rows_ &&
+            kind_of(r + 1) == TileKind::Full) {
+          step<2>(b, g, r, k0, nk, kind);
+          ++r;
+        } else {
+          step<1>(b, g, r, k0, nk, kind);
+        }
+      }
+    }
+    finish(out, stat);
+  }
+
+ private:
+  static constexpr bool kPair = simd::kRegisters >= 32;
+
+  // Vectors of one query row when it is 2, 4 or 8 whole vectors (kept in registers), else 0.
+  static Index queries_in_registers(Index d) {
+    const Index n = d % kW == 0 ? d / kW : 0;
+    return n == 2 || n == 4 || n == 8 ? n : 0;
+  }
+  static constexpr Index kSPad = simd::round_up(kBlock);  // one row's logits in s_
+
+  Index head(Index g, Index r) const { return g * (p_.q_heads / p_.kv_heads) + r / p_.q_len; }
+  Index query_position(Index r) const { return r % p_.q_len + p_.q_offset; }
+  TileKind kind_of(Index r) const { return kinds_[static_cast<std::size_t>(r)]; }
+
+  // qr_ = the group's query rows, turned by the Position and scaled; empty softmax states.
+  void begin(Index b, Index g) {
+    const Index d = p_.head_dim;
+    for (Index r = 0; r < rows_; ++r) {
+      const Index h = head(g, r), i = r % p_.q_len;
+      const Q* src = q_.row(b, h, i);
+      float* row = qr_ + r * d;
+      for (Index c = 0; c < d; ++c) row[c] = static_cast<float>(src[c]);
+      if constexpr (transforms_rows<typename Spec::Position>())
+        spec_.position.apply(row, d, RowAt{b, h, i, p_.q_len, i + p_.q_offset, Role::Query});
+      for (Index c = 0; c < d; ++c) row[c] *= p_.scale;
+    }
+    std::fill(acc_, acc_ + rows_ * dv_pad_, 0.f);
+    std::fill(m_, m_ + rows_, kNegInf);
+    std::fill(l_, l_ + rows_, 0.f);
+  }
+
+  // Rows r0 .. r0 + R - 1 over the nk keys of one block (R = 2: both see all of it): logits,
+  // mask, online softmax, weighted values.
+  template <int R>
+  void step(Index b, Index g, Index r0, Index k0, Index nk, TileKind kind) {
+    const Index lanes = simd::round_up(nk);
+    logits<R>(k_.row(b, g, k0), nk, r0);
+    for (Index x = 0; x < R; ++x) {
+      const Index r = r0 + x, h = head(g, r), i = query_position(r);
+      float* s = s_ + x * kSPad;
+      if constexpr (std::is_same_v<typename Spec::Score, Softcap>)  // elementwise: keys in lanes
+        spec_.score.apply_tile(s, 1, lanes, lanes, ScoreTile{b, h, i, k0});
+      if (kind == TileKind::Partial)
+        for (Index j = 0; j < nk; ++j)
+          if (!spec_.mask.keep(b, h, i, k0 + j)) s[j] = kNegInf;
+      std::fill(s + nk, s + lanes, kNegInf);
+      absorb(r, s, lanes);
+    }
+    // A masked key weighs exactly 0 and is left out of the values' sum: it cannot bring a
+    // non-finite value row (garbage past a cache's length, a poisoned future key) into a row
+    // that does not see it (0 * inf is NaN).
+    const V* values = v_.row(b, g, k0);
+    Index n = 0;
+    for (Index j = 0; j < nk; ++j) {
+      if (kind == TileKind::Partial && s_[j] == 0.f) continue;  // R = 1 on Partial blocks
+      for (Index x = 0; x < R; ++x) w_[x][n] = s_[x * kSPad + j];
+      vrow_[n++] = values + j * v_.seq_stride;
+    }
+    weighted_values<R>(n, acc_ + r0 * dv_pad_);
+  }
+
+  // Online softmax of row r over the logits s[0, lanes) (masked = -inf), as Softmax::absorb:
+  // subtract the max first, exp2 with log2(e) folded in. The logits become weights; a +inf or
+  // NaN logit gives NaN weights and the row stays NaN; a row with nothing visible yet keeps
+  // m = -inf and gets weights exp2(-inf) = 0.
+  void absorb(Index r, float* s, Index lanes) {
+    simd::Vec top(kNegInf);
+    for (Index j = 0; j < lanes; j += kW) top = simd::max(top, simd::load(s + j));
+    const float m_new = std::max(m_[r], simd::reduce_max(top));
+    const simd::Vec log2e(Softmax::kLog2e), m_v(m_new == kNegInf ? 0.f : m_new);
+    simd::Vec sum(0.f);
+    for (Index j = 0; j < lanes; j += kW) {
+      const simd::Vec w = simd::exp2((simd::load(s + j) - m_v) * log2e);
+      simd::store(s + j, w);
+      sum = sum + w;
+    }
+    if (m_new != m_[r]) {
+      const float alpha = std::exp2((m_[r] - m_new) * Softmax::kLog2e);  // exp2(-inf) = 0
+      l_[r] *= alpha;
+      scale_row(acc_ + r * dv_pad_, alpha);
+      m_[r] = m_new;
+    }
+    l_[r] += simd::reduce_add(sum);
+  }
+
+  // s_ rows 0 .. R - 1 = the nk key rows at `keys` (K's storage, widened in registers) . the
+  // queries of rows r0 .. r0 + R - 1. With whole vectors of 2, 4 or 8 the queries stay in
+  // registers (q_vectors_); otherwise one row at a time, queries loaded.
+  template <int R>
+  void logits(const K* keys, Index nk, Index r0) {
+    switch (q_vectors_) {
+      case 8:
+        return logits_in_registers<R, 8>(keys, nk, r0);
+      case 4:
+        return logits_in_registers<R, 4>(keys, nk, r0);
+      case 2:
+        return logits_in_registers<R, 2>(keys, nk, r0);
+      default:
+        break;
+    }
+    if constexpr (R == 1) logits_any(keys, nk, qr_ + r0 * p_.head_dim);
+  }
+
+  template <int R, int NQ>
+  void logits_in_registers(const K* keys, Index nk, Index r0) {
+    const Index ld = k_.seq_stride;
+    simd::Vec qv[std::size_t{R}][std::size_t{NQ}];  // array bounds are unsigned
+    for (int x = 0; x < R; ++x)
+      for (int c = 0; c < NQ; ++c) qv[x][c] = simd::load(qr_ + (r0 + x) * p_.head_dim + c * kW);
+    Index j = 0;
+    for (; j + kW <= nk; j += kW) {  // kW keys at a time, one transposing add per row
+      simd::Vec part[std::size_t{R}]
+                    [std::size_t{kW}];  // per key: its products, summed over the lanes after
+      const K* key = keys + j * ld;
+      for (Index t = 0; t < kW; ++t, key += ld) {  // the rows stream in memory order
+        simd::Vec a[std::size_t{R}];
+        for (int x = 0; x < R; ++x) a[x] = simd::Vec(0.f);
+        for (int c = 0; c < NQ; ++c) {
+          const simd::Vec kc = widened(key + c * kW);
+          for (int x = 0; x < R; ++x) a[x] = simd::fma(kc, qv[x][c], a[x]);
+        }
+        for (int x = 0; x < R; ++x) part[x][t] = a[x];
+      }
+      for (int x = 0; x < R; ++x) simd::store(s_ + x * kSPad + j, simd::transpose_add(part[x]));
+    }
+    for (; j < nk; ++j) {
+      const K* key = keys + j * ld;
+      simd::Vec a[std::size_t{R}];
+      for (int x = 0; x < R; ++x) a[x] = simd::Vec(0.f);
+      for (int c = 0; c < NQ; ++c) {
+        const simd::Vec kc = widened(key + c * kW);
+        for (int x = 0; x < R; ++x) a[x] = simd::fma(kc, qv[x][c], a[x]);
+      }
+      for (int x = 0; x < R; ++x) s_[x * kSPad + j] = simd::reduce_add(a[x]);
+    }
+  }
+
+  // s_[0, nk) for one row, any head dim: queries loaded, a scalar tail past whole vectors.
+  void logits_any(const K* keys, Index nk, const float* q) {
+    const Index d = p_.head_dim, whole = d / kW * kW, ld = k_.seq_stride;
+    Index j = 0;
+    for (; j + kW <= nk; j += kW) {
+      simd::Vec part[kW];
+      const K* key = keys + j * ld;
+      for (Index t = 0; t < kW; ++t, key += ld) {
+        simd::Vec a0(0.f), a1(0.f);  // two chains hide the FMA latency
+        Index c = 0;
+        for (; c + 2 * kW <= whole; c += 2 * kW) {
+          a0 = simd::fma(widened(key + c), simd::load(q + c), a0);
+          a1 = simd::fma(widened(key + c + kW), simd::load(q + c + kW), a1);
+        }
+        if (c < whole) a0 = simd::fma(widened(key + c), simd::load(q + c), a0);
+        part[t] = a0 + a1;
+      }
+      simd::store(s_ + j, simd::transpose_add(part));
+    }
+    for (; j < nk; ++j) {
+      const K* key = keys + j * ld;
+      simd::Vec a0(0.f);
+      for (Index c = 0; c < whole; c += kW) a0 = simd::fma(widened(key + c), simd::load(q + c), a0);
+      s_[j] = simd::reduce_add(a0);
+    }
+    if (whole < d)
+      for (j = 0; j < nk; ++j)
+        for (Index c = whole; c < d; ++c) s_[j] += static_cast<float>(keys[j * ld + c]) * q[c];
+  }
+
+  // Rows r0 .. r0 + R - 1 (accumulators at acc, dv_pad_ apart) += sum over the n gathered
+  // keys of w_[x][j] * vrow_[j], in register slabs of up to kSlab vectors per row.
+  template <int R>
+  void weighted_values(Index n, float* acc) {
+    const Index dv = p_.value_dim, whole = dv / kW * kW;
+    for (Index c0 = 0; c0 < whole; c0 += kSlab * kW) {
+      switch (std::min<Index>(kSlab, (whole - c0) / kW)) {
+        case 8:
+          slab<R, 8>(n, acc, c0);
+          break;
+        case 7:
+          slab<R, 7>(n, acc, c0);
+          break;
+        case 6:
+          slab<R, 6>(n, acc, c0);
+          break;
+        case 5:
+          slab<R, 5>(n, acc, c0);
+          break;
+        case 4:
+          slab<R, 4>(n, acc, c0);
+          break;
+        case 3:
+          slab<R, 3>(n, acc, c0);
+          break;
+        case 2:
+          slab<R, 2>(n, acc, c0);
+          break;
+        default:
+          slab<R, 1>(n, acc, c0);
+          break;
+      }
+    }
+    for (Index x = 0; x < R; ++x)
+      for (Index j = 0; j < n; ++j)
+        for (Index c = whole; c < dv; ++c)
+          acc[x * dv_pad_ + c] += w_[x][j] * static_cast<float>(vrow_[j][c]);
+  }
+
+  template <int R, int N>
+  void slab(Index n, float* acc, Index c0) {
+    simd::Vec a[std::size_t{R}][std::size_t{N}];
+    for (int x = 0; x < R; ++x)
+      for (int t = 0; t < N; ++t) a[x][t] = simd::load(acc + x * dv_pad_ + c0 + t * kW);
+    for (Index j = 0; j < n; ++j) {
+      simd::Vec w[std::size_t{R}];
+      for (int x = 0; x < R; ++x) w[x] = simd::Vec(w_[x][j]);
+      const V* value = vrow_[j] + c0;
+      for (int t = 0; t < N; ++t) {
+        const simd::Vec vt = widened(value + t * kW);
+        for (int x = 0; x < R; ++x) a[x][t] = simd::fma(w[x], vt, a[x][t]);
+      }
+    }
+    for (int x = 0; x < R; ++x)
+      for (int t = 0; t < N; ++t) simd::store(acc + x * dv_pad_ + c0 + t * kW, a[x][t]);
+  }
+
+  void scale_row(float* acc, float alpha) {
+    const simd::Vec f(alpha);
+    for (Index c = 0; c < dv_pad_; c += kW) simd::store(acc + c, simd::load(acc + c) * f);
+  }
+
+  // The rows' partial outputs acc / l (0 for a row that saw no key) and log-sum-exps.
+  void finish(float* out, float* stat) {
+    for (Index r = 0; r < rows_; ++r) {
+      const float l = l_[r], f = l == 0.f ? 0.f : 1.f / l;
+      for (Index c = 0; c < p_.value_dim; ++c)
+        out[r * p_.value_dim + c] = acc_[r * dv_pad_ + c] * f;
+      stat[r] = l == 0.f ? kNegInf : m_[r] + std::log(l);
+    }
+  }
+
+  const Spec& spec_;
+  const Problem& p_;
+  View<Q> q_;
+  View<K> k_;
+  View<V> v_;
+  Index rows_;       // rows of one KV group: (q_heads / kv_heads) * q_len
+  Index dv_pad_;     // value_dim rounded up to whole vectors
+  Index q_vectors_;  // vectors of a query row kept in registers (2, 4 or 8), else 0
+  // Scratch of one thread, carved once:
+  Scratch scratch_;
+  float* qr_;   // [rows, D]        the group's queries, turned and scaled
+  float* acc_;  // [rows, dv_pad]   output accumulators
+  float* m_;    // [rows]           running max logit
+  float* l_;    // [rows]           running sum of exp(s - m)
+  float* s_;    // [2, kSPad]       two rows' logits, then weights, keys in the lanes
+  std::vector<TileKind> kinds_;  // [rows] each row's TileKind for the current block
+  float w_[2][kBlock];           // the weights of the keys the rows' values take
+  const V* vrow_[kBlock];        // and their value rows
+};
+
+}  // namespace attnkit::detail
