@@ -82,11 +82,12 @@ class DecodeRows {
         rows_(p.q_heads / p.kv_heads * p.q_len),
         dv_pad_(simd::round_up(p.value_dim)),
         q_vectors_(queries_in_registers(p.head_dim)),
-        scratch_(Scratch::size_for(rows_ * p.head_dim, rows_ * dv_pad_, rows_, rows_, 2 * kSPad)),
+        scratch_(
+            Scratch::size_for(rows_ * p.head_dim, rows_ * dv_pad_, rows_, rows_ * kW, 2 * kSPad)),
         qr_(scratch_.carve(rows_ * p.head_dim)),
         acc_(scratch_.carve(rows_ * dv_pad_)),
         m_(scratch_.carve(rows_)),
-        l_(scratch_.carve(rows_)),
+        l_(scratch_.carve(rows_ * kW)),
         s_(scratch_.carve(2 * kSPad)),
         kinds_(static_cast<std::size_t>(rows_)) {}
 
@@ -102,6 +103,7 @@ class DecodeRows {
         kinds_[static_cast<std::size_t>(r)] =
             tile_kind_of(spec_.mask, b, head(g, r), Range{i, i + 1}, Range{k0, k0 + nk});
       }
+      for (Index j = 0; j < nk; ++j) block_values_[j] = v_.row(b, g, k0 + j);
       for (Index r = 0; r < rows_; ++r) {
         const TileKind kind = kind_of(r);
         if (kind == TileKind::Empty) continue;
@@ -147,7 +149,7 @@ class DecodeRows {
     }
     std::fill(acc_, acc_ + rows_ * dv_pad_, 0.f);
     std::fill(m_, m_ + rows_, kNegInf);
-    std::fill(l_, l_ + rows_, 0.f);
+    std::fill(l_, l_ + rows_ * kW, 0.f);
   }
 
   // Rows r0 .. r0 + R - 1 over the nk keys of one block (R = 2: both see all of it): logits,
@@ -167,17 +169,20 @@ class DecodeRows {
       std::fill(s + nk, s + lanes, kNegInf);
       absorb(r, s, lanes);
     }
+    const float* weights[2] = {s_, s_ + kSPad};
+    if (kind == TileKind::Full)
+      return weighted_values<R>(nk, weights, block_values_, acc_ + r0 * dv_pad_);
     // A masked key weighs exactly 0 and is left out of the values' sum: it cannot bring a
     // non-finite value row (garbage past a cache's length, a poisoned future key) into a row
-    // that does not see it (0 * inf is NaN).
-    const V* values = v_.row(b, g, k0);
+    // that does not see it (0 * inf is NaN). Partial blocks run one row (R = 1).
     Index n = 0;
     for (Index j = 0; j < nk; ++j) {
-      if (kind == TileKind::Partial && s_[j] == 0.f) continue;  // R = 1 on Partial blocks
-      for (Index x = 0; x < R; ++x) w_[x][n] = s_[x * kSPad + j];
-      vrow_[n++] = values + j * v_.seq_stride;
+      if (s_[j] == 0.f) continue;
+      w_[n] = s_[j];
+      vrow_[n++] = block_values_[j];
     }
-    weighted_values<R>(n, acc_ + r0 * dv_pad_);
+    weights[0] = w_;
+    weighted_values<1>(n, weights, vrow_, acc_ + r0 * dv_pad_);
   }
 
   // Online softmax of row r over the logits s[0, lanes) (masked = -inf), as Softmax::absorb:
@@ -187,7 +192,9 @@ class DecodeRows {
   void absorb(Index r, float* s, Index lanes) {
     simd::Vec top(kNegInf);
     for (Index j = 0; j < lanes; j += kW) top = simd::max(top, simd::load(s + j));
-    const float m_new = std::max(m_[r], simd::reduce_max(top));
+    float m_new = m_[r];  // the horizontal max only when some logit passes the running max
+    if (simd::any(simd::greater(top, simd::Vec(m_new))))
+      m_new = std::max(m_new, simd::reduce_max(top));
     const simd::Vec log2e(Softmax::kLog2e), m_v(m_new == kNegInf ? 0.f : m_new);
     simd::Vec sum(0.f);
     for (Index j = 0; j < lanes; j += kW) {
@@ -195,13 +202,14 @@ class DecodeRows {
       simd::store(s + j, w);
       sum = sum + w;
     }
+    float* l = l_ + r * kW;  // the row sum, lane by lane: one horizontal add, at the end
     if (m_new != m_[r]) {
       const float alpha = std::exp2((m_[r] - m_new) * Softmax::kLog2e);  // exp2(-inf) = 0
-      l_[r] *= alpha;
+      simd::store(l, simd::load(l) * simd::Vec(alpha));
       scale_row(acc_ + r * dv_pad_, alpha);
       m_[r] = m_new;
     }
-    l_[r] += simd::reduce_add(sum);
+    simd::store(l, simd::load(l) + sum);
   }
 
   // s_ rows 0 .. R - 1 = the nk key rows at `keys` (K's storage, widened in registers) . the
@@ -286,57 +294,57 @@ class DecodeRows {
         for (Index c = whole; c < d; ++c) s_[j] += static_cast<float>(keys[j * ld + c]) * q[c];
   }
 
-  // Rows r0 .. r0 + R - 1 (accumulators at acc, dv_pad_ apart) += sum over the n gathered
-  // keys of w_[x][j] * vrow_[j], in register slabs of up to kSlab vectors per row.
+  // Rows r0 .. r0 + R - 1 (accumulators at acc, dv_pad_ apart) += sum over j < n of
+  // w[x][j] * rows[j], in register slabs of up to kSlab vectors per row.
   template <int R>
-  void weighted_values(Index n, float* acc) {
+  void weighted_values(Index n, const float* const* w, const V* const* rows, float* acc) {
     const Index dv = p_.value_dim, whole = dv / kW * kW;
     for (Index c0 = 0; c0 < whole; c0 += kSlab * kW) {
       switch (std::min<Index>(kSlab, (whole - c0) / kW)) {
         case 8:
-          slab<R, 8>(n, acc, c0);
+          slab<R, 8>(n, w, rows, acc, c0);
           break;
         case 7:
-          slab<R, 7>(n, acc, c0);
+          slab<R, 7>(n, w, rows, acc, c0);
           break;
         case 6:
-          slab<R, 6>(n, acc, c0);
+          slab<R, 6>(n, w, rows, acc, c0);
           break;
         case 5:
-          slab<R, 5>(n, acc, c0);
+          slab<R, 5>(n, w, rows, acc, c0);
           break;
         case 4:
-          slab<R, 4>(n, acc, c0);
+          slab<R, 4>(n, w, rows, acc, c0);
           break;
         case 3:
-          slab<R, 3>(n, acc, c0);
+          slab<R, 3>(n, w, rows, acc, c0);
           break;
         case 2:
-          slab<R, 2>(n, acc, c0);
+          slab<R, 2>(n, w, rows, acc, c0);
           break;
         default:
-          slab<R, 1>(n, acc, c0);
+          slab<R, 1>(n, w, rows, acc, c0);
           break;
       }
     }
     for (Index x = 0; x < R; ++x)
       for (Index j = 0; j < n; ++j)
         for (Index c = whole; c < dv; ++c)
-          acc[x * dv_pad_ + c] += w_[x][j] * static_cast<float>(vrow_[j][c]);
+          acc[x * dv_pad_ + c] += w[x][j] * static_cast<float>(rows[j][c]);
   }
 
   template <int R, int N>
-  void slab(Index n, float* acc, Index c0) {
+  void slab(Index n, const float* const* w, const V* const* rows, float* acc, Index c0) {
     simd::Vec a[std::size_t{R}][std::size_t{N}];
     for (int x = 0; x < R; ++x)
       for (int t = 0; t < N; ++t) a[x][t] = simd::load(acc + x * dv_pad_ + c0 + t * kW);
     for (Index j = 0; j < n; ++j) {
-      simd::Vec w[std::size_t{R}];
-      for (int x = 0; x < R; ++x) w[x] = simd::Vec(w_[x][j]);
-      const V* value = vrow_[j] + c0;
+      simd::Vec wj[std::size_t{R}];
+      for (int x = 0; x < R; ++x) wj[x] = simd::Vec(w[x][j]);
+      const V* value = rows[j] + c0;
       for (int t = 0; t < N; ++t) {
         const simd::Vec vt = widened(value + t * kW);
-        for (int x = 0; x < R; ++x) a[x][t] = simd::fma(w[x], vt, a[x][t]);
+        for (int x = 0; x < R; ++x) a[x][t] = simd::fma(wj[x], vt, a[x][t]);
       }
     }
     for (int x = 0; x < R; ++x)
@@ -351,7 +359,7 @@ class DecodeRows {
   // The rows' partial outputs acc / l (0 for a row that saw no key) and log-sum-exps.
   void finish(float* out, float* stat) {
     for (Index r = 0; r < rows_; ++r) {
-      const float l = l_[r], f = l == 0.f ? 0.f : 1.f / l;
+      const float l = simd::reduce_add(simd::load(l_ + r * kW)), f = l == 0.f ? 0.f : 1.f / l;
       for (Index c = 0; c < p_.value_dim; ++c)
         out[r * p_.value_dim + c] = acc_[r * dv_pad_ + c] * f;
       stat[r] = l == 0.f ? kNegInf : m_[r] + std::log(l);
@@ -371,11 +379,12 @@ class DecodeRows {
   float* qr_;   // [rows, D]        the group's queries, turned and scaled
   float* acc_;  // [rows, dv_pad]   output accumulators
   float* m_;    // [rows]           running max logit
-  float* l_;    // [rows]           running sum of exp(s - m)
+  float* l_;    // [rows, kWidth]   running sum of exp(s - m), per lane
   float* s_;    // [2, kSPad]       two rows' logits, then weights, keys in the lanes
-  std::vector<TileKind> kinds_;  // [rows] each row's TileKind for the current block
-  float w_[2][kBlock];           // the weights of the keys the rows' values take
-  const V* vrow_[kBlock];        // and their value rows
+  std::vector<TileKind> kinds_;    // [rows] each row's TileKind for the current block
+  const V* block_values_[kBlock];  // the value rows of the current block
+  float w_[kBlock];                // a Partial block's visible weights
+  const V* vrow_[kBlock];          // and their value rows
 };
 
 }  // namespace attnkit::detail
