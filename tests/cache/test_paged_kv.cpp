@@ -11,6 +11,7 @@
 #include <attnkit/cache/kv_cache.hpp>
 #include <attnkit/cache/paged_kv.hpp>
 #include <attnkit/kernel/attention.hpp>
+#include <attnkit/kernel/decode.hpp>
 #include <attnkit/mask/causal.hpp>
 #include <attnkit/mask/combine.hpp>
 #include <attnkit/mask/sinks.hpp>
@@ -335,6 +336,34 @@ TEST_CASE("paged: results are bitwise identical for 1..4 threads", "[paged]") {
       CHECK(std::memcmp(r.stat.data(), one.stat.data(), r.stat.size() * sizeof(float)) == 0);
     }
   });
+}
+
+// Softmax decode over pages runs the row engine on the same key blocks as decode() on the
+// contiguous sequence when a page is a whole number of kDecodeBlock positions: the same bits.
+TEST_CASE("paged: softmax decode with pages of whole key blocks equals decode() bit for bit",
+          "[paged]") {
+  const Sequences<Eigen::bfloat16> seqs({1300, 517, 16}, 21);
+  for (const Index page_size : {ak::detail::kDecodeBlock, 4 * ak::detail::kDecodeBlock}) {
+    PagedKv<Eigen::bfloat16> paged(200, kHkv, page_size, kD, kDv);
+    assign_shuffled(paged, seqs, 5);
+    Tensor<float> q(Layout::Bhsd, 3, kHq, 2, kD);
+    q.randomize(8);
+    const auto spec = ak::make_spec(Causal{} & SlidingWindow{600, 0});
+    const Result got = paged_result(spec, q, paged, 2);
+    for (Index b = 0; b < 3; ++b) {
+      INFO("page_size " << page_size << ", sequence " << b);
+      std::vector<float> out(static_cast<std::size_t>(kHq * 2 * kDv)), stat(static_cast<std::size_t>(kHq * 2));
+      const ak::View<const float> qb =
+          ak::strided(q.view.row(b, 0, 0), {1, kHq, 2, kD},
+                      {q.view.batch_stride, q.view.head_stride, q.view.seq_stride});
+      ak::decode(spec, qb, seqs.keys(b), seqs.values(b), ak::bhsd(out.data(), 1, kHq, 2, kDv),
+                 ak::Options{}.with_lse(stat.data()));
+      CHECK(std::memcmp(out.data(), got.out.data() + b * kHq * 2 * kDv,
+                        out.size() * sizeof(float)) == 0);
+      CHECK(std::memcmp(stat.data(), got.stat.data() + b * kHq * 2, stat.size() * sizeof(float)) ==
+            0);
+    }
+  }
 }
 
 TEST_CASE("paged: bad inputs throw before anything is written", "[paged]") {

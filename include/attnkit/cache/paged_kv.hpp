@@ -45,6 +45,7 @@
 #include <omp.h>
 #endif
 
+#include "attnkit/cache/paged_decode.hpp"
 #include "attnkit/detail/checked.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/detail/view_checks.hpp"
@@ -398,6 +399,10 @@ void attention_paged(const Spec& spec, const View<Q>& q, const PagedKv<T>& paged
     q_off[static_cast<std::size_t>(b)] = off;
     lo = std::min(lo, off);
     hi = std::max({hi, off + Lq, paged.length(b)});
+  }
+  if constexpr (detail::decode_rows_fit<Spec>()) {  // softmax decode: no call per page
+    if (Lq <= kMaxDecodeQueries)
+      return detail::paged_decode_rows(spec, q, paged, o, options, q_off);
   }
   std::vector<Index> iota(static_cast<std::size_t>(hi - lo));
   for (Index x = lo; x < hi; ++x) iota[static_cast<std::size_t>(x - lo)] = x;

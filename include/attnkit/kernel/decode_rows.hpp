@@ -72,38 +72,72 @@ class DecodeRows {
   static constexpr Index kSlab = 8;  // value vectors accumulated in registers at a time
   static constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-  DecodeRows(const Spec& spec, const Problem& p, const View<Q>& q, const View<K>& k,
-             const View<V>& v)
+  /// p: the call's sizes (batch, heads, q_len, dims, scale); key positions and the query
+  /// offset come with each run. `groups`: the KV groups whose rows it can hold at once (the
+  /// pieces below may then alternate between groups).
+  DecodeRows(const Spec& spec, const Problem& p, const View<Q>& q, Index groups = 1)
       : spec_(spec),
         p_(p),
         q_(q),
-        k_(k),
-        v_(v),
         rows_(p.q_heads / p.kv_heads * p.q_len),
         dv_pad_(simd::round_up(p.value_dim)),
         q_vectors_(queries_in_registers(p.head_dim)),
-        scratch_(
-            Scratch::size_for(rows_ * p.head_dim, rows_ * dv_pad_, rows_, rows_ * kW, 2 * kSPad)),
-        qr_(scratch_.carve(rows_ * p.head_dim)),
-        acc_(scratch_.carve(rows_ * dv_pad_)),
-        m_(scratch_.carve(rows_)),
-        l_(scratch_.carve(rows_ * kW)),
+        groups_(groups),
+        scratch_(Scratch::size_for(groups * rows_ * p.head_dim, groups * rows_ * dv_pad_,
+                                   groups * rows_, groups * rows_ * kW, 2 * kSPad)),
+        qr_all_(scratch_.carve(groups * rows_ * p.head_dim)),
+        acc_all_(scratch_.carve(groups * rows_ * dv_pad_)),
+        m_all_(scratch_.carve(groups * rows_)),
+        l_all_(scratch_.carve(groups * rows_ * kW)),
         s_(scratch_.carve(2 * kSPad)),
         kinds_(static_cast<std::size_t>(rows_)) {}
 
   /// The rows of KV group g in batch b -- query heads g * G .. (g + 1) * G - 1, each with its
-  /// Lq queries, in that order -- over `keys`: out[r * Dv + c] is row r's partial output and
-  /// stat[r] its log-sum-exp (-inf for a row that saw no key).
-  void run(Index b, Index g, Range keys, float* out, float* stat) {
-    begin(b, g);
-    for (Index k0 = keys.begin; k0 < keys.end; k0 += kBlock) {
-      const Index nk = std::min(kBlock, keys.end - k0);
+  /// Lq queries, in that order, at positions p.q_offset + i -- over keys [keys) of k and v:
+  /// out[r * Dv + c] is row r's partial output and stat[r] its log-sum-exp (-inf for a row
+  /// that saw no key).
+  void run(Index b, Index g, const View<K>& k, const View<V>& v, Range keys, float* out,
+           float* stat) {
+    begin(b, g, p_.q_offset);
+    add_keys(b, g, k.row(b, g, keys.begin), k.seq_stride, v.row(b, g, keys.begin), v.seq_stride,
+             keys.begin, keys.end - keys.begin);
+    finish(g, out, stat);
+  }
+
+  /// The same in pieces, for keys that are not one view (paged KV): begin() with the rows'
+  /// query offset, add_keys() for each run of n keys at positions pos0 .. pos0 + n - 1 whose
+  /// rows are keys[j * kld] and values[j * vld] (runs in position order), then finish(). With
+  /// `groups` > 1 the groups' pieces may interleave; the query offset is shared.
+  void begin(Index b, Index g, Index q_offset) {
+    select(g);
+    q_offset_ = q_offset;
+    const Index d = p_.head_dim;
+    for (Index r = 0; r < rows_; ++r) {
+      const Index h = head(g, r), i = r % p_.q_len;
+      const Q* src = q_.row(b, h, i);
+      float* row = qr_ + r * d;
+      for (Index c = 0; c < d; ++c) row[c] = static_cast<float>(src[c]);
+      if constexpr (transforms_rows<typename Spec::Position>())
+        spec_.position.apply(row, d, RowAt{b, h, i, p_.q_len, i + q_offset, Role::Query});
+      for (Index c = 0; c < d; ++c) row[c] *= p_.scale;
+    }
+    std::fill(acc_, acc_ + rows_ * dv_pad_, 0.f);
+    std::fill(m_, m_ + rows_, kNegInf);
+    std::fill(l_, l_ + rows_ * kW, 0.f);
+  }
+
+  void add_keys(Index b, Index g, const K* keys, Index kld, const V* values, Index vld, Index pos0,
+                Index n) {
+    select(g);
+    for (Index j0 = 0; j0 < n; j0 += kBlock) {
+      const Index nk = std::min(kBlock, n - j0), k0 = pos0 + j0;
       for (Index r = 0; r < rows_; ++r) {
         const Index i = query_position(r);
         kinds_[static_cast<std::size_t>(r)] =
             tile_kind_of(spec_.mask, b, head(g, r), Range{i, i + 1}, Range{k0, k0 + nk});
       }
-      for (Index j = 0; j < nk; ++j) block_values_[j] = v_.row(b, g, k0 + j);
+      for (Index j = 0; j < nk; ++j) block_values_[j] = values + (j0 + j) * vld;
+      const K* block_keys = keys + j0 * kld;
       for (Index r = 0; r < rows_; ++r) {
         const TileKind kind = kind_of(r);
         if (kind == TileKind::Empty) continue;
@@ -111,18 +145,37 @@ class DecodeRows {
         // registers for both rows' queries and accumulators).
         if (kPair && q_vectors_ > 0 && kind == TileKind::Full && r + 1 < rows_ &&
             kind_of(r + 1) == TileKind::Full) {
-          step<2>(b, g, r, k0, nk, kind);
+          step<2>(b, g, r, block_keys, kld, k0, nk, kind);
           ++r;
         } else {
-          step<1>(b, g, r, k0, nk, kind);
+          step<1>(b, g, r, block_keys, kld, k0, nk, kind);
         }
       }
     }
-    finish(out, stat);
+  }
+
+  /// The rows' partial outputs acc / l (0 for a row that saw no key) and log-sum-exps.
+  void finish(Index g, float* out, float* stat) {
+    select(g);
+    for (Index r = 0; r < rows_; ++r) {
+      const float l = simd::reduce_add(simd::load(l_ + r * kW)), f = l == 0.f ? 0.f : 1.f / l;
+      for (Index c = 0; c < p_.value_dim; ++c)
+        out[r * p_.value_dim + c] = acc_[r * dv_pad_ + c] * f;
+      stat[r] = l == 0.f ? kNegInf : m_[r] + std::log(l);
+    }
   }
 
  private:
   static constexpr bool kPair = simd::kRegisters >= 32;
+
+  // The state the next steps work on: group g's slice (the only one when groups_ = 1).
+  void select(Index g) {
+    const Index at = groups_ == 1 ? 0 : g;
+    qr_ = qr_all_ + at * rows_ * p_.head_dim;
+    acc_ = acc_all_ + at * rows_ * dv_pad_;
+    m_ = m_all_ + at * rows_;
+    l_ = l_all_ + at * rows_ * kW;
+  }
 
   // Vectors of one query row when it is 2, 4 or 8 whole vectors (kept in registers), else 0.
   static Index queries_in_registers(Index d) {
@@ -132,32 +185,16 @@ class DecodeRows {
   static constexpr Index kSPad = simd::round_up(kBlock);  // one row's logits in s_
 
   Index head(Index g, Index r) const { return g * (p_.q_heads / p_.kv_heads) + r / p_.q_len; }
-  Index query_position(Index r) const { return r % p_.q_len + p_.q_offset; }
+  Index query_position(Index r) const { return r % p_.q_len + q_offset_; }
   TileKind kind_of(Index r) const { return kinds_[static_cast<std::size_t>(r)]; }
-
-  // qr_ = the group's query rows, turned by the Position and scaled; empty softmax states.
-  void begin(Index b, Index g) {
-    const Index d = p_.head_dim;
-    for (Index r = 0; r < rows_; ++r) {
-      const Index h = head(g, r), i = r % p_.q_len;
-      const Q* src = q_.row(b, h, i);
-      float* row = qr_ + r * d;
-      for (Index c = 0; c < d; ++c) row[c] = static_cast<float>(src[c]);
-      if constexpr (transforms_rows<typename Spec::Position>())
-        spec_.position.apply(row, d, RowAt{b, h, i, p_.q_len, i + p_.q_offset, Role::Query});
-      for (Index c = 0; c < d; ++c) row[c] *= p_.scale;
-    }
-    std::fill(acc_, acc_ + rows_ * dv_pad_, 0.f);
-    std::fill(m_, m_ + rows_, kNegInf);
-    std::fill(l_, l_ + rows_ * kW, 0.f);
-  }
 
   // Rows r0 .. r0 + R - 1 over the nk keys of one block (R = 2: both see all of it): logits,
   // mask, online softmax, weighted values.
   template <int R>
-  void step(Index b, Index g, Index r0, Index k0, Index nk, TileKind kind) {
+  void step(Index b, Index g, Index r0, const K* keys, Index kld, Index k0, Index nk,
+            TileKind kind) {
     const Index lanes = simd::round_up(nk);
-    logits<R>(k_.row(b, g, k0), nk, r0);
+    logits<R>(keys, kld, nk, r0);
     for (Index x = 0; x < R; ++x) {
       const Index r = r0 + x, h = head(g, r), i = query_position(r);
       float* s = s_ + x * kSPad;
@@ -216,23 +253,22 @@ class DecodeRows {
   // queries of rows r0 .. r0 + R - 1. With whole vectors of 2, 4 or 8 the queries stay in
   // registers (q_vectors_); otherwise one row at a time, queries loaded.
   template <int R>
-  void logits(const K* keys, Index nk, Index r0) {
+  void logits(const K* keys, Index ld, Index nk, Index r0) {
     switch (q_vectors_) {
       case 8:
-        return logits_in_registers<R, 8>(keys, nk, r0);
+        return logits_in_registers<R, 8>(keys, ld, nk, r0);
       case 4:
-        return logits_in_registers<R, 4>(keys, nk, r0);
+        return logits_in_registers<R, 4>(keys, ld, nk, r0);
       case 2:
-        return logits_in_registers<R, 2>(keys, nk, r0);
+        return logits_in_registers<R, 2>(keys, ld, nk, r0);
       default:
         break;
     }
-    if constexpr (R == 1) logits_any(keys, nk, qr_ + r0 * p_.head_dim);
+    if constexpr (R == 1) logits_any(keys, ld, nk, qr_ + r0 * p_.head_dim);
   }
 
   template <int R, int NQ>
-  void logits_in_registers(const K* keys, Index nk, Index r0) {
-    const Index ld = k_.seq_stride;
+  void logits_in_registers(const K* keys, Index ld, Index nk, Index r0) {
     simd::Vec qv[std::size_t{R}][std::size_t{NQ}];  // array bounds are unsigned
     for (int x = 0; x < R; ++x)
       for (int c = 0; c < NQ; ++c) qv[x][c] = simd::load(qr_ + (r0 + x) * p_.head_dim + c * kW);
@@ -265,8 +301,8 @@ class DecodeRows {
   }
 
   // s_[0, nk) for one row, any head dim: queries loaded, a scalar tail past whole vectors.
-  void logits_any(const K* keys, Index nk, const float* q) {
-    const Index d = p_.head_dim, whole = d / kW * kW, ld = k_.seq_stride;
+  void logits_any(const K* keys, Index ld, Index nk, const float* q) {
+    const Index d = p_.head_dim, whole = d / kW * kW;
     Index j = 0;
     for (; j + kW <= nk; j += kW) {
       simd::Vec part[kW];
@@ -356,31 +392,26 @@ class DecodeRows {
     for (Index c = 0; c < dv_pad_; c += kW) simd::store(acc + c, simd::load(acc + c) * f);
   }
 
-  // The rows' partial outputs acc / l (0 for a row that saw no key) and log-sum-exps.
-  void finish(float* out, float* stat) {
-    for (Index r = 0; r < rows_; ++r) {
-      const float l = simd::reduce_add(simd::load(l_ + r * kW)), f = l == 0.f ? 0.f : 1.f / l;
-      for (Index c = 0; c < p_.value_dim; ++c)
-        out[r * p_.value_dim + c] = acc_[r * dv_pad_ + c] * f;
-      stat[r] = l == 0.f ? kNegInf : m_[r] + std::log(l);
-    }
-  }
-
   const Spec& spec_;
   const Problem& p_;
   View<Q> q_;
-  View<K> k_;
-  View<V> v_;
-  Index rows_;       // rows of one KV group: (q_heads / kv_heads) * q_len
-  Index dv_pad_;     // value_dim rounded up to whole vectors
-  Index q_vectors_;  // vectors of a query row kept in registers (2, 4 or 8), else 0
-  // Scratch of one thread, carved once:
+  Index q_offset_ = 0;  // position of query row 0 in the current run
+  Index rows_;          // rows of one KV group: (q_heads / kv_heads) * q_len
+  Index dv_pad_;        // value_dim rounded up to whole vectors
+  Index q_vectors_;     // vectors of a query row kept in registers (2, 4 or 8), else 0
+  Index groups_;        // KV groups held at once
+  // Scratch of one thread, carved once, per group held:
   Scratch scratch_;
-  float* qr_;   // [rows, D]        the group's queries, turned and scaled
-  float* acc_;  // [rows, dv_pad]   output accumulators
-  float* m_;    // [rows]           running max logit
-  float* l_;    // [rows, kWidth]   running sum of exp(s - m), per lane
-  float* s_;    // [2, kSPad]       two rows' logits, then weights, keys in the lanes
+  float* qr_all_;   // [groups, rows, D]        the queries, turned and scaled
+  float* acc_all_;  // [groups, rows, dv_pad]   output accumulators
+  float* m_all_;    // [groups, rows]           running max logit
+  float* l_all_;    // [groups, rows, kWidth]   running sum of exp(s - m), per lane
+  // The slices of the selected group:
+  float* qr_ = nullptr;
+  float* acc_ = nullptr;
+  float* m_ = nullptr;
+  float* l_ = nullptr;
+  float* s_;  // [2, kSPad]       two rows' logits, then weights, keys in the lanes
   std::vector<TileKind> kinds_;    // [rows] each row's TileKind for the current block
   const V* block_values_[kBlock];  // the value rows of the current block
   float w_[kBlock];                // a Partial block's visible weights

@@ -88,12 +88,12 @@ void run_split_kv(const Spec& spec, const Problem& p, const View<Q>& q, const Vi
   if constexpr (decode_rows_fit<Spec>()) {
     // Softmax rows: a whole KV group per item, keys in the lanes (decode_rows.hpp).
     std::deque<DecodeRows<Spec, Q, K, V>> engines;
-    for (int t = 0; t < threads_for(p.threads, items); ++t) engines.emplace_back(spec, p, q, k, v);
+    for (int t = 0; t < threads_for(p.threads, items); ++t) engines.emplace_back(spec, p, q);
     for_each_item(engines, items, [&](DecodeRows<Spec, Q, K, V>& mine, Index item) {
       const Index c = item % chunks, bg = item / chunks;
       const Index b = bg / p.kv_heads, g = bg % p.kv_heads;
       const Index row = (b * p.q_heads + g * group) * p.q_len;
-      mine.run(b, g, Range{c * kDecodeChunk, std::min(p.kv_len, (c + 1) * kDecodeChunk)},
+      mine.run(b, g, k, v, Range{c * kDecodeChunk, std::min(p.kv_len, (c + 1) * kDecodeChunk)},
                part_out.data() + (c * rows + row) * p.value_dim, part_stat.data() + c * rows + row);
     });
   } else {

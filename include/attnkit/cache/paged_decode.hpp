@@ -1,0 +1,113 @@
+// Decode over paged KV on the softmax row engine (kernel/decode_rows.hpp): what
+// attention_paged() runs for Lq <= kMaxDecodeQueries when the spec fits the engine. The items
+// are (sequence, chunk of kDecodeChunk positions); an item hands the engine the chunk's keys
+// page by page -- every KV group of a page in turn, so that a page is read whole and in
+// order -- each run of rows read in place in the pool at its true positions (no Remapped
+// mask, no copy). The chunks of a sequence merge in order: bitwise the same for any thread
+// count, and -- with pages a multiple of kDecodeBlock positions -- the same blocks, so the
+// same bits, as decode() on the contiguous sequence. Compared with one attention() call per
+// page (the path of the other specs), there is no per-page call to pay.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <deque>
+#include <limits>
+#include <vector>
+
+#include "attnkit/detail/parallel.hpp"
+#include "attnkit/kernel/decode_rows.hpp"
+#include "attnkit/kernel/merge.hpp"
+#include "attnkit/kernel/split_kv.hpp"
+#include "attnkit/options.hpp"
+#include "attnkit/problem.hpp"
+#include "attnkit/tensor.hpp"
+
+namespace attnkit {
+
+template <class T>
+class PagedKv;  // cache/paged_kv.hpp
+
+namespace detail {
+
+/// paged_decode_rows(spec, q, paged, o, options, q_offset): q_offset[b] is the position of sequence
+/// b's first query row. Inputs are validated by the caller; the policies are checked here per
+/// sequence, before any output is written.
+template <class Spec, class Q, class T, class O>
+void paged_decode_rows(const Spec& spec, const View<Q>& q, const PagedKv<T>& paged,
+                       const View<O>& o, const Options& options,
+                       const std::vector<Index>& q_offset) {
+  const Index B = paged.sequences(), Hq = q.heads, Lq = q.seq, Dv = paged.value_dim();
+  const Index Hkv = paged.kv_heads(), group = Hq / Hkv, rows = Hq * Lq;
+  Problem p;
+  p.batch = B;
+  p.q_heads = Hq;
+  p.kv_heads = Hkv;
+  p.q_len = Lq;
+  p.head_dim = q.dim;
+  p.value_dim = Dv;
+  p.scale = options.scale ? *options.scale : 1.f / std::sqrt(static_cast<float>(q.dim));
+  p.threads = options.threads;
+  for (Index b = 0; b < B; ++b) {  // the policies see each sequence's own length and offset
+    Problem pb = p;
+    pb.kv_len = paged.length(b);
+    pb.q_offset = q_offset[static_cast<std::size_t>(b)];
+    pb.validate();
+    validate_policies(spec, pb, options);
+  }
+
+  // Items (b, c): chunk c of sequence b, every KV group, so that each page is read whole.
+  // Sequence b's chunks are slots first_slot[b] .. first_slot[b + 1] - 1 (one for an empty
+  // sequence: zero rows).
+  std::vector<Index> first_slot(static_cast<std::size_t>(B) + 1, 0);
+  for (Index b = 0; b < B; ++b)
+    first_slot[static_cast<std::size_t>(b) + 1] =
+        first_slot[static_cast<std::size_t>(b)] +
+        std::max<Index>(1, (paged.length(b) + kDecodeChunk - 1) / kDecodeChunk);
+  const Index slots = first_slot[static_cast<std::size_t>(B)];
+  std::vector<float> part_out(static_cast<std::size_t>(slots * rows * Dv));
+  std::vector<float> part_stat(static_cast<std::size_t>(slots * rows));
+
+  using Engine = DecodeRows<Spec, Q, const T, const T>;
+  std::deque<Engine> engines;
+  for (int t = 0; t < threads_for(options.threads, slots); ++t)
+    engines.emplace_back(spec, p, q, Hkv);
+  for_each_item(engines, slots, [&](Engine& mine, Index slot) {
+    const auto after = std::upper_bound(first_slot.begin(), first_slot.end(), slot);
+    const Index b = (after - first_slot.begin()) - 1;
+    const Index c = slot - first_slot[static_cast<std::size_t>(b)], P = paged.page_size();
+    const Index end = std::min(paged.length(b), (c + 1) * kDecodeChunk);
+    for (Index g = 0; g < Hkv; ++g) mine.begin(b, g, q_offset[static_cast<std::size_t>(b)]);
+    for (Index pos = c * kDecodeChunk; pos < end;) {  // page by page, every group
+      const Index page = pos / P, r0 = pos - page * P, n = std::min(P - r0, end - pos);
+      const auto k = paged.sequence_keys(b, page);
+      const auto v = paged.sequence_values(b, page);
+      for (Index g = 0; g < Hkv; ++g)
+        mine.add_keys(b, g, k.row(0, g, r0), k.seq_stride, v.row(0, g, r0), v.seq_stride, pos, n);
+      pos += n;
+    }
+    for (Index g = 0; g < Hkv; ++g) {
+      const Index row = slot * rows + g * group * Lq;
+      mine.finish(g, part_out.data() + row * Dv, part_stat.data() + row);
+    }
+  });
+
+  for (Index b = 0; b < B; ++b) {
+    std::vector<View<const float>> parts;
+    std::vector<const float*> stats;
+    for (Index s = first_slot[static_cast<std::size_t>(b)];
+         s < first_slot[static_cast<std::size_t>(b) + 1]; ++s) {
+      parts.push_back(
+          bhsd(static_cast<const float*>(part_out.data()) + s * rows * Dv, 1, Hq, Lq, Dv));
+      stats.push_back(part_stat.data() + s * rows);
+    }
+    const View<O> ob =
+        strided(o.row(b, 0, 0), {1, Hq, Lq, Dv}, {o.batch_stride, o.head_stride, o.seq_stride});
+    merge(spec.normalizer, parts, stats, ob,
+          options.lse != nullptr ? options.lse + b * rows : nullptr);
+  }
+}
+
+}  // namespace detail
+}  // namespace attnkit
