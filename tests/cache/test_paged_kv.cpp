@@ -352,7 +352,8 @@ TEST_CASE("paged: softmax decode with pages of whole key blocks equals decode() 
     const Result got = paged_result(spec, q, paged, 2);
     for (Index b = 0; b < 3; ++b) {
       INFO("page_size " << page_size << ", sequence " << b);
-      std::vector<float> out(static_cast<std::size_t>(kHq * 2 * kDv)), stat(static_cast<std::size_t>(kHq * 2));
+      std::vector<float> out(static_cast<std::size_t>(kHq * 2 * kDv)),
+          stat(static_cast<std::size_t>(kHq * 2));
       const ak::View<const float> qb =
           ak::strided(q.view.row(b, 0, 0), {1, kHq, 2, kD},
                       {q.view.batch_stride, q.view.head_stride, q.view.seq_stride});
