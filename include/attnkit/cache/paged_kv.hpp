@@ -7,24 +7,31 @@
 // sequence's pages.
 //
 // attention_paged(spec, q, paged, o, options) reads the pages in place, never gathering a
-// sequence first. For sequence b and the p-th page of its block table, K and V are strided
-// views of that page in the pool (no copy) and one attention() call gives a partial result
-// and row statistic; the call's mask sees true key positions through Remapped (k_positions =
-// page start + j, pointers into one shared iota array; query rows at their true positions
-// q_offset_b + r), so every mask behaves as on the contiguous sequence; merge() then combines
-// the pages of each sequence in page order -- exact (merge() is exact for one-pass
-// normalizers), and independent of the thread count.
+// sequence first, in one of two ways:
+// - Softmax decode (q_len <= kMaxDecodeQueries, a spec the row engine takes: see
+//   decode_rows_fit() in kernel/decode_rows.hpp) runs cache/paged_decode.hpp: split-KV
+//   items (sequence, 512-position chunk) hand the row engine each page's rows in place, at
+//   their true positions, every KV group of a page in turn; no call per page. With 16-key
+//   pages it takes about 1.4x the time of decode() on contiguous K/V (64-key pages: 1.2x).
+// - Everything else: for sequence b and the p-th page of its block table, K and V are
+//   strided views of that page in the pool (no copy) and one attention() call gives a partial
+//   result and row statistic; the call's mask sees true key positions through Remapped
+//   (k_positions = page start + j, pointers into one shared iota array; query rows at their
+//   true positions q_offset_b + r), so every mask behaves as on the contiguous sequence.
+// Either way merge() then combines the parts of each sequence in order -- exact (merge() is
+// exact for one-pass normalizers), and independent of the thread count.
 //
-// Strategy and cost. Decode-sized calls (q_len <= kMaxDecodeQueries) run the (sequence,
-// page) items in parallel, one OpenMP loop over all of them, with threads = 1 inside each
-// attention() call: a page is the split-KV chunk. Larger calls run the items one after another,
-// each attention() call using the requested threads. The price of reading in place is:
-// scratch of pages_b x Hq x Lq x (Dv + 1) floats per sequence for the partial results
-// (for prefill that is pages_b times the output: small pages and long prompts make it
-// large -- 16-key pages are fine for decode, prefill wants pages of 256 keys or more), one
-// merge per row in f64 over its pages (O(pages x Dv) per row), and one kernel call per
-// page (its fixed setup cost, noticeable with tiny pages). Compared with gathering, no K/V
-// byte is copied: decode reads every K/V byte once.
+// Cost of the per-page path. Decode-sized calls (q_len <= kMaxDecodeQueries) run the
+// (sequence, page) items in parallel, one OpenMP loop over all of them, with threads = 1
+// inside each attention() call: a page is the split-KV chunk. Larger calls run the items one
+// after another, each attention() call using the requested threads. The price of reading in
+// place is: scratch of pages_b x Hq x Lq x (Dv + 1) floats per sequence for the partial
+// results (for prefill that is pages_b times the output: small pages and long prompts make
+// it large -- prefill wants pages of 256 keys or more), one merge per row in f64 over its
+// pages (O(pages x Dv) per row), and one kernel call per page (its fixed setup cost: with
+// 16-key pages, softmax decode this way took 10x the contiguous time, hence the row engine
+// path above). Compared with gathering, no K/V byte is copied: decode reads every K/V byte
+// once.
 //
 // Positions: score mods and Position policies would see page-local indices, so the spec must
 // be position-free: no Position (store keys rotated: KvCache's way 1, queries turned by
