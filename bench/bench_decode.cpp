@@ -4,9 +4,13 @@
 // streaming-read baseline over the same bytes measured in the same run (a SIMD sum over the
 // buffers, the same threads). Targets (issue 11): >= 80% of that baseline for every storage
 // type; with GQA the time follows Hkv = 8's bytes (each KV group read once).
+// Two more tables: decode over a PagedKv of 16-key pages (bf16) against decode() on the same
+// K/V stored contiguously, and prefill (causal, Lq = Lk = 1024, H = 32) with bf16/f16 K/V
+// against f32 K/V (target: <= 1.05x the f32 time).
 #include <benchmark/benchmark.h>
 
 #include <attnkit/attnkit.hpp>  // first: see simd.hpp on GCC 12 and <immintrin.h>
+#include <attnkit/cache/paged_kv.hpp>
 // clang-format off
 #include <Eigen/Core>
 // clang-format on
@@ -146,6 +150,93 @@ void add(const char* storage, Index len, Index kv_heads) {
   }
 }
 
+constexpr Index kPageSize = 16, kPrefillLen = 1024;
+
+// The K/V of kv<T>(len, kv_heads) appended to a PagedKv of kPageSize-position pages.
+template <class T>
+const ak::PagedKv<T>& paged(Index len, Index kv_heads) {
+  static std::map<std::pair<Index, Index>, ak::PagedKv<T>> all;
+  const auto found = all.find({len, kv_heads});
+  if (found != all.end()) return found->second;
+  KvBuffers<T>& buf = kv<T>(len, kv_heads);
+  ak::PagedKv<T>& pool =
+      all.try_emplace({len, kv_heads}, len / kPageSize + 1, kv_heads, kPageSize, kDim)
+          .first->second;
+  pool.add_sequence();
+  pool.append(0, buf.view(buf.k), buf.view(buf.v));
+  return pool;
+}
+
+template <class T>
+void add_paged(const char* storage, Index len, Index kv_heads) {
+  for (const int threads : {1, 2}) {
+    const std::string shape = std::string(storage) + "/Lk:" + std::to_string(len) +
+                              "/Hkv:" + std::to_string(kv_heads) +
+                              "/threads:" + std::to_string(threads);
+    benchmark::RegisterBenchmark(
+        ("paged/" + shape).c_str(),
+        [=](benchmark::State& state) {
+          const ak::PagedKv<T>& pool = paged<T>(len, kv_heads);
+          std::vector<float> out(static_cast<std::size_t>(kHeads * kDim));
+          const auto q = ak::bhsd(static_cast<const float*>(queries().data()), 1, kHeads, 1, kDim);
+          double best = 1e300;
+          for (auto _ : state) {
+            const auto start = std::chrono::steady_clock::now();
+            ak::attention_paged(ak::make_spec(ak::Causal{}), q, pool,
+                                ak::bhsd(out.data(), 1, kHeads, 1, kDim),
+                                ak::Options{}.with_threads(threads));
+            best = std::min(
+                best,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+            benchmark::DoNotOptimize(out.data());
+          }
+          double& kept = best_seconds()["paged/" + shape];
+          if (kept == 0 || best < kept) kept = best;
+          state.counters["GB/s"] = benchmark::Counter(
+              kv<T>(len, kv_heads).bytes() / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+        })
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+  }
+}
+
+// Prefill: causal attention, Lq = Lk = kPrefillLen, H = kHeads, f32 queries and output, K/V
+// in T. The rows "prefill_<T>/..." compare with "prefill_f32/..." in the report.
+template <class T>
+void add_prefill(const char* storage) {
+  for (const int threads : {1, 2}) {
+    const std::string name = std::string("prefill_") + storage +
+                             "/Lk:" + std::to_string(kPrefillLen) +
+                             "/threads:" + std::to_string(threads);
+    benchmark::RegisterBenchmark(
+        name.c_str(),
+        [=](benchmark::State& state) {
+          static attnkit_bench::QkvoBuffers f32(
+              static_cast<std::size_t>(kPrefillLen * kHeads * kDim));
+          static std::vector<T> k(f32.k.begin(), f32.k.end()), v(f32.v.begin(), f32.v.end());
+          const auto view = [](auto* data) { return ak::bshd(data, 1, kPrefillLen, kHeads, kDim); };
+          double best = 1e300;
+          for (auto _ : state) {
+            const auto start = std::chrono::steady_clock::now();
+            ak::attention(
+                ak::make_spec(ak::Causal{}), view(static_cast<const float*>(f32.q.data())),
+                view(static_cast<const T*>(k.data())), view(static_cast<const T*>(v.data())),
+                view(f32.o.data()), ak::Options{}.with_threads(threads));
+            best = std::min(
+                best,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+          }
+          double& kept = best_seconds()[name];
+          if (kept == 0 || best < kept) kept = best;
+          const double flops = 2.0 * kHeads * double(kPrefillLen) * double(kPrefillLen) * kDim;
+          state.counters["GFLOP/s"] =
+              benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+        })
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+  }
+}
+
 template <class T>
 double bytes_of(Index len, Index kv_heads) {
   return 2.0 * double(len * kv_heads * kDim) * sizeof(T);
@@ -179,6 +270,40 @@ void print_summary() {
                       long(len), long(hkv), threads, d->second * 1e3, bytes / d->second / 1e9,
                       bytes / s->second / 1e9, ratio, ratio >= 0.8 ? "yes" : "no");
         }
+
+  std::printf(
+      "\n### Decode over paged KV (%ld-position pages, read in place) vs decode() on contiguous "
+      "K/V: bf16, Lq=1, H=%ld, d=%ld\n\n",
+      long(kPageSize), long(kHeads), long(kDim));
+  std::printf("| Lk | Hkv | threads | paged ms | contiguous ms | paged / contiguous |\n");
+  std::printf("|---|---|---|---|---|---|\n");
+  for (const Index hkv : {Index{32}, Index{8}})
+    for (const int threads : {1, 2}) {
+      const std::string shape =
+          "bf16/Lk:32768/Hkv:" + std::to_string(hkv) + "/threads:" + std::to_string(threads);
+      const auto pg = best_seconds().find("paged/" + shape);
+      const auto d = best_seconds().find("decode/" + shape);
+      if (pg == best_seconds().end() || d == best_seconds().end()) continue;
+      std::printf("| 32768 | %ld | %d | %.2f | %.2f | %.2f |\n", long(hkv), threads,
+                  pg->second * 1e3, d->second * 1e3, pg->second / d->second);
+    }
+
+  std::printf(
+      "\n### Prefill with bf16/f16 K/V vs f32 K/V: causal, Lq=Lk=%ld, H=%ld, d=%ld, f32 "
+      "queries and output\n\n",
+      long(kPrefillLen), long(kHeads), long(kDim));
+  std::printf("| K/V | threads | ms | / f32 time | met (<= 1.05) |\n|---|---|---|---|---|\n");
+  for (const char* storage : {"f32", "bf16", "f16"})
+    for (const int threads : {1, 2}) {
+      const std::string rest =
+          "/Lk:" + std::to_string(kPrefillLen) + "/threads:" + std::to_string(threads);
+      const auto t = best_seconds().find(std::string("prefill_") + storage + rest);
+      const auto f = best_seconds().find("prefill_f32" + rest);
+      if (t == best_seconds().end() || f == best_seconds().end()) continue;
+      const double ratio = t->second / f->second;
+      std::printf("| %s | %d | %.2f | %.3f | %s |\n", storage, threads, t->second * 1e3, ratio,
+                  ratio <= 1.05 ? "yes" : "no");
+    }
 }
 
 }  // namespace
@@ -190,8 +315,15 @@ int main(int argc, char** argv) {
       add<Eigen::bfloat16>("bf16", len, hkv);
       add<Eigen::half>("f16", len, hkv);
     }
+  for (const Index hkv : {Index{32}, Index{8}}) add_paged<Eigen::bfloat16>("bf16", 32768, hkv);
+  add_prefill<float>("f32");
+  add_prefill<Eigen::bfloat16>("bf16");
+  add_prefill<Eigen::half>("f16");
   attnkit_bench::report_context("decode", kHeads, 0);
   attnkit_bench::report_baseline("decode", "stream");
+  attnkit_bench::report_baseline("paged", "decode");
+  attnkit_bench::report_baseline("prefill_bf16", "prefill_f32");
+  attnkit_bench::report_baseline("prefill_f16", "prefill_f32");
   if (!attnkit_bench::initialize(argc, argv,
                                  {"--benchmark_min_time=0.1", "--benchmark_repetitions=1"}))
     return 1;

@@ -52,7 +52,7 @@ template <class T>
 simd::Vec widened(const T* p) {
   using U = std::remove_const_t<T>;
   if constexpr (std::is_same_v<U, float>) {
-    return simd::load(p);
+    return simd::in_register(simd::load(p));  // one load, shared by the rows that use it
   } else if constexpr (std::is_same_v<U, Eigen::bfloat16>) {
     return simd::load_bf16(reinterpret_cast<const std::uint16_t*>(p));
   } else if constexpr (simd::kWidensF16) {

@@ -294,6 +294,20 @@ inline Vec load_f16(const std::uint16_t* src) {
 #endif
 }
 
+/// v, held in a register: keeps the compiler from folding the load behind v into each
+/// instruction that uses it (GCC does, for a vector that feeds several FMAs; every fold is a
+/// load of its own, and Zen 4 issues one 512-bit load per cycle). An empty asm statement
+/// that claims to change v; no instruction is emitted.
+inline Vec in_register(Vec v) {
+#if !defined(ATTNKIT_NO_SIMD) && (defined(__GNUC__) || defined(__clang__))
+  auto raw = static_cast<typename Vec::register_type>(v);
+  asm("" : "+v"(raw));
+  return Vec(raw);
+#else
+  return v;
+#endif
+}
+
 /// a . b over n floats (any n): four accumulators hide the FMA latency (d = 128 is 8
 /// vectors on AVX-512, two per accumulator), a scalar tail for n not a multiple of the width.
 inline float dot(const float* a, const float* b, std::ptrdiff_t n) {
