@@ -411,12 +411,14 @@ TEST_CASE("attention: scratch that cannot be allocated throws std::bad_alloc to 
 #if defined(ATTNKIT_TEST_ASAN) || !defined(__linux__)
   SKIP("needs RLIMIT_AS on Linux, which AddressSanitizer's shadow memory defeats");
 #else
-  // The largest head and value dimension (2^20) needs 512 MiB of scratch per thread. Cap
+  // The largest head and value dimension (2^20) needs 512 MiB of tile scratch per thread. Cap
   // the address space at what is mapped now plus 256 MiB: the allocation must fail on the
-  // calling thread, before any worker starts, and the output stays untouched.
-  const Index D = ak::Problem::kMaxDim;
-  Tensor<float> q(Layout::Bhsd, 1, 1, 1, D), k(Layout::Bhsd, 1, 1, 1, D),
-      v(Layout::Bhsd, 1, 1, 1, D), o(Layout::Bhsd, 1, 1, 1, D);
+  // calling thread, before any worker starts, and the output stays untouched. Lq is one more
+  // than decode takes (up to kMaxDecodeQueries rows run on the decode row engine, whose
+  // scratch is a few rows).
+  const Index D = ak::Problem::kMaxDim, Lq = ak::kMaxDecodeQueries + 1;
+  Tensor<float> q(Layout::Bhsd, 1, 1, Lq, D), k(Layout::Bhsd, 1, 1, 1, D),
+      v(Layout::Bhsd, 1, 1, 1, D), o(Layout::Bhsd, 1, 1, Lq, D);
   o.for_each([](float& x) { x = 42.f; });
   long pages = 0;
   {
