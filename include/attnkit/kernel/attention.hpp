@@ -88,9 +88,10 @@ void run_with_keys(const Spec& spec, const Problem& p, const View<Q>& q, const V
 /// before any thread starts: when it cannot be, std::bad_alloc reaches the caller.
 /// A Position that transforms rows (Rope, Fope) turns each query row as its tile is packed
 /// and every key row once per call, into an f32 copy of K [B, Hkv, Lk, D] that the tiles read.
-/// Up to kMaxDecodeQueries query rows run split-KV, as decode() does: with a softmax spec
-/// the decode row engine takes (decode_rows_fit(): faster than the tiles at every key count),
-/// else (one-pass normalizers) against at least 2 kDecodeChunk keys.
+/// Up to kMaxDecodeQueries query rows run split-KV, as decode() does: up to
+/// kDecodeRowsMaxQueries rows with a softmax spec the decode row engine takes
+/// (decode_rows_fit(): faster than the tiles at every key count), else (one-pass
+/// normalizers) against at least 2 kDecodeChunk keys.
 template <class Spec, class Q, class K, class V, class O>
 void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
                const View<O>& o, const Options& options = {}) {
@@ -111,9 +112,10 @@ void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<
   const Problem p = make_problem(q, k, v, o, options);
   validate_policies(spec, p, options);
   // Few queries against many keys (decode): split-KV over key chunks (split_kv.hpp).
-  const bool split = detail::passes<typename Spec::Normalizer>() == 1 &&
-                     p.q_len <= kMaxDecodeQueries &&
-                     (detail::decode_rows_fit<Spec>() || p.kv_len >= 2 * kDecodeChunk);
+  const bool split =
+      detail::passes<typename Spec::Normalizer>() == 1 && p.q_len <= kMaxDecodeQueries &&
+      ((detail::decode_rows_fit<Spec>() && p.q_len <= detail::kDecodeRowsMaxQueries) ||
+       p.kv_len >= 2 * kDecodeChunk);
   detail::run_with_keys(spec, p, q, k, v, o, options, split);
 }
 

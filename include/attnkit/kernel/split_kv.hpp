@@ -85,7 +85,9 @@ void run_split_kv(const Spec& spec, const Problem& p, const View<Q>& q, const Vi
   std::vector<float> part_out(static_cast<std::size_t>(chunks * rows * p.value_dim));
   std::vector<float> part_stat(kStat ? static_cast<std::size_t>(chunks * rows) : 0);
 
-  if constexpr (decode_rows_fit<Spec>()) {
+  bool rows_engine = false;
+  if constexpr (decode_rows_fit<Spec>()) rows_engine = p.q_len <= kDecodeRowsMaxQueries;
+  if (rows_engine) {
     // Softmax rows: a whole KV group per item, keys in the lanes (decode_rows.hpp).
     std::deque<DecodeRows<Spec, Q, K, V>> engines;
     for (int t = 0; t < threads_for(p.threads, items); ++t) engines.emplace_back(spec, p, q);
