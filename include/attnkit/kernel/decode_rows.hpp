@@ -206,21 +206,22 @@ class DecodeRows {
       float* s = s_ + x * kSPad;
       if constexpr (std::is_same_v<typename Spec::Score, Softcap>)  // elementwise: keys in lanes
         spec_.score.apply_tile(s, 1, lanes, lanes, ScoreTile{b, h, i, k0});
-      if (kind == TileKind::Partial)
+      if (kind == TileKind::Partial)  // R = 1: the row's keep bits, for the gather below
         for (Index j = 0; j < nk; ++j)
-          if (!spec_.mask.keep(b, h, i, k0 + j)) s[j] = kNegInf;
+          if (!(visible_[j] = spec_.mask.keep(b, h, i, k0 + j))) s[j] = kNegInf;
       std::fill(s + nk, s + lanes, kNegInf);
       absorb(r, s, lanes);
     }
     const float* weights[2] = {s_, s_ + kSPad};
     if (kind == TileKind::Full)
       return weighted_values<R>(nk, weights, block_values_, acc_ + r0 * dv_pad_);
-    // A masked key weighs exactly 0 and is left out of the values' sum: it cannot bring a
-    // non-finite value row (garbage past a cache's length, a poisoned future key) into a row
-    // that does not see it (0 * inf is NaN). Partial blocks run one row (R = 1).
+    // A masked key is left out of the values' sum: it cannot bring a non-finite value row
+    // (garbage past a cache's length, a poisoned future key) into a row that does not see it
+    // (0 * inf is NaN). A visible key stays in even when its weight is 0 (a -inf logit, an
+    // underflow), as on Full blocks. Partial blocks run one row (R = 1).
     Index n = 0;
     for (Index j = 0; j < nk; ++j) {
-      if (s_[j] == 0.f) continue;
+      if (!visible_[j]) continue;
       w_[n] = s_[j];
       vrow_[n++] = block_values_[j];
     }
@@ -420,6 +421,7 @@ class DecodeRows {
   float* s_;  // [2, kSPad]       two rows' logits, then weights, keys in the lanes
   std::vector<TileKind> kinds_;    // [rows] each row's TileKind for the current block
   const V* block_values_[kBlock];  // the value rows of the current block
+  bool visible_[kBlock];           // a Partial block's keep bits (its one row)
   float w_[kBlock];                // a Partial block's visible weights
   const V* vrow_[kBlock];          // and their value rows
 };
