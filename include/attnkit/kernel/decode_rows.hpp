@@ -1,11 +1,14 @@
 // DecodeRows: the split-KV engine for softmax rows (kernel/split_kv.hpp runs it when the spec
-// allows, see decode_rows_fit()). One item is one KV group over one key chunk: all the rows of
-// the group -- its query heads times Lq -- read each block of kDecodeBlock keys while it is in
-// L1 (bf16/f16 K/V are widened once per block, whatever the number of rows), and each row keeps
-// its logits with the keys in the SIMD lanes: a block of kWidth dot products ends in one
-// transposing horizontal add, the softmax takes one exp per kWidth keys, and the weighted sum
-// of value rows runs in registers. The tile engine (AttentionTiles) puts queries in the lanes
-// instead, which leaves all but one lane idle when a head decodes one token.
+// allows, see decode_rows_fit(), for up to kDecodeRowsMaxQueries query rows per head; paged
+// decode runs it over pages, cache/paged_decode.hpp). One item is one KV group over one key
+// chunk: all the rows of the group -- its query heads times Lq -- read each block of
+// kDecodeBlock keys while it is in L1, and each row keeps its logits with the keys in the
+// SIMD lanes: a block of kWidth dot products ends in one transposing horizontal add, the
+// softmax takes one exp per kWidth keys, and the weighted sum of value rows runs in
+// registers. Two rows that see a whole block share each K/V load (AVX-512: 32 registers
+// hold both rows' queries and accumulators); bf16/f16 K/V are widened in registers as they
+// are loaded. The tile engine (AttentionTiles) puts queries in the lanes instead, which
+// leaves all but one lane idle when a head decodes one token.
 #pragma once
 
 #include <algorithm>

@@ -1,11 +1,12 @@
 // Split-KV: the engine of decode(). A few query rows (Lq <= kMaxDecodeQueries) against a long
 // KV give one query tile per head: the prefill kernel would keep one thread per (batch,
 // head). Here the keys are cut into chunks of kDecodeChunk, the items are (batch, KV head,
-// chunk), shared by the threads; each item runs the query heads of its KV group one after
-// another over the same chunk (its K and V stay in cache: one read from memory per group),
-// giving each row a partial result and row statistic; merge() then combines the chunks of
-// each row in chunk order. Chunking does not depend on the thread count, so the output is
-// bitwise identical for any number of threads.
+// chunk), shared by the threads; each item runs the query rows of its KV group over the same
+// chunk (its K and V stay in cache: one read from memory per group) -- on the row engine
+// (decode_rows.hpp) for softmax specs with up to kDecodeRowsMaxQueries rows per head, else on
+// query tiles, head after head -- giving each row a partial result and row statistic; merge()
+// then combines the chunks of each row in chunk order. Chunking does not depend on the thread
+// count, so the output is bitwise identical for any number of threads.
 #pragma once
 
 #include <algorithm>
