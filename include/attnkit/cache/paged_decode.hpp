@@ -31,6 +31,28 @@ class PagedKv;  // cache/paged_kv.hpp
 
 namespace detail {
 
+/// o[b] = merge() of sequence b's partial results: slots first_slot[b] .. first_slot[b + 1] - 1
+/// of part_out [slots, Hq, Lq, Dv] and part_stat [slots, Hq * Lq] (empty: a normalizer
+/// without row statistic), in slot order; lse, when not null, gets [B, Hq, Lq].
+template <class N, class O>
+void merge_sequences(const N& normalizer, const std::vector<float>& part_out,
+                     const std::vector<float>& part_stat, const std::vector<Index>& first_slot,
+                     const View<O>& o, float* lse) {
+  const Index Hq = o.heads, Lq = o.seq, Dv = o.dim, rows = Hq * Lq;
+  for (std::size_t b = 0; b + 1 < first_slot.size(); ++b) {
+    std::vector<View<const float>> parts;
+    std::vector<const float*> stats;
+    for (Index s = first_slot[b]; s < first_slot[b + 1]; ++s) {
+      parts.push_back(bhsd(part_out.data() + s * rows * Dv, 1, Hq, Lq, Dv));
+      if (!part_stat.empty()) stats.push_back(part_stat.data() + s * rows);
+    }
+    const Index bi = static_cast<Index>(b);
+    const View<O> ob =
+        strided(o.row(bi, 0, 0), {1, Hq, Lq, Dv}, {o.batch_stride, o.head_stride, o.seq_stride});
+    merge(normalizer, parts, stats, ob, lse != nullptr ? lse + bi * rows : nullptr);
+  }
+}
+
 /// paged_decode_rows(spec, q, paged, o, options, q_offset): q_offset[b] is the position of sequence
 /// b's first query row. Inputs are validated by the caller; the policies are checked here per
 /// sequence, before any output is written.
@@ -93,20 +115,7 @@ void paged_decode_rows(const Spec& spec, const View<Q>& q, const PagedKv<T>& pag
     }
   });
 
-  for (Index b = 0; b < B; ++b) {
-    std::vector<View<const float>> parts;
-    std::vector<const float*> stats;
-    for (Index s = first_slot[static_cast<std::size_t>(b)];
-         s < first_slot[static_cast<std::size_t>(b) + 1]; ++s) {
-      parts.push_back(
-          bhsd(static_cast<const float*>(part_out.data()) + s * rows * Dv, 1, Hq, Lq, Dv));
-      stats.push_back(part_stat.data() + s * rows);
-    }
-    const View<O> ob =
-        strided(o.row(b, 0, 0), {1, Hq, Lq, Dv}, {o.batch_stride, o.head_stride, o.seq_stride});
-    merge(spec.normalizer, parts, stats, ob,
-          options.lse != nullptr ? options.lse + b * rows : nullptr);
-  }
+  merge_sequences(spec.normalizer, part_out, part_stat, first_slot, o, options.lse);
 }
 
 }  // namespace detail

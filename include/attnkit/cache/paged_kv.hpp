@@ -475,20 +475,7 @@ void attention_paged(const Spec& spec, const View<Q>& q, const PagedKv<T>& paged
   }
   if (error) std::rethrow_exception(error);
 
-  for (Index b = 0; b < B; ++b) {
-    std::vector<View<const float>> parts;
-    std::vector<const float*> stats;
-    for (Index s = first_slot[static_cast<std::size_t>(b)];
-         s < first_slot[static_cast<std::size_t>(b) + 1]; ++s) {
-      parts.push_back(
-          bhsd(static_cast<const float*>(part_out.data()) + s * part_rows * Dv, 1, Hq, Lq, Dv));
-      if (kStat) stats.push_back(part_stat.data() + s * part_rows);
-    }
-    const View<O> ob =
-        strided(o.row(b, 0, 0), {1, Hq, Lq, Dv}, {o.batch_stride, o.head_stride, o.seq_stride});
-    merge(spec.normalizer, parts, stats, ob,
-          kStat && options.lse != nullptr ? options.lse + b * Hq * Lq : nullptr);
-  }
+  detail::merge_sequences(spec.normalizer, part_out, part_stat, first_slot, o, options.lse);
 }
 
 }  // namespace attnkit
