@@ -76,6 +76,26 @@ std::map<std::string, double>& best_seconds() {
   return r;
 }
 
+// Runs call() once per benchmark iteration and keeps its best wall time under `key` (the best
+// over every repetition): the summary tables read best_seconds().
+template <class Call>
+void time_best(benchmark::State& state, const std::string& key, Call&& call) {
+  double best = 1e300;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    call();
+    best = std::min(
+        best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  double& kept = best_seconds()[key];
+  if (kept == 0 || best < kept) kept = best;
+}
+
+// GB/s of `bytes` read per iteration, as a benchmark counter.
+benchmark::Counter gigabytes_per_second(double bytes) {
+  return benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // Reads every byte of K and V once, summed with SIMD over `threads`: the streaming baseline.
 template <class T>
 float stream(const KvBuffers<T>& buf, int threads) {
@@ -103,13 +123,6 @@ void add(const char* storage, Index len, Index kv_heads) {
     const std::string shape = std::string(storage) + "/Lk:" + std::to_string(len) +
                               "/Hkv:" + std::to_string(kv_heads) +
                               "/threads:" + std::to_string(threads);
-    const auto record = [](benchmark::State& state, const std::string& key, double seconds,
-                           double bytes) {
-      double& best = best_seconds()[key];
-      if (best == 0 || seconds < best) best = seconds;
-      state.counters["GB/s"] =
-          benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-    };
     benchmark::RegisterBenchmark(
         ("decode/" + shape).c_str(),
         [=](benchmark::State& state) {
@@ -117,34 +130,23 @@ void add(const char* storage, Index len, Index kv_heads) {
           std::vector<float> out(static_cast<std::size_t>(kHeads * kDim));
           const auto q = ak::bhsd(static_cast<const float*>(queries().data()), 1, kHeads, 1, kDim);
           const auto o = ak::bhsd(out.data(), 1, kHeads, 1, kDim);
-          double best = 1e300;
-          for (auto _ : state) {
-            const auto start = std::chrono::steady_clock::now();
+          time_best(state, "decode/" + shape, [&] {
             ak::decode(ak::make_spec(ak::Causal{}), q, buf.view(buf.k), buf.view(buf.v), o,
                        ak::Options{}.with_threads(threads));
-            best = std::min(
-                best,
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
             benchmark::DoNotOptimize(out.data());
-          }
-          record(state, "decode/" + shape, best, buf.bytes());
+          });
+          state.counters["GB/s"] = gigabytes_per_second(buf.bytes());
         })
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime();
-    benchmark::RegisterBenchmark(
-        ("stream/" + shape).c_str(),
-        [=](benchmark::State& state) {
-          KvBuffers<T>& buf = kv<T>(len, kv_heads);
-          double best = 1e300;
-          for (auto _ : state) {
-            const auto start = std::chrono::steady_clock::now();
-            benchmark::DoNotOptimize(stream(buf, threads));
-            best = std::min(
-                best,
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-          }
-          record(state, "stream/" + shape, best, buf.bytes());
-        })
+    benchmark::RegisterBenchmark(("stream/" + shape).c_str(),
+                                 [=](benchmark::State& state) {
+                                   KvBuffers<T>& buf = kv<T>(len, kv_heads);
+                                   time_best(state, "stream/" + shape, [&] {
+                                     benchmark::DoNotOptimize(stream(buf, threads));
+                                   });
+                                   state.counters["GB/s"] = gigabytes_per_second(buf.bytes());
+                                 })
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime();
   }
@@ -179,21 +181,13 @@ void add_paged(const char* storage, Index len, Index kv_heads) {
           const ak::PagedKv<T>& pool = paged<T>(len, kv_heads);
           std::vector<float> out(static_cast<std::size_t>(kHeads * kDim));
           const auto q = ak::bhsd(static_cast<const float*>(queries().data()), 1, kHeads, 1, kDim);
-          double best = 1e300;
-          for (auto _ : state) {
-            const auto start = std::chrono::steady_clock::now();
+          time_best(state, "paged/" + shape, [&] {
             ak::attention_paged(ak::make_spec(ak::Causal{}), q, pool,
                                 ak::bhsd(out.data(), 1, kHeads, 1, kDim),
                                 ak::Options{}.with_threads(threads));
-            best = std::min(
-                best,
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
             benchmark::DoNotOptimize(out.data());
-          }
-          double& kept = best_seconds()["paged/" + shape];
-          if (kept == 0 || best < kept) kept = best;
-          state.counters["GB/s"] = benchmark::Counter(
-              kv<T>(len, kv_heads).bytes() / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+          });
+          state.counters["GB/s"] = gigabytes_per_second(kv<T>(len, kv_heads).bytes());
         })
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime();
@@ -215,19 +209,12 @@ void add_prefill(const char* storage) {
               static_cast<std::size_t>(kPrefillLen * kHeads * kDim));
           static std::vector<T> k(f32.k.begin(), f32.k.end()), v(f32.v.begin(), f32.v.end());
           const auto view = [](auto* data) { return ak::bshd(data, 1, kPrefillLen, kHeads, kDim); };
-          double best = 1e300;
-          for (auto _ : state) {
-            const auto start = std::chrono::steady_clock::now();
+          time_best(state, name, [&] {
             ak::attention(
                 ak::make_spec(ak::Causal{}), view(static_cast<const float*>(f32.q.data())),
                 view(static_cast<const T*>(k.data())), view(static_cast<const T*>(v.data())),
                 view(f32.o.data()), ak::Options{}.with_threads(threads));
-            best = std::min(
-                best,
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-          }
-          double& kept = best_seconds()[name];
-          if (kept == 0 || best < kept) kept = best;
+          });
           const double flops = 2.0 * kHeads * double(kPrefillLen) * double(kPrefillLen) * kDim;
           state.counters["GFLOP/s"] =
               benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
