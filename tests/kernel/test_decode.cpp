@@ -246,25 +246,28 @@ TEST_CASE("decode: every decode shape and GQA group matches the reference", "[de
 // KV group sharing each K/V load when both see a whole key block, value slabs of 1 to 8
 // vectors plus a scalar tail. These shapes reach each of those paths on every SIMD width:
 // odd groups (a row left over after the pairs), queries of one head whose blocks differ
-// (Partial on the diagonal, Empty outside a window) and K/V widened in registers.
+// (Partial on the diagonal, Empty outside a window) and K/V widened in registers (bf16 two
+// vectors at a time, in an order of their own: value dims 48 and 136 leave a vector without
+// its pair, 24 and 136 a scalar tail).
 TEST_CASE("decode: the softmax row engine over head dims, value dims and group sizes", "[decode]") {
   struct Heads {
     Index q, kv;
   };
   for (const Index d : {8, 16, 40, 64, 128})
-    for (const Index dv : {Index{0}, Index{24}, Index{136}})
+    for (const Index dv : {Index{0}, Index{24}, Index{48}, Index{136}})
       for (const Heads& h : {Heads{3, 1}, Heads{4, 2}})
         for (const Index lq : {1, 2}) {
           Case c = decode_case(lq, 700, h.q, h.kv, d);
           c.value_dim = dv;
           c.layout = d == 40 ? Layout::Padded : Layout::Bshd;
           check("Softmax, Causal", ak::make_spec(Causal{}), c, Call::Decode);
+          if (lq == 1)
+            check<Eigen::bfloat16>("Softmax, Causal", ak::make_spec(Causal{}), c, Call::Decode);
           if (d == 64 && dv == 0) {
             check("Softmax, Causal & SlidingWindow{100, 0}",
                   ak::make_spec(Causal{} & SlidingWindow{100, 0}), c, Call::Decode);
             check("Softmax, Causal, Softcap{5}", ak::make_spec(Causal{}, ak::Softcap{5.f}), c,
                   Call::Decode);
-            check<Eigen::bfloat16>("Softmax, Causal", ak::make_spec(Causal{}), c, Call::Decode);
             check<Eigen::half>("Softmax, Causal", ak::make_spec(Causal{}), c, Call::Decode);
           }
         }

@@ -332,3 +332,30 @@ TEST_CASE("simd: load_bf16 and load_f16 widen every lane exactly", "[simd][memor
     for (int l = 0; l < kWidth; ++l) CHECK(h[l] == 1.f + float(l) / 1024.f);
   }
 }
+
+TEST_CASE("simd: load_bf16_pair widens 2 kWidth values in the order split_pairs gives",
+          "[simd][memory]") {
+  // Element e holds e - 7.5 (exact in bf16 for e < 64); unaligned on purpose.
+  std::array<std::uint16_t, 2 * kWidth + 1> bits{};
+  std::array<float, 2 * kWidth> memory{};
+  for (int e = 0; e < 2 * kWidth; ++e) {
+    memory[e] = float(e) - 7.5f;
+    std::uint32_t b;
+    std::memcpy(&b, &memory[e], sizeof b);
+    bits[e + 1] = static_cast<std::uint16_t>(b >> 16);
+  }
+  simd::Vec even, odd;
+  simd::load_bf16_pair(bits.data() + 1, even, odd);
+  std::array<float, 2 * kWidth> split{}, joined{};
+  simd::split_pairs(memory.data(), split.data());
+  const Lanes a = lanes_of(even), b = lanes_of(odd);
+  for (int l = 0; l < kWidth; ++l) {
+    INFO("lane " << l);
+    CHECK(a[l] == split[l]);
+    CHECK(b[l] == split[kWidth + l]);
+  }
+  simd::join_pairs(split.data(), joined.data());
+  CHECK(joined == memory);
+  // Where the ISA splits, even lanes hold the even elements (the order the kernels assume).
+  if constexpr (simd::kSplitsBf16Pairs) CHECK(b[0] == memory[1]);
+}

@@ -134,6 +134,7 @@ class DecodeRows {
       if constexpr (transforms_rows<typename Spec::Position>())
         spec_.position.apply(row, d, RowAt{b, h, i, p_.q_len, i + q_offset, Role::Query});
       for (Index c = 0; c < d; ++c) row[c] *= p_.scale;
+      if (kPairsK && q_vectors_ > 0) split_row(row, d);  // as logits_in_registers() reads K
     }
     std::fill(acc_, acc_ + rows_ * dv_pad_, 0.f);
     std::fill(m_, m_ + rows_, kNegInf);
@@ -186,14 +187,38 @@ class DecodeRows {
     select(g);
     for (Index r = 0; r < rows_; ++r) {
       const float l = simd::reduce_add(simd::load(l_ + r * kW)), f = l == 0.f ? 0.f : 1.f / l;
-      for (Index c = 0; c < p_.value_dim; ++c)
-        out[r * p_.value_dim + c] = acc_[r * dv_pad_ + c] * f;
+      float* acc = acc_ + r * dv_pad_;
+      if constexpr (kPairsV) join_row(acc, p_.value_dim / kW * kW);  // as slab() wrote it
+      for (Index c = 0; c < p_.value_dim; ++c) out[r * p_.value_dim + c] = acc[c] * f;
       stat[r] = l == 0.f ? kNegInf : m_[r] + std::log(l);
     }
   }
 
  private:
   static constexpr bool kPair = simd::kRegisters >= 32;
+  // bf16 K / V rows are widened two vectors at a time (simd::load_bf16_pair(): a shift and
+  // an AND, where one vector at a time takes a lane-crossing widen and a shift), in its
+  // order: the queries kept in registers are stored in that order (split_row()), and so are
+  // the value accumulators' whole pairs of vectors until finish() (join_row()). A dot
+  // product or an elementwise sum does not care about the order of its elements.
+  static constexpr bool kPairsK = std::is_same_v<std::remove_const_t<K>, Eigen::bfloat16>;
+  static constexpr bool kPairsV = std::is_same_v<std::remove_const_t<V>, Eigen::bfloat16>;
+
+  // The whole pairs of vectors of row[0, n) from memory order to load_bf16_pair()'s, and back.
+  static void split_row(float* row, Index n) {
+    float pair[2 * kW];
+    for (Index c = 0; c + 2 * kW <= n; c += 2 * kW) {
+      simd::split_pairs(row + c, pair);
+      std::copy(pair, pair + 2 * kW, row + c);
+    }
+  }
+  static void join_row(float* row, Index n) {
+    float pair[2 * kW];
+    for (Index c = 0; c + 2 * kW <= n; c += 2 * kW) {
+      simd::join_pairs(row + c, pair);
+      std::copy(pair, pair + 2 * kW, row + c);
+    }
+  }
 
   // The state the next steps work on: group g's slice (the only one when groups_ = 1).
   void select(Index g) {
@@ -335,24 +360,35 @@ class DecodeRows {
       const K* key = keys + j * ld;
       for (Index t = 0; t < kW; ++t, key += ld) {  // the rows stream in memory order
         simd::Vec a[std::size_t{R}];
-        for (int x = 0; x < R; ++x) a[x] = simd::Vec(0.f);
-        for (int c = 0; c < NQ; ++c) {
-          const simd::Vec kc = widened(key + c * kW);
-          for (int x = 0; x < R; ++x) a[x] = simd::fma(kc, qv[x][c], a[x]);
-        }
+        key_dot<R, NQ>(key, qv, a);
         for (int x = 0; x < R; ++x) part[x][t] = a[x];
       }
       for (int x = 0; x < R; ++x) simd::store(out + x * kSPad + j, simd::transpose_add(part[x]));
     }
     for (; j < nk; ++j) {
-      const K* key = keys + j * ld;
       simd::Vec a[std::size_t{R}];
-      for (int x = 0; x < R; ++x) a[x] = simd::Vec(0.f);
+      key_dot<R, NQ>(keys + j * ld, qv, a);
+      for (int x = 0; x < R; ++x) out[x * kSPad + j] = simd::reduce_add(a[x]);
+    }
+  }
+
+  // a[x] = the lane-wise products of one key row with row x's NQ query vectors, summed over
+  // the vectors (the caller sums the lanes).
+  template <int R, int NQ>
+  static void key_dot(const K* key, const simd::Vec (*qv)[std::size_t{NQ}], simd::Vec* a) {
+    for (int x = 0; x < R; ++x) a[x] = simd::Vec(0.f);
+    if constexpr (kPairsK) {  // NQ is even; the queries are in load_bf16_pair()'s order
+      for (int c = 0; c < NQ; c += 2) {
+        simd::Vec k0, k1;
+        simd::load_bf16_pair(reinterpret_cast<const std::uint16_t*>(key + c * kW), k0, k1);
+        for (int x = 0; x < R; ++x) a[x] = simd::fma(k0, qv[x][c], a[x]);
+        for (int x = 0; x < R; ++x) a[x] = simd::fma(k1, qv[x][c + 1], a[x]);
+      }
+    } else {
       for (int c = 0; c < NQ; ++c) {
         const simd::Vec kc = widened(key + c * kW);
         for (int x = 0; x < R; ++x) a[x] = simd::fma(kc, qv[x][c], a[x]);
       }
-      for (int x = 0; x < R; ++x) out[x * kSPad + j] = simd::reduce_add(a[x]);
     }
   }
 
@@ -434,7 +470,15 @@ class DecodeRows {
       simd::Vec wj[std::size_t{R}];
       for (int x = 0; x < R; ++x) wj[x] = simd::Vec(w[x][j]);
       const V* value = rows[j] + c0;
-      for (int t = 0; t < N; ++t) {
+      int t = 0;
+      if constexpr (kPairsV)  // c0 is a multiple of 2 kW: whole pairs in split order
+        for (; t + 1 < N; t += 2) {
+          simd::Vec v0, v1;
+          simd::load_bf16_pair(reinterpret_cast<const std::uint16_t*>(value + t * kW), v0, v1);
+          for (int x = 0; x < R; ++x) a[x][t] = simd::fma(wj[x], v0, a[x][t]);
+          for (int x = 0; x < R; ++x) a[x][t + 1] = simd::fma(wj[x], v1, a[x][t + 1]);
+        }
+      for (; t < N; ++t) {
         const simd::Vec vt = widened(value + t * kW);
         for (int x = 0; x < R; ++x) a[x][t] = simd::fma(wj[x], vt, a[x][t]);
       }

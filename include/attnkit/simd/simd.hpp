@@ -273,6 +273,57 @@ inline Vec load_bf16(const std::uint16_t* src) {
 #endif
 }
 
+/// True when load_bf16_pair() splits even and odd elements (AVX-512, AVX2); elsewhere it
+/// returns the two vectors in memory order.
+#if !defined(ATTNKIT_NO_SIMD) && (defined(__AVX512F__) || defined(__AVX2__))
+inline constexpr bool kSplitsBf16Pairs = true;
+#else
+inline constexpr bool kSplitsBf16Pairs = false;
+#endif
+
+/// The 2 kWidth f32 values of the bfloat16 bits at src, widened in registers with one shift
+/// and one AND (no lane crossing, no load per vector): where kSplitsBf16Pairs, `even` holds
+/// elements 0, 2, .., 2 kWidth - 2 and `odd` elements 1, 3, ..; elsewhere `even` holds
+/// elements 0 .. kWidth - 1 and `odd` the rest. split_pairs() and join_pairs() convert
+/// between that order and memory order.
+inline void load_bf16_pair(const std::uint16_t* src, Vec& even, Vec& odd) {
+#if !defined(ATTNKIT_NO_SIMD) && defined(__AVX512F__)
+  __m512i w = _mm512_loadu_si512(src);
+#if defined(__GNUC__) || defined(__clang__)
+  asm("" : "+v"(w));  // one load for both halves (see in_register())
+#endif
+  even = Vec(_mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, w, 16)));
+  odd = Vec(_mm512_castsi512_ps(
+      _mm512_maskz_and_epi32(0xFFFF, w, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)))));
+#elif !defined(ATTNKIT_NO_SIMD) && defined(__AVX2__)
+  __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+#if defined(__GNUC__) || defined(__clang__)
+  asm("" : "+x"(w));
+#endif
+  even = Vec(_mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+  odd = Vec(
+      _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)))));
+#else
+  even = load_bf16(src);
+  odd = load_bf16(src + kWidth);
+#endif
+}
+
+/// The memory index of element i of load_bf16_pair()'s order (i < 2 kWidth).
+constexpr int pair_element(int i) {
+  return !kSplitsBf16Pairs ? i : i < kWidth ? 2 * i : 2 * (i - kWidth) + 1;
+}
+
+/// dst[0, 2 kWidth) = src[0, 2 kWidth) in load_bf16_pair()'s order (src and dst distinct).
+inline void split_pairs(const float* src, float* dst) {
+  for (int i = 0; i < 2 * kWidth; ++i) dst[i] = src[pair_element(i)];
+}
+
+/// The inverse: dst[0, 2 kWidth) in memory order from src in load_bf16_pair()'s order.
+inline void join_pairs(const float* src, float* dst) {
+  for (int i = 0; i < 2 * kWidth; ++i) dst[pair_element(i)] = src[i];
+}
+
 /// True when load_f16() converts in registers (F16C, or AVX-512's conversions).
 #if !defined(ATTNKIT_NO_SIMD) && (defined(__AVX512F__) || (defined(__AVX2__) && defined(__F16C__)))
 inline constexpr bool kWidensF16 = true;
