@@ -11,6 +11,7 @@
 
 #include <attnkit/attnkit.hpp>  // first: see simd.hpp on GCC 12 and <immintrin.h>
 #include <attnkit/cache/paged_kv.hpp>
+#include <attnkit/detail/aligned.hpp>  // the K/V buffers
 // clang-format off
 #include <Eigen/Core>
 // clang-format on
@@ -34,10 +35,11 @@ namespace {
 
 constexpr Index kHeads = 32, kDim = 128;
 
-// K and V of one (Lk, Hkv) in storage T, filled with a cheap deterministic pattern.
+// K and V of one (Lk, Hkv) in storage T, filled with a cheap deterministic pattern; 64-byte
+// aligned, as the storage of KvCache and PagedKv.
 template <class T>
 struct KvBuffers {
-  std::vector<T> k, v;
+  ak::detail::AlignedVector<T> k, v;
   Index len, kv_heads;
   KvBuffers(Index l, Index h) : len(l), kv_heads(h) {
     const auto n = static_cast<std::size_t>(l * h * kDim);
@@ -50,7 +52,7 @@ struct KvBuffers {
       v[i] = T(float(int(x >> 12) - (1 << 19)) * (1.f / float(1 << 19)));
     }
   }
-  ak::View<const T> view(const std::vector<T>& t) const {
+  ak::View<const T> view(const ak::detail::AlignedVector<T>& t) const {
     return ak::bhsd(t.data(), 1, kv_heads, len, kDim);
   }
   double bytes() const { return 2.0 * double(k.size()) * sizeof(T); }

@@ -16,6 +16,7 @@
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_exception.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
+#include <cstdint>
 #include <vector>
 
 #include "support/attnkit_test.hpp"
@@ -165,6 +166,21 @@ TEST_CASE("KvCache: views, capacity and clear", "[cache][kv_cache]") {
   cache.append(k.cview(), v.cview());
   cache.append(k.cview(), v.cview());
   CHECK(cache.length() == 8);
+}
+
+TEST_CASE("KvCache: storage starts on a cache line, and on a huge page from 2 MiB on",
+          "[cache][kv_cache]") {
+  const auto address = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p); };
+  const ak::KvCache<Eigen::bfloat16> small(1, 3, 7, 24);  // 1 KiB: line-aligned
+  CHECK(address(small.keys().data) % 64 == 0);
+  CHECK(address(small.values().data) % 64 == 0);
+  const ak::KvCache<float> large(1, 2, 4096, 128);  // 4 MiB each: huge-page aligned
+  CHECK(address(large.keys().data) % (std::uintptr_t{2} << 20) == 0);
+  CHECK(address(large.values().data) % (std::uintptr_t{2} << 20) == 0);
+  // The allocator hands back what it took (ASan checks the alignment it frees with).
+  ak::detail::AlignedVector<float> grown(10);
+  for (int i = 0; i < 20; ++i) grown.resize(grown.size() * 2);  // 64 B .. 40 MiB
+  CHECK(address(grown.data()) % (std::uintptr_t{2} << 20) == 0);
 }
 
 TEST_CASE("KvCache: bad appends throw before anything is written", "[cache][kv_cache][errors]") {

@@ -19,6 +19,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "attnkit/detail/aligned.hpp"
 #include "attnkit/detail/checked.hpp"
 #include "attnkit/detail/pack.hpp"
 #include "attnkit/detail/traits.hpp"
@@ -161,15 +162,15 @@ class KvCache {
     return k.seq;
   }
 
-  static detail::ByteSpan span_of(const std::vector<T>& data) {
+  static detail::ByteSpan span_of(const detail::AlignedVector<T>& data) {
     const auto begin = reinterpret_cast<std::uintptr_t>(data.data());
     return {begin, begin + data.size() * sizeof(T)};
   }
 
   Index batch_, heads_, capacity_, dim_, value_dim_;
   Index length_ = 0;
-  std::vector<T> keys_;    // [batch, kv_heads, capacity, head_dim]
-  std::vector<T> values_;  // [batch, kv_heads, capacity, value_dim]
+  detail::AlignedVector<T> keys_;    // [batch, kv_heads, capacity, head_dim]
+  detail::AlignedVector<T> values_;  // [batch, kv_heads, capacity, value_dim]
 };
 
 }  // namespace attnkit

@@ -53,6 +53,7 @@
 #endif
 
 #include "attnkit/cache/paged_decode.hpp"
+#include "attnkit/detail/aligned.hpp"
 #include "attnkit/detail/checked.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/detail/view_checks.hpp"
@@ -279,14 +280,14 @@ class PagedKv {
     for (Index c = 0; c < dim; ++c) dst[c] = static_cast<D>(static_cast<float>(src[c]));
   }
 
-  static detail::ByteSpan span_of(const std::vector<T>& data) {
+  static detail::ByteSpan span_of(const detail::AlignedVector<T>& data) {
     const auto begin = reinterpret_cast<std::uintptr_t>(data.data());
     return {begin, begin + data.size() * sizeof(T)};
   }
 
   Index pages_, heads_, page_size_, dim_, value_dim_;
-  std::vector<T> keys_;                     // [num_pages, kv_heads, page_size, head_dim]
-  std::vector<T> values_;                   // [num_pages, kv_heads, page_size, value_dim]
+  detail::AlignedVector<T> keys_;           // [num_pages, kv_heads, page_size, head_dim]
+  detail::AlignedVector<T> values_;         // [num_pages, kv_heads, page_size, value_dim]
   std::vector<Index> free_;                 // free pages, the next one at the back
   std::vector<Index> owner_;                // [num_pages] owning sequence, -1: free
   std::vector<std::vector<Index>> tables_;  // per sequence: its pages in order

@@ -8,13 +8,14 @@
 #include <memory>
 #include <new>
 
+#include "attnkit/detail/aligned.hpp"
 #include "attnkit/tensor.hpp"
 
 namespace attnkit::detail {
 
 class Scratch {
  public:
-  static constexpr std::size_t kAlign = 64;
+  static constexpr std::size_t kAlign = kCacheLine;
 
   explicit Scratch(Index floats) : data_(allocate(floats)), size_(floats) {}
 
