@@ -59,6 +59,13 @@ namespace detail {
 
 inline constexpr Index kMaxLseRows = Index{1} << 60;  // LSE bytes fit in Index
 
+/// The logit scale of a call: Options.scale when set, else 1 / sqrt(head_dim) (0 for an
+/// empty head dim, which Problem::validate() refuses).
+inline float scale_for(const Options& options, Index head_dim) {
+  if (options.scale) return *options.scale;
+  return head_dim > 0 ? 1.f / std::sqrt(static_cast<float>(head_dim)) : 0.f;
+}
+
 inline void require_dim(Index actual, Index expected, const std::string& what,
                         const std::string& source) {
   require(actual == expected, what, std::to_string(expected) + " (" + source + ")", actual);
@@ -116,8 +123,7 @@ Problem make_problem(const View<Q>& q, const View<K>& k, const View<V>& v, const
   p.kv_len = k.seq;
   p.head_dim = q.dim;
   p.value_dim = v.dim;
-  p.scale = options.scale ? *options.scale
-                          : (q.dim > 0 ? 1.f / std::sqrt(static_cast<float>(q.dim)) : 0.f);
+  p.scale = detail::scale_for(options, q.dim);
   p.q_offset = options.q_offset ? *options.q_offset : p.kv_len - p.q_len;
   p.threads = options.threads;
   p.validate();

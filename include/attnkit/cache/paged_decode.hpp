@@ -69,7 +69,7 @@ void paged_decode_rows(const Spec& spec, const View<Q>& q, const PagedKv<T>& pag
   p.q_len = Lq;
   p.head_dim = q.dim;
   p.value_dim = Dv;
-  p.scale = options.scale ? *options.scale : 1.f / std::sqrt(static_cast<float>(q.dim));
+  p.scale = scale_for(options, q.dim);
   p.threads = options.threads;
   for (Index b = 0; b < B; ++b) {  // the policies see each sequence's own length and offset
     Problem pb = p;

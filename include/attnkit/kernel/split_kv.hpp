@@ -38,6 +38,18 @@ const N& chunk_normalizer(const N& n) {
   return n;
 }
 
+// Item `item` of a split-KV call: batch b, KV head g and chunk c (the fastest), whose keys
+// are [c * kDecodeChunk, min(kv_len, (c + 1) * kDecodeChunk)).
+struct SplitItem {
+  Index b, g, c;
+  Range keys;
+};
+inline SplitItem split_item(const Problem& p, Index chunks, Index item) {
+  const Index c = item % chunks, bg = item / chunks;
+  return {bg / p.kv_heads, bg % p.kv_heads, c,
+          Range{c * kDecodeChunk, std::min(p.kv_len, (c + 1) * kDecodeChunk)}};
+}
+
 // The split-KV items on AttentionTiles (any one-pass spec): each item runs the query heads of
 // its KV group one after another over its chunk.
 template <class Spec, class Q, class K, class V, class O>
@@ -57,13 +69,12 @@ void run_split_kv_tiles(const Spec& part_spec, const Problem& p, const View<Q>& 
     tiles.emplace_back(part_spec, p, q, k, v, o, nullptr, key_scale.data());
 
   const auto run_item = [&](Tiles& mine, Index item) {
-    const Index c = item % chunks, bg = item / chunks;
-    const Index b = bg / p.kv_heads, g = bg % p.kv_heads;
-    const Range keys{c * kDecodeChunk, std::min(p.kv_len, (c + 1) * kDecodeChunk)};
-    for (Index h = g * group; h < (g + 1) * group; ++h) {
-      const Index row = (b * p.q_heads + h) * p.q_len;
-      mine.run_part(b, h, 0, p.q_len, keys, part_out.data() + (c * rows + row) * p.value_dim,
-                    p.value_dim, kStat ? part_stat.data() + c * rows + row : nullptr);
+    const SplitItem it = split_item(p, chunks, item);
+    for (Index h = it.g * group; h < (it.g + 1) * group; ++h) {
+      const Index row = (it.b * p.q_heads + h) * p.q_len;
+      mine.run_part(it.b, h, 0, p.q_len, it.keys,
+                    part_out.data() + (it.c * rows + row) * p.value_dim, p.value_dim,
+                    kStat ? part_stat.data() + it.c * rows + row : nullptr);
     }
   };
   for_each_item(tiles, items, run_item);
@@ -93,11 +104,10 @@ void run_split_kv(const Spec& spec, const Problem& p, const View<Q>& q, const Vi
     std::deque<DecodeRows<Spec, Q, K, V>> engines;
     for (int t = 0; t < threads_for(p.threads, items); ++t) engines.emplace_back(spec, p, q);
     for_each_item(engines, items, [&](DecodeRows<Spec, Q, K, V>& mine, Index item) {
-      const Index c = item % chunks, bg = item / chunks;
-      const Index b = bg / p.kv_heads, g = bg % p.kv_heads;
-      const Index row = (b * p.q_heads + g * group) * p.q_len;
-      mine.run(b, g, k, v, Range{c * kDecodeChunk, std::min(p.kv_len, (c + 1) * kDecodeChunk)},
-               part_out.data() + (c * rows + row) * p.value_dim, part_stat.data() + c * rows + row);
+      const SplitItem it = split_item(p, chunks, item);
+      const Index row = (it.b * p.q_heads + it.g * group) * p.q_len;
+      mine.run(it.b, it.g, k, v, it.keys, part_out.data() + (it.c * rows + row) * p.value_dim,
+               part_stat.data() + it.c * rows + row);
     });
   } else {
     Spec part_spec = spec;

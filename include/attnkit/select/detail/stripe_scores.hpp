@@ -44,8 +44,7 @@ Problem stripe_problem(const View<Q>& q, const View<K>& k, const Params& params,
   p.q_len = q.seq;
   p.kv_len = k.seq;
   p.head_dim = p.value_dim = q.dim;
-  p.scale = options.scale ? *options.scale
-                          : (q.dim > 0 ? 1.f / std::sqrt(static_cast<float>(q.dim)) : 0.f);
+  p.scale = detail::scale_for(options, q.dim);
   p.q_offset = options.q_offset ? *options.q_offset : p.kv_len - p.q_len;
   p.threads = options.threads;
   p.validate();
