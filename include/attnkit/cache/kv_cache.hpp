@@ -19,7 +19,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "attnkit/detail/aligned.hpp"
+#include "attnkit/cache/kv_storage.hpp"
 #include "attnkit/detail/checked.hpp"
 #include "attnkit/detail/pack.hpp"
 #include "attnkit/detail/traits.hpp"
@@ -43,35 +43,21 @@ class KvCache {
   /// whose element count overflows.
   KvCache(Index batch, Index kv_heads, Index capacity, Index head_dim, Index value_dim = 0)
       : batch_(batch),
-        heads_(kv_heads),
         capacity_(capacity),
-        dim_(head_dim),
-        value_dim_(value_dim > 0 ? value_dim : head_dim) {
-    using detail::require;
-    require(batch >= 0, "KvCache.batch", ">= 0", batch);
-    require(kv_heads >= 1, "KvCache.kv_heads", ">= 1", kv_heads);
-    require(capacity >= 0, "KvCache.capacity", ">= 0", capacity);
-    require(head_dim >= 1, "KvCache.head_dim", ">= 1", head_dim);
-    require(value_dim >= 0, "KvCache.value_dim", ">= 0 (0: head_dim)", value_dim);
-    Index k_elems = 0, v_elems = 0;
-    require(detail::checked_product({batch, kv_heads, capacity, dim_}, &k_elems) &&
-                detail::checked_product({batch, kv_heads, capacity, value_dim_}, &v_elems),
-            "KvCache", "batch * kv_heads * capacity * dim that fits in Index", "an overflow");
-    keys_.assign(static_cast<std::size_t>(k_elems), T(0.f));
-    values_.assign(static_cast<std::size_t>(v_elems), T(0.f));
-  }
+        storage_({"KvCache", "batch", "capacity", 0}, batch, kv_heads, capacity, head_dim,
+                 value_dim) {}
 
   Index batch() const { return batch_; }
-  Index kv_heads() const { return heads_; }
-  Index head_dim() const { return dim_; }
-  Index value_dim() const { return value_dim_; }
+  Index kv_heads() const { return storage_.kv_heads(); }
+  Index head_dim() const { return storage_.head_dim(); }
+  Index value_dim() const { return storage_.value_dim(); }
   Index capacity() const { return capacity_; }
   /// Positions filled, the same for every sequence of the batch.
   Index length() const { return length_; }
 
   /// The filled keys [batch, kv_heads, length, head_dim] and values [..., value_dim].
-  View<const T> keys() const { return filled(keys_.data(), dim_); }
-  View<const T> values() const { return filled(values_.data(), value_dim_); }
+  View<const T> keys() const { return storage_.keys(0, batch_, length_); }
+  View<const T> values() const { return storage_.values(0, batch_, length_); }
 
   /// Forgets every position (storage kept).
   void clear() { length_ = 0; }
@@ -100,77 +86,45 @@ class KvCache {
     const Index n = check_new(k_new, v_new);
     if constexpr (kTurns) {
       if constexpr (detail::has_validate<Position>::value)
-        position.validate(0, length_ + n, 0, batch_, heads_);
-      detail::validate_head_dim_of(position, dim_);
+        position.validate(0, length_ + n, 0, batch_, kv_heads());
+      detail::validate_head_dim_of(position, head_dim());
     }
-    std::vector<float> row(static_cast<std::size_t>(dim_));  // [head_dim]
+    const Index d = head_dim();
+    std::vector<float> row(static_cast<std::size_t>(d));  // [head_dim]
     for (Index b = 0; b < batch_; ++b)
-      for (Index h = 0; h < heads_; ++h)
+      for (Index h = 0; h < kv_heads(); ++h)
         for (Index s = 0; s < n; ++s) {
           const Index at = length_ + s;
-          copy_row(v_new.row(b, h, s), value_dim_, slot(values_.data(), value_dim_, b, h, at));
+          storage_.put_value(b, h, at, v_new.row(b, h, s));
           if constexpr (kTurns) {
-            copy_row(k_new.row(b, h, s), dim_, row.data());
-            position.apply(row.data(), dim_, RowAt{b, h, at, length_ + n, at, Role::Key});
-            copy_row(row.data(), dim_, slot(keys_.data(), dim_, b, h, at));
+            const K* src = k_new.row(b, h, s);
+            for (Index c = 0; c < d; ++c) row.data()[c] = static_cast<float>(src[c]);
+            position.apply(row.data(), d, RowAt{b, h, at, length_ + n, at, Role::Key});
+            storage_.put_key(b, h, at, row.data());
           } else {
-            copy_row(k_new.row(b, h, s), dim_, slot(keys_.data(), dim_, b, h, at));
+            storage_.put_key(b, h, at, k_new.row(b, h, s));
           }
         }
     length_ += n;
   }
 
  private:
-  template <class S, class D>
-  static void copy_row(const S* src, Index dim, D* dst) {
-    for (Index c = 0; c < dim; ++c) dst[c] = static_cast<D>(static_cast<float>(src[c]));
-  }
-
-  template <class U>
-  U* slot(U* base, Index dim, Index b, Index h, Index s) const {
-    return base + ((b * heads_ + h) * capacity_ + s) * dim;
-  }
-
-  View<const T> filled(const T* base, Index dim) const {
-    return strided(base, {batch_, heads_, length_, dim},
-                   {heads_ * capacity_ * dim, capacity_ * dim, dim});
-  }
-
   // Every check of append(); returns n, the number of new positions.
   template <class K, class V>
   Index check_new(const View<K>& k, const View<V>& v) const {
-    using detail::require;
-    using detail::require_dim;
-    detail::check_view(k, "k_new");
-    detail::check_view(v, "v_new");
-    require_dim(k.batch, batch_, "k_new.batch", "KvCache.batch");
-    require_dim(k.heads, heads_, "k_new.heads", "KvCache.kv_heads");
-    require_dim(k.dim, dim_, "k_new.dim", "KvCache.head_dim");
-    require_dim(v.batch, batch_, "v_new.batch", "KvCache.batch");
-    require_dim(v.heads, heads_, "v_new.heads", "KvCache.kv_heads");
-    require_dim(v.seq, k.seq, "v_new.seq", "k_new.seq");
-    require_dim(v.dim, value_dim_, "v_new.dim", "KvCache.value_dim");
-    require(k.seq <= capacity_ - length_, "KvCache::append: new positions",
-            "<= capacity - length = " + std::to_string(capacity_ - length_) + " (capacity " +
-                std::to_string(capacity_) + ")",
-            k.seq);
-    const detail::ByteSpan mine[2] = {span_of(keys_), span_of(values_)};
-    for (const detail::ByteSpan& s : mine) {
-      detail::require_disjoint(detail::byte_span(k), "k_new", s, "the cache's storage");
-      detail::require_disjoint(detail::byte_span(v), "v_new", s, "the cache's storage");
-    }
+    storage_.check_new(k, v, "the cache's storage");
+    detail::require_dim(k.batch, batch_, "k_new.batch", "KvCache.batch");
+    detail::require_dim(v.batch, batch_, "v_new.batch", "KvCache.batch");
+    detail::require(k.seq <= capacity_ - length_, "KvCache::append: new positions",
+                    "<= capacity - length = " + std::to_string(capacity_ - length_) +
+                        " (capacity " + std::to_string(capacity_) + ")",
+                    k.seq);
     return k.seq;
   }
 
-  static detail::ByteSpan span_of(const detail::AlignedVector<T>& data) {
-    const auto begin = reinterpret_cast<std::uintptr_t>(data.data());
-    return {begin, begin + data.size() * sizeof(T)};
-  }
-
-  Index batch_, heads_, capacity_, dim_, value_dim_;
+  Index batch_, capacity_;
   Index length_ = 0;
-  detail::AlignedVector<T> keys_;    // [batch, kv_heads, capacity, head_dim]
-  detail::AlignedVector<T> values_;  // [batch, kv_heads, capacity, value_dim]
+  detail::KvStorage<T> storage_;  // [batch, kv_heads, capacity, head_dim | value_dim]
 };
 
 }  // namespace attnkit

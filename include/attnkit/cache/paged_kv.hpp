@@ -52,8 +52,8 @@
 #include <omp.h>
 #endif
 
+#include "attnkit/cache/kv_storage.hpp"
 #include "attnkit/cache/paged_decode.hpp"
-#include "attnkit/detail/aligned.hpp"
 #include "attnkit/detail/checked.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/detail/view_checks.hpp"
@@ -87,31 +87,18 @@ class PagedKv {
   /// or a size whose element count overflows.
   PagedKv(Index num_pages, Index kv_heads, Index page_size, Index head_dim, Index value_dim = 0)
       : pages_(num_pages),
-        heads_(kv_heads),
         page_size_(page_size),
-        dim_(head_dim),
-        value_dim_(value_dim > 0 ? value_dim : head_dim) {
-    using detail::require;
-    require(num_pages >= 0, "PagedKv.num_pages", ">= 0", num_pages);
-    require(kv_heads >= 1, "PagedKv.kv_heads", ">= 1", kv_heads);
-    require(page_size >= 1, "PagedKv.page_size", ">= 1", page_size);
-    require(head_dim >= 1, "PagedKv.head_dim", ">= 1", head_dim);
-    require(value_dim >= 0, "PagedKv.value_dim", ">= 0 (0: head_dim)", value_dim);
-    Index k_elems = 0, v_elems = 0;
-    require(detail::checked_product({num_pages, kv_heads, page_size, dim_}, &k_elems) &&
-                detail::checked_product({num_pages, kv_heads, page_size, value_dim_}, &v_elems),
-            "PagedKv", "num_pages * kv_heads * page_size * dim that fits in Index", "an overflow");
-    keys_.assign(static_cast<std::size_t>(k_elems), T(0.f));
-    values_.assign(static_cast<std::size_t>(v_elems), T(0.f));
+        storage_({"PagedKv", "num_pages", "page_size", 1}, num_pages, kv_heads, page_size, head_dim,
+                 value_dim) {
     owner_.assign(static_cast<std::size_t>(num_pages), -1);
     for (Index p = num_pages - 1; p >= 0; --p) free_.push_back(p);  // lowest page first
   }
 
   Index num_pages() const { return pages_; }
-  Index kv_heads() const { return heads_; }
+  Index kv_heads() const { return storage_.kv_heads(); }
   Index page_size() const { return page_size_; }
-  Index head_dim() const { return dim_; }
-  Index value_dim() const { return value_dim_; }
+  Index head_dim() const { return storage_.head_dim(); }
+  Index value_dim() const { return storage_.value_dim(); }
   Index free_pages() const { return static_cast<Index>(free_.size()); }
   Index sequences() const { return static_cast<Index>(tables_.size()); }
 
@@ -129,25 +116,21 @@ class PagedKv {
 
   /// Page `page` of the pool, all page_size positions: K [1, kv_heads, page_size, head_dim],
   /// V [..., value_dim] (writable: fill pages installed by assign()). Error if out of range.
-  View<T> key_page(Index page) {
-    return page_view(keys_.data(), dim_, check_page(page), page_size_);
-  }
-  View<T> value_page(Index page) {
-    return page_view(values_.data(), value_dim_, check_page(page), page_size_);
-  }
+  View<T> key_page(Index page) { return storage_.keys(check_page(page), 1, page_size_); }
+  View<T> value_page(Index page) { return storage_.values(check_page(page), 1, page_size_); }
   View<const T> key_page(Index page) const {
-    return page_view(keys_.data(), dim_, check_page(page), page_size_);
+    return storage_.keys(check_page(page), 1, page_size_);
   }
   View<const T> value_page(Index page) const {
-    return page_view(values_.data(), value_dim_, check_page(page), page_size_);
+    return storage_.values(check_page(page), 1, page_size_);
   }
 
   /// The filled rows of the p-th page of sequence seq's block table (no copy).
   View<const T> sequence_keys(Index seq, Index p) const {
-    return page_view(keys_.data(), dim_, table_page(seq, p), rows_in(seq, p));
+    return storage_.keys(table_page(seq, p), 1, rows_in(seq, p));
   }
   View<const T> sequence_values(Index seq, Index p) const {
-    return page_view(values_.data(), value_dim_, table_page(seq, p), rows_in(seq, p));
+    return storage_.values(table_page(seq, p), 1, rows_in(seq, p));
   }
 
   /// Appends k_new [1, kv_heads, n, head_dim], v_new [1, kv_heads, n, value_dim] (any storage
@@ -161,20 +144,9 @@ class PagedKv {
     using detail::require;
     using detail::require_dim;
     check_seq(seq);
-    detail::check_view(k_new, "k_new");
-    detail::check_view(v_new, "v_new");
+    storage_.check_new(k_new, v_new, "the pool's storage");
     require_dim(k_new.batch, 1, "k_new.batch", "1 (one sequence)");
     require_dim(v_new.batch, 1, "v_new.batch", "1 (one sequence)");
-    require_dim(k_new.heads, heads_, "k_new.heads", "PagedKv.kv_heads");
-    require_dim(v_new.heads, heads_, "v_new.heads", "PagedKv.kv_heads");
-    require_dim(k_new.dim, dim_, "k_new.dim", "PagedKv.head_dim");
-    require_dim(v_new.dim, value_dim_, "v_new.dim", "PagedKv.value_dim");
-    require_dim(v_new.seq, k_new.seq, "v_new.seq", "k_new.seq");
-    const detail::ByteSpan mine[2] = {span_of(keys_), span_of(values_)};
-    for (const detail::ByteSpan& s : mine) {
-      detail::require_disjoint(detail::byte_span(k_new), "k_new", s, "the pool's storage");
-      detail::require_disjoint(detail::byte_span(v_new), "v_new", s, "the pool's storage");
-    }
     std::vector<Index>& table = tables_[static_cast<std::size_t>(seq)];
     Index& len = lengths_[static_cast<std::size_t>(seq)];
     const Index n = k_new.seq;
@@ -190,9 +162,9 @@ class PagedKv {
     for (Index s = 0; s < n; ++s) {
       const Index at = len + s;
       const Index page = table[static_cast<std::size_t>(at / page_size_)], r = at % page_size_;
-      for (Index h = 0; h < heads_; ++h) {
-        copy_row(k_new.row(0, h, s), dim_, slot(keys_.data(), dim_, page, h, r));
-        copy_row(v_new.row(0, h, s), value_dim_, slot(values_.data(), value_dim_, page, h, r));
+      for (Index h = 0; h < kv_heads(); ++h) {
+        storage_.put_key(page, h, r, k_new.row(0, h, s));
+        storage_.put_value(page, h, r, v_new.row(0, h, s));
       }
     }
     len += n;
@@ -264,32 +236,10 @@ class PagedKv {
     return std::min(page_size_, length(seq) - p * page_size_);
   }
 
-  template <class U>
-  View<U> page_view(U* base, Index dim, Index page, Index rows) const {
-    return strided(base + page * heads_ * page_size_ * dim, {1, heads_, rows, dim},
-                   {heads_ * page_size_ * dim, page_size_ * dim, dim});
-  }
-
-  template <class U>
-  U* slot(U* base, Index dim, Index page, Index h, Index r) const {
-    return base + ((page * heads_ + h) * page_size_ + r) * dim;
-  }
-
-  template <class S, class D>
-  static void copy_row(const S* src, Index dim, D* dst) {
-    for (Index c = 0; c < dim; ++c) dst[c] = static_cast<D>(static_cast<float>(src[c]));
-  }
-
-  static detail::ByteSpan span_of(const detail::AlignedVector<T>& data) {
-    const auto begin = reinterpret_cast<std::uintptr_t>(data.data());
-    return {begin, begin + data.size() * sizeof(T)};
-  }
-
-  Index pages_, heads_, page_size_, dim_, value_dim_;
-  detail::AlignedVector<T> keys_;           // [num_pages, kv_heads, page_size, head_dim]
-  detail::AlignedVector<T> values_;         // [num_pages, kv_heads, page_size, value_dim]
-  std::vector<Index> free_;                 // free pages, the next one at the back
-  std::vector<Index> owner_;                // [num_pages] owning sequence, -1: free
+  Index pages_, page_size_;
+  detail::KvStorage<T> storage_;  // [num_pages, kv_heads, page_size, head_dim | value_dim]
+  std::vector<Index> free_;       // free pages, the next one at the back
+  std::vector<Index> owner_;      // [num_pages] owning sequence, -1: free
   std::vector<std::vector<Index>> tables_;  // per sequence: its pages in order
   std::vector<Index> lengths_;              // per sequence
 };

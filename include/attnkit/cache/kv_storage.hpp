@@ -1,0 +1,133 @@
+// KvStorage<T>: the K and V arrays that KvCache and PagedKv own -- K [outer, kv_heads,
+// positions, head_dim] and V [..., value_dim], zero-filled, on cache lines and huge pages
+// (detail::AlignedVector) -- with their size checks, views, the checks of rows to append
+// and the row writes. The outer index is a KvCache's batch and a PagedKv's page; positions
+// are a KvCache's capacity and a page's size. The owners keep their lengths and tables.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "attnkit/detail/aligned.hpp"
+#include "attnkit/detail/checked.hpp"
+#include "attnkit/detail/view_checks.hpp"
+#include "attnkit/error.hpp"
+#include "attnkit/problem.hpp"
+#include "attnkit/tensor.hpp"
+
+namespace attnkit::detail {
+
+template <class T>
+class KvStorage {
+ public:
+  /// How the owner names its sizes in error messages, and the fewest positions it allows.
+  struct Names {
+    const char* owner;      // "KvCache"
+    const char* outer;      // "batch"
+    const char* positions;  // "capacity"
+    Index min_positions;
+  };
+
+  /// Throws Error on a negative outer count, positions under names.min_positions, a zero
+  /// head or head_dim, a negative value_dim (0: head_dim), or an element count that
+  /// overflows.
+  KvStorage(const Names& names, Index outer, Index kv_heads, Index positions, Index head_dim,
+            Index value_dim)
+      : owner_(names.owner),
+        heads_(kv_heads),
+        positions_(positions),
+        dim_(head_dim),
+        value_dim_(value_dim > 0 ? value_dim : head_dim) {
+    const std::string at = owner_ + ".";
+    require(outer >= 0, at + names.outer, ">= 0", outer);
+    require(kv_heads >= 1, at + "kv_heads", ">= 1", kv_heads);
+    require(positions >= names.min_positions, at + names.positions,
+            ">= " + std::to_string(names.min_positions), positions);
+    require(head_dim >= 1, at + "head_dim", ">= 1", head_dim);
+    require(value_dim >= 0, at + "value_dim", ">= 0 (0: head_dim)", value_dim);
+    Index k_elems = 0, v_elems = 0;
+    require(
+        checked_product({outer, kv_heads, positions, dim_}, &k_elems) &&
+            checked_product({outer, kv_heads, positions, value_dim_}, &v_elems),
+        owner_,
+        std::string(names.outer) + " * kv_heads * " + names.positions + " * dim that fits in Index",
+        "an overflow");
+    keys_.assign(static_cast<std::size_t>(k_elems), T(0.f));
+    values_.assign(static_cast<std::size_t>(v_elems), T(0.f));
+  }
+
+  Index kv_heads() const { return heads_; }
+  Index head_dim() const { return dim_; }
+  Index value_dim() const { return value_dim_; }
+
+  /// Rows [0, rows) of outer indices [o, o + count): K [count, kv_heads, rows, head_dim] and
+  /// V [..., value_dim], strided views of the storage.
+  View<const T> keys(Index o, Index count, Index rows) const {
+    return view(keys_.data(), dim_, o, count, rows);
+  }
+  View<const T> values(Index o, Index count, Index rows) const {
+    return view(values_.data(), value_dim_, o, count, rows);
+  }
+  View<T> keys(Index o, Index count, Index rows) {
+    return view(keys_.data(), dim_, o, count, rows);
+  }
+  View<T> values(Index o, Index count, Index rows) {
+    return view(values_.data(), value_dim_, o, count, rows);
+  }
+
+  /// The checks of rows to append that do not depend on the owner's batch or length: valid
+  /// views, kv_heads, head_dim, value_dim and n alike, and no memory shared with the storage
+  /// (named `storage` in the message).
+  template <class K, class V>
+  void check_new(const View<K>& k, const View<V>& v, const char* storage) const {
+    check_view(k, "k_new");
+    check_view(v, "v_new");
+    require_dim(k.heads, heads_, "k_new.heads", owner_ + ".kv_heads");
+    require_dim(v.heads, heads_, "v_new.heads", owner_ + ".kv_heads");
+    require_dim(k.dim, dim_, "k_new.dim", owner_ + ".head_dim");
+    require_dim(v.dim, value_dim_, "v_new.dim", owner_ + ".value_dim");
+    require_dim(v.seq, k.seq, "v_new.seq", "k_new.seq");
+    for (const ByteSpan& s : {span_of(keys_), span_of(values_)}) {
+      require_disjoint(byte_span(k), "k_new", s, storage);
+      require_disjoint(byte_span(v), "v_new", s, storage);
+    }
+  }
+
+  /// Key row (o, h, r) = the head_dim values at src, any storage type (rounded to T); the
+  /// same for a value row.
+  template <class S>
+  void put_key(Index o, Index h, Index r, const S* src) {
+    copy_row(src, dim_, keys_.data() + slot(o, h, r) * dim_);
+  }
+  template <class S>
+  void put_value(Index o, Index h, Index r, const S* src) {
+    copy_row(src, value_dim_, values_.data() + slot(o, h, r) * value_dim_);
+  }
+
+ private:
+  Index slot(Index o, Index h, Index r) const { return (o * heads_ + h) * positions_ + r; }
+
+  template <class U>
+  View<U> view(U* base, Index dim, Index o, Index count, Index rows) const {
+    return strided(base + slot(o, 0, 0) * dim, {count, heads_, rows, dim},
+                   {heads_ * positions_ * dim, positions_ * dim, dim});
+  }
+
+  template <class S>
+  static void copy_row(const S* src, Index dim, T* dst) {
+    for (Index c = 0; c < dim; ++c) dst[c] = static_cast<T>(static_cast<float>(src[c]));
+  }
+
+  static ByteSpan span_of(const AlignedVector<T>& data) {
+    const auto begin = reinterpret_cast<std::uintptr_t>(data.data());
+    return {begin, begin + data.size() * sizeof(T)};
+  }
+
+  std::string owner_;
+  Index heads_, positions_, dim_, value_dim_;
+  AlignedVector<T> keys_;    // [outer, kv_heads, positions, head_dim]
+  AlignedVector<T> values_;  // [outer, kv_heads, positions, value_dim]
+};
+
+}  // namespace attnkit::detail
