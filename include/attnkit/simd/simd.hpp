@@ -96,7 +96,19 @@ inline Vec min(Vec a, Vec b) { return xsimd::min(a, b); }
 /// 2^a for a < 127 (xsimd returns inf from 127 on, and 0 at or below -127).
 inline Vec exp2(Vec a) { return xsimd::exp2(a); }
 /// log2(a); -inf at 0.
-inline Vec log2(Vec a) { return xsimd::log2(a); }
+inline Vec log2(Vec a) {
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__OPTIMIZE__) && defined(__AVX512BW__)
+  // GCC without optimization defines the AVX-512BW blend intrinsics as macros whose casts
+  // refuse the xsimd::batch<int> that xsimd's log2 hands them (xsimd 8.1): a Debug build
+  // on an AVX-512 machine would not compile. There it goes lane by lane.
+  alignas(64) float lanes[kWidth];
+  a.store_aligned(lanes);
+  for (float& x : lanes) x = std::log2(x);
+  return Vec::load_aligned(lanes);
+#else
+  return xsimd::log2(a);
+#endif
+}
 inline Vec tanh(Vec a) { return xsimd::tanh(a); }
 inline Vec cos(Vec a) { return xsimd::cos(a); }
 
