@@ -15,7 +15,6 @@
 // clang-format off
 #include <Eigen/Core>
 // clang-format on
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -73,31 +72,6 @@ std::vector<float>& queries() {
   return q;
 }
 
-std::map<std::string, double>& best_seconds() {
-  static std::map<std::string, double> r;
-  return r;
-}
-
-// Runs call() once per benchmark iteration and keeps its best wall time under `key` (the best
-// over every repetition): the summary tables read best_seconds().
-template <class Call>
-void time_best(benchmark::State& state, const std::string& key, Call&& call) {
-  double best = 1e300;
-  for (auto _ : state) {
-    const auto start = std::chrono::steady_clock::now();
-    call();
-    best = std::min(
-        best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  double& kept = best_seconds()[key];
-  if (kept == 0 || best < kept) kept = best;
-}
-
-// GB/s of `bytes` read per iteration, as a benchmark counter.
-benchmark::Counter gigabytes_per_second(double bytes) {
-  return benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-}
-
 // Reads every byte of K and V once, summed with SIMD over `threads`: the streaming baseline.
 template <class T>
 float stream(const KvBuffers<T>& buf, int threads) {
@@ -119,38 +93,35 @@ float stream(const KvBuffers<T>& buf, int threads) {
   return total;
 }
 
+// "<storage>/Lk:<len>/Hkv:<kv_heads>/threads:<n>": the shape part of the decode, stream and
+// paged benchmarks' names, which the summary tables look up.
+std::string shape_name(const char* storage, Index len, Index kv_heads, int threads) {
+  return std::string(storage) + "/Lk:" + std::to_string(len) + "/Hkv:" + std::to_string(kv_heads) +
+         "/threads:" + std::to_string(threads);
+}
+
 template <class T>
 void add(const char* storage, Index len, Index kv_heads) {
   for (const int threads : {1, 2}) {
-    const std::string shape = std::string(storage) + "/Lk:" + std::to_string(len) +
-                              "/Hkv:" + std::to_string(kv_heads) +
-                              "/threads:" + std::to_string(threads);
-    benchmark::RegisterBenchmark(
-        ("decode/" + shape).c_str(),
-        [=](benchmark::State& state) {
-          KvBuffers<T>& buf = kv<T>(len, kv_heads);
-          std::vector<float> out(static_cast<std::size_t>(kHeads * kDim));
-          const auto q = ak::bhsd(static_cast<const float*>(queries().data()), 1, kHeads, 1, kDim);
-          const auto o = ak::bhsd(out.data(), 1, kHeads, 1, kDim);
-          time_best(state, "decode/" + shape, [&] {
-            ak::decode(ak::make_spec(ak::Causal{}), q, buf.view(buf.k), buf.view(buf.v), o,
-                       ak::Options{}.with_threads(threads));
-            benchmark::DoNotOptimize(out.data());
-          });
-          state.counters["GB/s"] = gigabytes_per_second(buf.bytes());
-        })
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime();
-    benchmark::RegisterBenchmark(("stream/" + shape).c_str(),
-                                 [=](benchmark::State& state) {
-                                   KvBuffers<T>& buf = kv<T>(len, kv_heads);
-                                   time_best(state, "stream/" + shape, [&] {
-                                     benchmark::DoNotOptimize(stream(buf, threads));
-                                   });
-                                   state.counters["GB/s"] = gigabytes_per_second(buf.bytes());
-                                 })
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime();
+    const std::string shape = shape_name(storage, len, kv_heads, threads);
+    attnkit_bench::register_timed("decode/" + shape, [=](benchmark::State& state) {
+      KvBuffers<T>& buf = kv<T>(len, kv_heads);
+      std::vector<float> out(static_cast<std::size_t>(kHeads * kDim));
+      const auto q = ak::bhsd(static_cast<const float*>(queries().data()), 1, kHeads, 1, kDim);
+      const auto o = ak::bhsd(out.data(), 1, kHeads, 1, kDim);
+      attnkit_bench::time_best(state, "decode/" + shape, attnkit_bench::Clocks::kWall, [&] {
+        ak::decode(ak::make_spec(ak::Causal{}), q, buf.view(buf.k), buf.view(buf.v), o,
+                   ak::Options{}.with_threads(threads));
+        benchmark::DoNotOptimize(out.data());
+      });
+      state.counters["GB/s"] = attnkit_bench::per_second(buf.bytes() / 1e9);
+    });
+    attnkit_bench::register_timed("stream/" + shape, [=](benchmark::State& state) {
+      KvBuffers<T>& buf = kv<T>(len, kv_heads);
+      attnkit_bench::time_best(state, "stream/" + shape, attnkit_bench::Clocks::kWall,
+                               [&] { benchmark::DoNotOptimize(stream(buf, threads)); });
+      state.counters["GB/s"] = attnkit_bench::per_second(buf.bytes() / 1e9);
+    });
   }
 }
 
@@ -174,25 +145,19 @@ const ak::PagedKv<T>& paged(Index len, Index kv_heads) {
 template <class T>
 void add_paged(const char* storage, Index len, Index kv_heads) {
   for (const int threads : {1, 2}) {
-    const std::string shape = std::string(storage) + "/Lk:" + std::to_string(len) +
-                              "/Hkv:" + std::to_string(kv_heads) +
-                              "/threads:" + std::to_string(threads);
-    benchmark::RegisterBenchmark(
-        ("paged/" + shape).c_str(),
-        [=](benchmark::State& state) {
-          const ak::PagedKv<T>& pool = paged<T>(len, kv_heads);
-          std::vector<float> out(static_cast<std::size_t>(kHeads * kDim));
-          const auto q = ak::bhsd(static_cast<const float*>(queries().data()), 1, kHeads, 1, kDim);
-          time_best(state, "paged/" + shape, [&] {
-            ak::attention_paged(ak::make_spec(ak::Causal{}), q, pool,
-                                ak::bhsd(out.data(), 1, kHeads, 1, kDim),
-                                ak::Options{}.with_threads(threads));
-            benchmark::DoNotOptimize(out.data());
-          });
-          state.counters["GB/s"] = gigabytes_per_second(kv<T>(len, kv_heads).bytes());
-        })
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime();
+    const std::string shape = shape_name(storage, len, kv_heads, threads);
+    attnkit_bench::register_timed("paged/" + shape, [=](benchmark::State& state) {
+      const ak::PagedKv<T>& pool = paged<T>(len, kv_heads);
+      std::vector<float> out(static_cast<std::size_t>(kHeads * kDim));
+      const auto q = ak::bhsd(static_cast<const float*>(queries().data()), 1, kHeads, 1, kDim);
+      attnkit_bench::time_best(state, "paged/" + shape, attnkit_bench::Clocks::kWall, [&] {
+        ak::attention_paged(ak::make_spec(ak::Causal{}), q, pool,
+                            ak::bhsd(out.data(), 1, kHeads, 1, kDim),
+                            ak::Options{}.with_threads(threads));
+        benchmark::DoNotOptimize(out.data());
+      });
+      state.counters["GB/s"] = attnkit_bench::per_second(kv<T>(len, kv_heads).bytes() / 1e9);
+    });
   }
 }
 
@@ -204,25 +169,18 @@ void add_prefill(const char* storage) {
     const std::string name = std::string("prefill_") + storage +
                              "/Lk:" + std::to_string(kPrefillLen) +
                              "/threads:" + std::to_string(threads);
-    benchmark::RegisterBenchmark(
-        name.c_str(),
-        [=](benchmark::State& state) {
-          static attnkit_bench::QkvoBuffers f32(
-              static_cast<std::size_t>(kPrefillLen * kHeads * kDim));
-          static std::vector<T> k(f32.k.begin(), f32.k.end()), v(f32.v.begin(), f32.v.end());
-          const auto view = [](auto* data) { return ak::bshd(data, 1, kPrefillLen, kHeads, kDim); };
-          time_best(state, name, [&] {
-            ak::attention(
-                ak::make_spec(ak::Causal{}), view(static_cast<const float*>(f32.q.data())),
-                view(static_cast<const T*>(k.data())), view(static_cast<const T*>(v.data())),
-                view(f32.o.data()), ak::Options{}.with_threads(threads));
-          });
-          const double flops = 2.0 * kHeads * double(kPrefillLen) * double(kPrefillLen) * kDim;
-          state.counters["GFLOP/s"] =
-              benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-        })
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime();
+    attnkit_bench::register_timed(name, [=](benchmark::State& state) {
+      static attnkit_bench::QkvoBuffers f32(static_cast<std::size_t>(kPrefillLen * kHeads * kDim));
+      static std::vector<T> k(f32.k.begin(), f32.k.end()), v(f32.v.begin(), f32.v.end());
+      const auto view = [](auto* data) { return ak::bshd(data, 1, kPrefillLen, kHeads, kDim); };
+      attnkit_bench::time_best(state, name, attnkit_bench::Clocks::kWall, [&] {
+        ak::attention(ak::make_spec(ak::Causal{}), view(static_cast<const float*>(f32.q.data())),
+                      view(static_cast<const T*>(k.data())), view(static_cast<const T*>(v.data())),
+                      view(f32.o.data()), ak::Options{}.with_threads(threads));
+      });
+      const double flops = 2.0 * kHeads * double(kPrefillLen) * double(kPrefillLen) * kDim;
+      state.counters["GFLOP/s"] = attnkit_bench::per_second(flops / 1e9);
+    });
   }
 }
 
@@ -239,58 +197,56 @@ void print_summary() {
       "bytes,\nsame threads (target >= 0.80); ms for Hkv = 8 against Hkv = 32 shows the GQA "
       "group read once.\n\n",
       ak::simd::kArchName, long(kHeads), long(kDim));
-  std::printf("| K/V | Lk | Hkv | threads | ms | GB/s | stream GB/s | / stream | met |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  attnkit_bench::print_table_head(
+      "| K/V | Lk | Hkv | threads | ms | GB/s | stream GB/s | / stream | met |");
   for (const char* storage : {"f32", "bf16", "f16"})
     for (const Index len : {Index{4096}, Index{32768}})
       for (const Index hkv : {Index{32}, Index{8}})
         for (const int threads : {1, 2}) {
-          const std::string shape = std::string(storage) + "/Lk:" + std::to_string(len) +
-                                    "/Hkv:" + std::to_string(hkv) +
-                                    "/threads:" + std::to_string(threads);
-          const auto d = best_seconds().find("decode/" + shape);
-          const auto s = best_seconds().find("stream/" + shape);
-          if (d == best_seconds().end() || s == best_seconds().end()) continue;
+          const std::string shape = shape_name(storage, len, hkv, threads);
+          const attnkit_bench::Best* d = attnkit_bench::find_best("decode/" + shape);
+          const attnkit_bench::Best* s = attnkit_bench::find_best("stream/" + shape);
+          if (d == nullptr || s == nullptr) continue;
           const double bytes = storage[0] == 'f' && storage[1] == '3'
                                    ? bytes_of<float>(len, hkv)
                                    : bytes_of<Eigen::half>(len, hkv);
-          const double ratio = s->second / d->second;
+          const double ratio = s->seconds / d->seconds;
           std::printf("| %s | %ld | %ld | %d | %.2f | %.1f | %.1f | %.2f | %s |\n", storage,
-                      long(len), long(hkv), threads, d->second * 1e3, bytes / d->second / 1e9,
-                      bytes / s->second / 1e9, ratio, ratio >= 0.8 ? "yes" : "no");
+                      long(len), long(hkv), threads, d->seconds * 1e3, bytes / d->seconds / 1e9,
+                      bytes / s->seconds / 1e9, ratio, ratio >= 0.8 ? "yes" : "no");
         }
 
   std::printf(
       "\n### Decode over paged KV (%ld-position pages, read in place) vs decode() on contiguous "
       "K/V: bf16, Lq=1, H=%ld, d=%ld\n\n",
       long(kPageSize), long(kHeads), long(kDim));
-  std::printf("| Lk | Hkv | threads | paged ms | contiguous ms | paged / contiguous |\n");
-  std::printf("|---|---|---|---|---|---|\n");
+  attnkit_bench::print_table_head(
+      "| Lk | Hkv | threads | paged ms | contiguous ms | paged / contiguous |");
   for (const Index hkv : {Index{32}, Index{8}})
     for (const int threads : {1, 2}) {
-      const std::string shape =
-          "bf16/Lk:32768/Hkv:" + std::to_string(hkv) + "/threads:" + std::to_string(threads);
-      const auto pg = best_seconds().find("paged/" + shape);
-      const auto d = best_seconds().find("decode/" + shape);
-      if (pg == best_seconds().end() || d == best_seconds().end()) continue;
+      const std::string shape = shape_name("bf16", 32768, hkv, threads);
+      const attnkit_bench::Best* pg = attnkit_bench::find_best("paged/" + shape);
+      const attnkit_bench::Best* d = attnkit_bench::find_best("decode/" + shape);
+      if (pg == nullptr || d == nullptr) continue;
       std::printf("| 32768 | %ld | %d | %.2f | %.2f | %.2f |\n", long(hkv), threads,
-                  pg->second * 1e3, d->second * 1e3, pg->second / d->second);
+                  pg->seconds * 1e3, d->seconds * 1e3, pg->seconds / d->seconds);
     }
 
   std::printf(
       "\n### Prefill with bf16/f16 K/V vs f32 K/V: causal, Lq=Lk=%ld, H=%ld, d=%ld, f32 "
       "queries and output\n\n",
       long(kPrefillLen), long(kHeads), long(kDim));
-  std::printf("| K/V | threads | ms | / f32 time | met (<= 1.05) |\n|---|---|---|---|---|\n");
+  attnkit_bench::print_table_head("| K/V | threads | ms | / f32 time | met (<= 1.05) |");
   for (const char* storage : {"f32", "bf16", "f16"})
     for (const int threads : {1, 2}) {
       const std::string rest =
           "/Lk:" + std::to_string(kPrefillLen) + "/threads:" + std::to_string(threads);
-      const auto t = best_seconds().find(std::string("prefill_") + storage + rest);
-      const auto f = best_seconds().find("prefill_f32" + rest);
-      if (t == best_seconds().end() || f == best_seconds().end()) continue;
-      const double ratio = t->second / f->second;
-      std::printf("| %s | %d | %.2f | %.3f | %s |\n", storage, threads, t->second * 1e3, ratio,
+      const attnkit_bench::Best* t =
+          attnkit_bench::find_best(std::string("prefill_") + storage + rest);
+      const attnkit_bench::Best* f = attnkit_bench::find_best("prefill_f32" + rest);
+      if (t == nullptr || f == nullptr) continue;
+      const double ratio = t->seconds / f->seconds;
+      std::printf("| %s | %d | %.2f | %.3f | %s |\n", storage, threads, t->seconds * 1e3, ratio,
                   ratio <= 1.05 ? "yes" : "no");
     }
 }
@@ -313,12 +269,6 @@ int main(int argc, char** argv) {
   attnkit_bench::report_baseline("paged", "decode");
   attnkit_bench::report_baseline("prefill_bf16", "prefill_f32");
   attnkit_bench::report_baseline("prefill_f16", "prefill_f32");
-  if (!attnkit_bench::initialize(argc, argv,
-                                 {"--benchmark_min_time=0.1", "--benchmark_repetitions=1"}))
-    return 1;
-  attnkit_bench::PlainConsoleReporter reporter;
-  benchmark::RunSpecifiedBenchmarks(&reporter);
-  benchmark::Shutdown();
-  print_summary();
-  return 0;
+  return attnkit_bench::run_benchmarks(
+      argc, argv, {"--benchmark_min_time=0.1", "--benchmark_repetitions=1"}, print_summary);
 }

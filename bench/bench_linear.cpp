@@ -11,10 +11,7 @@
 
 #include <algorithm>
 #include <attnkit/attnkit.hpp>
-#include <chrono>
 #include <cstdio>
-#include <ctime>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -35,40 +32,17 @@ constexpr Index kPeakSize = 128;
 
 // Q, K, V, O of [1, kMaxLen, kHeads, d]; a call on L tokens views the first L (BSHD).
 attnkit_bench::BshdBuffers& buffers(Index dim) {
-  static std::map<Index, attnkit_bench::BshdBuffers> all;
-  auto it = all.find(dim);
-  if (it == all.end()) it = all.try_emplace(dim, kMaxLen, kHeads, dim).first;
-  return it->second;
+  return attnkit_bench::shared_buffers(kMaxLen, kHeads, dim);
 }
 
-// The best iteration of one benchmark: wall time and process CPU time. This machine is
-// shared: a long run loses the CPU to other processes, so the summary also reports each
-// figure per CPU second (cpu = CPU time / (wall x threads); 100% on a quiet machine).
-struct Best {
-  double wall = 1e300, cpu = 0;
-  double share(int threads) const { return cpu / (wall * threads); }
-};
-std::map<std::string, Best>& best_seconds() {
-  static std::map<std::string, Best> r;
-  return r;
-}
-
-// Times `body` per iteration, keeps the best under `key`, reports GFLOP/s of `flops`.
+// Times `body` per iteration with the CPU clock, keeps the best under `key`, reports GFLOP/s
+// of `flops`. This machine is shared: a long run loses the CPU to other processes, so the
+// summary also reports each figure per CPU second (cpu = CPU time / (wall x threads); 100% on
+// a quiet machine).
 template <class Body>
 void timed(benchmark::State& state, const std::string& key, double flops, Body body) {
-  Best& best = best_seconds()[key];
-  for (auto _ : state) {
-    const std::clock_t cpu_start = std::clock();
-    const auto start = std::chrono::steady_clock::now();
-    body();
-    const double wall =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const double cpu = double(std::clock() - cpu_start) / CLOCKS_PER_SEC;
-    if (wall < best.wall) best = Best{wall, cpu};
-    benchmark::ClobberMemory();
-  }
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  attnkit_bench::time_best(state, key, attnkit_bench::Clocks::kWallAndCpu, body);
+  state.counters["GFLOP/s"] = attnkit_bench::per_second(flops / 1e9);
 }
 
 double linear_flops(Index len, Index dim) {
@@ -84,39 +58,32 @@ std::string key(const char* kind, Index dim, Index len, int threads) {
          "/threads:" + std::to_string(threads);
 }
 
+// Registers `name`: call(q, k, v, o) on the first `len` tokens of buffers(dim), timed().
+template <class Call>
+void add_timed(const std::string& name, Index dim, Index len, double flops, Call call) {
+  attnkit_bench::register_timed(name, [=](benchmark::State& s) {
+    auto& b = buffers(dim);
+    const auto q = ak::bshd(b.q.data(), 1, len, kHeads, dim);
+    const auto k = ak::bshd(b.k.data(), 1, len, kHeads, dim);
+    const auto v = ak::bshd(b.v.data(), 1, len, kHeads, dim);
+    const auto o = ak::bshd(b.o.data(), 1, len, kHeads, dim);
+    timed(s, name, flops, [&] { call(q, k, v, o); });
+  });
+}
+
 void add_pair(Index dim, Index len, int threads) {
-  const std::string lin = key("linear", dim, len, threads);
-  benchmark::RegisterBenchmark(
-      lin.c_str(),
-      [=](benchmark::State& s) {
-        auto& b = buffers(dim);
-        const auto spec = ak::linear_spec(ak::EluPlusOne{});
-        static_assert(kChunk == 32, "kChunk: the default chunk, for the FLOP count");
-        const auto q = ak::bshd(b.q.data(), 1, len, kHeads, dim);
-        const auto k = ak::bshd(b.k.data(), 1, len, kHeads, dim);
-        const auto v = ak::bshd(b.v.data(), 1, len, kHeads, dim);
-        const auto o = ak::bshd(b.o.data(), 1, len, kHeads, dim);
-        timed(s, lin, linear_flops(len, dim),
-              [&] { ak::linear_attention(spec, q, k, v, o, ak::Options{}.with_threads(threads)); });
-      })
-      ->Unit(benchmark::kMillisecond)
-      ->UseRealTime();
+  static_assert(kChunk == 32, "kChunk: the default chunk, for the FLOP count");
+  add_timed(key("linear", dim, len, threads), dim, len, linear_flops(len, dim),
+            [threads, spec = ak::linear_spec(ak::EluPlusOne{})](const auto& q, const auto& k,
+                                                                const auto& v, const auto& o) {
+              ak::linear_attention(spec, q, k, v, o, ak::Options{}.with_threads(threads));
+            });
   if (len > kMaxSoftmaxLen) return;
-  const std::string soft = key("softmax", dim, len, threads);
-  benchmark::RegisterBenchmark(soft.c_str(),
-                               [=](benchmark::State& s) {
-                                 auto& b = buffers(dim);
-                                 const auto q = ak::bshd(b.q.data(), 1, len, kHeads, dim);
-                                 const auto k = ak::bshd(b.k.data(), 1, len, kHeads, dim);
-                                 const auto v = ak::bshd(b.v.data(), 1, len, kHeads, dim);
-                                 const auto o = ak::bshd(b.o.data(), 1, len, kHeads, dim);
-                                 timed(s, soft, softmax_flops(len, dim), [&] {
-                                   ak::attention(ak::make_spec(ak::Causal{}), q, k, v, o,
-                                                 ak::Options{}.with_threads(threads));
-                                 });
-                               })
-      ->Unit(benchmark::kMillisecond)
-      ->UseRealTime();
+  add_timed(key("softmax", dim, len, threads), dim, len, softmax_flops(len, dim),
+            [threads](const auto& q, const auto& k, const auto& v, const auto& o) {
+              ak::attention(ak::make_spec(ak::Causal{}), q, k, v, o,
+                            ak::Options{}.with_threads(threads));
+            });
 }
 
 // The tile GEMM in cache on one square problem, one thread: C[n, n] = A[n, n] B[n, n].
@@ -134,24 +101,24 @@ void BM_Gemm_TilePeak(benchmark::State& state) {
 void print_rows(Index dim, int threads, double peak) {
   Index crossover = 0;
   for (Index len = kMinLen; len <= kMaxLen; len *= 2) {
-    const auto lin = best_seconds().find(key("linear", dim, len, threads));
-    if (lin == best_seconds().end()) continue;
-    const Best& l = lin->second;
-    const auto half = best_seconds().find(key("linear", dim, len / 2, threads));
-    const auto soft = best_seconds().find(key("softmax", dim, len, threads));
+    const attnkit_bench::Best* lin = attnkit_bench::find_best(key("linear", dim, len, threads));
+    if (lin == nullptr) continue;
+    const attnkit_bench::Best& l = *lin;
+    const attnkit_bench::Best* half =
+        attnkit_bench::find_best(key("linear", dim, len / 2, threads));
+    const attnkit_bench::Best* soft = attnkit_bench::find_best(key("softmax", dim, len, threads));
     char x2[32] = "-", soft_ms[16] = "-", ratio[16] = "-";
-    if (half != best_seconds().end())
-      std::snprintf(x2, sizeof x2, "%.2f / %.2f", l.wall / half->second.wall,
-                    l.cpu / half->second.cpu);
-    if (soft != best_seconds().end()) {
-      std::snprintf(soft_ms, sizeof soft_ms, "%.1f", soft->second.wall * 1e3);
-      std::snprintf(ratio, sizeof ratio, "%.2f", soft->second.wall / l.wall);
-      if (crossover == 0 && soft->second.wall > l.wall) crossover = len;
+    if (half != nullptr)
+      std::snprintf(x2, sizeof x2, "%.2f / %.2f", l.seconds / half->seconds, l.cpu / half->cpu);
+    if (soft != nullptr) {
+      std::snprintf(soft_ms, sizeof soft_ms, "%.1f", soft->seconds * 1e3);
+      std::snprintf(ratio, sizeof ratio, "%.2f", soft->seconds / l.seconds);
+      if (crossover == 0 && soft->seconds > l.seconds) crossover = len;
     }
-    const double gflops = linear_flops(len, dim) / l.wall / 1e9;
+    const double gflops = linear_flops(len, dim) / l.seconds / 1e9;
     std::printf("| %ld | %d | %ld | %.2f | %.0f%% | %s | %.1f | %.0f%% / %.0f%% | %s | %s |\n",
-                long(dim), threads, long(len), l.wall * 1e3, 100 * l.share(threads), x2, gflops,
-                100 * gflops / (threads * peak), 100 * gflops / (threads * peak * l.share(threads)),
+                long(dim), threads, long(len), l.seconds * 1e3, 100 * l.busy(threads), x2, gflops,
+                100 * gflops / (threads * peak), 100 * gflops / (threads * peak * l.busy(threads)),
                 soft_ms, ratio);
   }
   if (crossover > 0)
@@ -162,10 +129,8 @@ void print_rows(Index dim, int threads, double peak) {
 }
 
 void print_summary() {
-  const auto p = best_seconds().find("tile_peak");
-  const double peak = p == best_seconds().end()
-                          ? 0
-                          : 2.0 * kPeakSize * kPeakSize * kPeakSize / p->second.wall / 1e9;
+  const attnkit_bench::Best* p = attnkit_bench::find_best("tile_peak");
+  const double peak = p == nullptr ? 0 : 2.0 * kPeakSize * kPeakSize * kPeakSize / p->seconds / 1e9;
   std::printf(
       "\n### Linear attention (EluPlusOne, causal, chunked C = %ld) vs softmax (causal): ISA "
       "%s, H=%ld, B=1, f32, BSHD\n\ntile-GEMM peak (gemm::gemm %ld^3 in cache, one thread): "
@@ -174,11 +139,9 @@ void print_summary() {
       "linear GFLOP/s / (threads x peak), wall / per CPU second (target >= 40%%); "
       "softmax/linear > 1: linear is faster.\n\n",
       long(kChunk), ak::simd::kArchName, long(kHeads), long(kPeakSize), peak,
-      p == best_seconds().end() ? 0.0 : 100 * p->second.share(1));
-  std::printf(
-      "| d | threads | L | linear ms | cpu | x2 | GFLOP/s | %%peak | softmax ms | "
-      "softmax/linear |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+      p == nullptr ? 0.0 : 100 * p->busy(1));
+  attnkit_bench::print_table_head(
+      "| d | threads | L | linear ms | cpu | x2 | GFLOP/s | %peak | softmax ms | softmax/linear |");
   for (const Index dim : {64, 128})
     for (const int threads : {1, 2}) print_rows(dim, threads, peak);
 }
@@ -194,12 +157,6 @@ int main(int argc, char** argv) {
       for (const int threads : {1, 2}) add_pair(dim, len, threads);
   // 2 repetitions of at least 0.05 s each unless the command line says otherwise: the long
   // softmax shapes run once per repetition, which keeps the default run near a minute.
-  if (!attnkit_bench::initialize(argc, argv,
-                                 {"--benchmark_min_time=0.05", "--benchmark_repetitions=2"}))
-    return 1;
-  attnkit_bench::PlainConsoleReporter reporter;
-  benchmark::RunSpecifiedBenchmarks(&reporter);
-  benchmark::Shutdown();
-  print_summary();
-  return 0;
+  return attnkit_bench::run_benchmarks(
+      argc, argv, {"--benchmark_min_time=0.05", "--benchmark_repetitions=2"}, print_summary);
 }

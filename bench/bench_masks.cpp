@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <attnkit/attnkit.hpp>
-#include <chrono>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -27,12 +26,6 @@ using ak::Index;
 namespace {
 
 constexpr Index kDim = 128, kLen = 16384, kHeads = 1;
-
-// Q, K, V, O of the one shape, filled once.
-attnkit_bench::BshdBuffers& buffers() {
-  static attnkit_bench::BshdBuffers b(kLen, kHeads, kDim);
-  return b;
-}
 
 // A random BlockMask with `live` of its 128 x 128 blocks listed full, the same number in
 // every query block, shared across heads.
@@ -89,39 +82,24 @@ struct Variant {
   double kept = 0;             // pairs kept
 };
 
-struct Result {
-  double seconds = 1e300;  // best iteration
-};
-
 std::map<std::string, Variant>& variants() {
   static std::map<std::string, Variant> v;
   return v;
 }
-std::map<std::string, Result>& results() {
-  static std::map<std::string, Result> r;
-  return r;
-}
 
+// Times attention with `mask` under `key` ("<variant>/threads:<n>"), wall clock only.
 template <class Mask>
 void bench_mask(benchmark::State& state, const std::string& key, Mask mask, int threads) {
-  attnkit_bench::BshdBuffers& buf = buffers();
+  attnkit_bench::BshdBuffers& buf = attnkit_bench::shared_buffers(kLen, kHeads, kDim);
   const auto spec = ak::make_spec(mask);
   const auto options = ak::Options{}.with_threads(threads);
-  Result& best = results()[key];
-  for (auto _ : state) {
-    const auto start = std::chrono::steady_clock::now();
+  attnkit_bench::time_best(state, key, attnkit_bench::Clocks::kWall, [&] {
     ak::attention(spec, buf.in(buf.q), buf.in(buf.k), buf.in(buf.v), buf.out(), options);
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    best.seconds = std::min(best.seconds, s);
-    benchmark::DoNotOptimize(buf.o.data());
-    benchmark::ClobberMemory();
-  }
+  });
   const double kept = variants()[key.substr(0, key.find('/'))].kept;
   const double flops = 4.0 * kHeads * kDim * kept;
   state.counters["live"] = kept / (double(kLen) * double(kLen + 1) / 2);  // for the report
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] = attnkit_bench::per_second(flops / 1e9);
 }
 
 template <class Mask>
@@ -130,10 +108,8 @@ void add(const std::string& name, const std::string& baseline, Mask mask) {
   if (!baseline.empty()) attnkit_bench::report_baseline(name, baseline);
   for (const int threads : {1, 2}) {
     const std::string key = name + "/threads:" + std::to_string(threads);
-    benchmark::RegisterBenchmark(key.c_str(),
-                                 [=](benchmark::State& s) { bench_mask(s, key, mask, threads); })
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime();
+    attnkit_bench::register_timed(key,
+                                  [=](benchmark::State& s) { bench_mask(s, key, mask, threads); });
   }
 }
 
@@ -146,21 +122,20 @@ void print_summary() {
       "kept pair as the dense baseline (targets: window <= 1.25, BlockMask 10%% <= 1.3;\n"
       "sinks+window / window <= 1.1)\n\n",
       long(kDim), long(kLen), long(kHeads), ak::simd::kArchName);
-  std::printf("| variant | threads | live | ms | GFLOP/s | baseline | ratio |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
+  attnkit_bench::print_table_head("| variant | threads | live | ms | GFLOP/s | baseline | ratio |");
   for (const auto& [name, variant] : variants())
     for (const int threads : {1, 2}) {
       const std::string t = "/threads:" + std::to_string(threads);
-      const auto it = results().find(name + t);
-      if (it == results().end()) continue;
-      const double seconds = it->second.seconds;
+      const attnkit_bench::Best* best = attnkit_bench::find_best(name + t);
+      if (best == nullptr) continue;
+      const double seconds = best->seconds;
       std::string ratio = "";
       if (!variant.baseline.empty()) {
-        const auto base = results().find(variant.baseline + t);
-        if (base != results().end()) {
+        const attnkit_bench::Best* base = attnkit_bench::find_best(variant.baseline + t);
+        if (base != nullptr) {
           const double work = variant.kept / variants()[variant.baseline].kept;
           char text[32];
-          std::snprintf(text, sizeof text, "%.2f", seconds / (base->second.seconds * work));
+          std::snprintf(text, sizeof text, "%.2f", seconds / (base->seconds * work));
           ratio = text;
         }
       }
@@ -171,11 +146,11 @@ void print_summary() {
     }
   for (const int threads : {1, 2}) {
     const std::string t = "/threads:" + std::to_string(threads);
-    const auto sinks = results().find("causal&(sinks4|window512)" + t);
-    const auto window = results().find("causal&window512" + t);
-    if (sinks != results().end() && window != results().end())
+    const attnkit_bench::Best* sinks = attnkit_bench::find_best("causal&(sinks4|window512)" + t);
+    const attnkit_bench::Best* window = attnkit_bench::find_best("causal&window512" + t);
+    if (sinks != nullptr && window != nullptr)
       std::printf("sinks+window / window, %d thread(s): %.2f\n", threads,
-                  sinks->second.seconds / window->second.seconds);
+                  sinks->seconds / window->seconds);
   }
 }
 
@@ -192,12 +167,6 @@ int main(int argc, char** argv) {
   add("power_of_two(4,64)", "dense_causal", ak::PowerOfTwo{4, 64});
   add("block_mask_10%", "dense_full", random_block_mask(0.1));
   // 3 repetitions of at least 0.3 s each unless the command line says otherwise.
-  if (!attnkit_bench::initialize(argc, argv,
-                                 {"--benchmark_min_time=0.3", "--benchmark_repetitions=3"}))
-    return 1;
-  attnkit_bench::PlainConsoleReporter reporter;
-  benchmark::RunSpecifiedBenchmarks(&reporter);
-  benchmark::Shutdown();
-  print_summary();
-  return 0;
+  return attnkit_bench::run_benchmarks(
+      argc, argv, {"--benchmark_min_time=0.3", "--benchmark_repetitions=3"}, print_summary);
 }

@@ -11,10 +11,7 @@
 #include <benchmark/benchmark.h>
 
 #include <attnkit/attnkit.hpp>
-#include <chrono>
 #include <cstdio>
-#include <ctime>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -27,44 +24,18 @@ namespace {
 
 constexpr Index kDim = 128, kLen = 4096, kHeads = 4;
 
-// Q, K, V, O of the one shape, filled once.
-attnkit_bench::BshdBuffers& buffers() {
-  static attnkit_bench::BshdBuffers b(kLen, kHeads, kDim);
-  return b;
-}
-
-// The best iteration of one benchmark ("<encoding>/causal/threads:<n>"): its wall time and
-// the share of the threads' wall time this process got on a CPU (process CPU time / (wall x
-// threads)); well under 100% means other processes took the cores during it.
-struct Best {
-  double seconds = 1e300, busy = 0;
-};
-std::map<std::string, Best>& best_seconds() {
-  static std::map<std::string, Best> r;
-  return r;
-}
-
 constexpr double kCausalFlops = 2.0 * double(kHeads) * double(kLen) * double(kLen) * double(kDim);
 
-// Times call(options), which writes the output buffer.
+// Times call(buf, options), which writes the output buffer of `buf`, under `key`
+// ("<encoding>/causal/threads:<n>"), with the CPU clock: the summary's cpu column tells a real
+// result from a machine other processes took.
 template <class Call>
 void bench_position(benchmark::State& state, const std::string& key, int threads, Call call) {
-  attnkit_bench::BshdBuffers& buf = buffers();
+  attnkit_bench::BshdBuffers& buf = attnkit_bench::shared_buffers(kLen, kHeads, kDim);
   const auto options = ak::Options{}.with_threads(threads);
-  Best& best = best_seconds()[key];
-  for (auto _ : state) {
-    const std::clock_t cpu_start = std::clock();
-    const auto start = std::chrono::steady_clock::now();
-    call(options);
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const double cpu = double(std::clock() - cpu_start) / CLOCKS_PER_SEC;
-    if (s < best.seconds) best = Best{s, cpu / (s * threads)};
-    benchmark::DoNotOptimize(buf.o.data());
-    benchmark::ClobberMemory();
-  }
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(kCausalFlops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  attnkit_bench::time_best(state, key, attnkit_bench::Clocks::kWallAndCpu,
+                           [&] { call(buf, options); });
+  state.counters["GFLOP/s"] = attnkit_bench::per_second(kCausalFlops / 1e9);
 }
 
 // Registers `name` under both thread counts; make_call(threads) gives the timed callable.
@@ -74,7 +45,7 @@ void add_call(const std::string& name, MakeCall make_call) {
   for (const int threads : {1, 2}) {
     const std::string key = name + "/causal/threads:" + std::to_string(threads);
     auto run = [=](benchmark::State& s) { bench_position(s, key, threads, make_call()); };
-    benchmark::RegisterBenchmark(key.c_str(), run)->Unit(benchmark::kMillisecond)->UseRealTime();
+    attnkit_bench::register_timed(key, run);
   }
 }
 
@@ -82,8 +53,7 @@ void add_call(const std::string& name, MakeCall make_call) {
 template <class Spec>
 void add(const std::string& name, const Spec& spec) {
   add_call(name, [spec] {
-    return [spec](const ak::Options& options) {
-      attnkit_bench::BshdBuffers& buf = buffers();
+    return [spec](attnkit_bench::BshdBuffers& buf, const ak::Options& options) {
       ak::attention(spec, buf.in(buf.q), buf.in(buf.k), buf.in(buf.v), buf.out(), options);
     };
   });
@@ -94,8 +64,7 @@ void add(const std::string& name, const Spec& spec) {
 template <class Position>
 void add_standalone(const std::string& name, const Position& position) {
   add_call(name, [position] {
-    return [position](const ak::Options& options) {
-      attnkit_bench::BshdBuffers& buf = buffers();
+    return [position](attnkit_bench::BshdBuffers& buf, const ak::Options& options) {
       static std::vector<float> q, k;
       q = buf.q;
       k = buf.k;
@@ -110,17 +79,12 @@ void add_standalone(const std::string& name, const Position& position) {
   });
 }
 
-struct Row {
-  const char* name;
-  const char* target;  // the target for time / "none" time, or "baseline"
-  double limit;        // the same as a number; 0: none
-};
-
 // One row per encoding, in print order; a row without a benchmark is skipped.
-constexpr Row kRows[] = {{"none", "baseline", 0},   {"alibi", "<= 1.05", 1.05},
-                         {"rope", "<= 1.08", 1.08}, {"rope_standalone", "- (rope < it)", 0},
-                         {"fope", "<= 1.08", 1.08}, {"fope_standalone", "- (fope < it)", 0},
-                         {"tapa", "<= 1.30", 1.30}};
+constexpr attnkit_bench::TargetRow kRows[] = {
+    {"none", "baseline", 0},   {"alibi", "<= 1.05", 1.05},
+    {"rope", "<= 1.08", 1.08}, {"rope_standalone", "- (rope < it)", 0},
+    {"fope", "<= 1.08", 1.08}, {"fope_standalone", "- (fope < it)", 0},
+    {"tapa", "<= 1.30", 1.30}};
 
 void print_summary() {
   std::printf(
@@ -129,24 +93,18 @@ void print_summary() {
       "\ntime / time without position, same threads; cpu = process CPU time / (wall x threads)"
       "\nof that iteration: well under 100%% means other processes took the cores.\n\n",
       ak::simd::kArchName, long(kDim), long(kLen), long(kHeads));
-  std::printf("| encoding | threads | ms | GFLOP/s | / none | target | met | cpu |\n");
-  std::printf("|---|---|---|---|---|---|---|---|\n");
-  for (const Row& row : kRows)
+  attnkit_bench::print_table_head(
+      "| encoding | threads | ms | GFLOP/s | / none | target | met | cpu |");
+  for (const attnkit_bench::TargetRow& row : kRows)
     for (const int threads : {1, 2}) {
       const std::string suffix = "/causal/threads:" + std::to_string(threads);
-      const auto it = best_seconds().find(row.name + suffix);
-      if (it == best_seconds().end()) continue;
-      const double seconds = it->second.seconds;
-      const auto base = best_seconds().find("none" + suffix);
-      char ratio[32] = "-", met[8] = "-";
-      if (base != best_seconds().end()) {
-        const double r = seconds / base->second.seconds;
-        std::snprintf(ratio, sizeof ratio, "%.3f", r);
-        if (row.limit > 0) std::snprintf(met, sizeof met, "%s", r <= row.limit ? "yes" : "no");
-      }
+      const attnkit_bench::Best* best = attnkit_bench::find_best(row.name + suffix);
+      if (best == nullptr) continue;
+      const attnkit_bench::TimeRatio to_none = attnkit_bench::time_ratio(
+          best->seconds, attnkit_bench::find_best("none" + suffix), row.limit);
       std::printf("| %s | %d | %.1f | %.1f | %s | %s | %s | %.0f%% |\n", row.name, threads,
-                  seconds * 1e3, kCausalFlops / seconds / 1e9, ratio, row.target, met,
-                  100 * it->second.busy);
+                  best->seconds * 1e3, kCausalFlops / best->seconds / 1e9, to_none.ratio.c_str(),
+                  row.target, to_none.met.c_str(), 100 * best->busy(threads));
     }
 }
 
@@ -165,12 +123,6 @@ int main(int argc, char** argv) {
   add_standalone("fope_standalone", fope);
   add("tapa", ak::make_spec(ak::Causal{}, ak::Tapa{}));
   // 3 repetitions of at least 0.2 s each unless the command line says otherwise.
-  if (!attnkit_bench::initialize(argc, argv,
-                                 {"--benchmark_min_time=0.2", "--benchmark_repetitions=3"}))
-    return 1;
-  attnkit_bench::PlainConsoleReporter reporter;
-  benchmark::RunSpecifiedBenchmarks(&reporter);
-  benchmark::Shutdown();
-  print_summary();
-  return 0;
+  return attnkit_bench::run_benchmarks(
+      argc, argv, {"--benchmark_min_time=0.2", "--benchmark_repetitions=3"}, print_summary);
 }

@@ -9,11 +9,9 @@
 #include <benchmark/benchmark.h>
 
 #include <attnkit/attnkit.hpp>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <ctime>
 #include <map>
 #include <random>
 #include <string>
@@ -31,18 +29,11 @@ constexpr Index kDim = 128, kHeads = 2, kAhaLen = 16384, kWindow = 256;
 constexpr Index kLongLen = 32768, kMobaBlock = 512, kMobaTopk = 3;
 constexpr double kStripeKeep = 0.10;  // target fraction of middle columns kept
 
+// Q, K, V, O of one length, filled once.
 attnkit_bench::BshdBuffers& buffers(Index len) {
-  static std::map<Index, attnkit_bench::BshdBuffers> all;
-  return all.try_emplace(len, len, kHeads, kDim).first->second;
+  return attnkit_bench::shared_buffers(len, kHeads, kDim);
 }
 
-struct Best {
-  double seconds = 1e300, busy = 0;
-};
-std::map<std::string, Best>& best_seconds() {
-  static std::map<std::string, Best> r;
-  return r;
-}
 std::map<std::string, double>& live_fraction() {
   static std::map<std::string, double> r;
   return r;
@@ -50,38 +41,27 @@ std::map<std::string, double>& live_fraction() {
 
 double causal_pairs(Index len) { return double(len) * double(len + 1) / 2.0; }
 
-// Times call() (which writes the output buffer) under `key`.
+// Times call() (which writes the output buffer) under `key`, with the CPU clock: the
+// summary's cpu column tells a real result from a machine other processes took.
 template <class Call>
-void bench_call(benchmark::State& state, const std::string& key, int threads, Index len,
-                Call call) {
-  Best& best = best_seconds()[key];
-  for (auto _ : state) {
-    const std::clock_t cpu_start = std::clock();
-    const auto start = std::chrono::steady_clock::now();
-    call();
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const double cpu = double(std::clock() - cpu_start) / CLOCKS_PER_SEC;
-    if (s < best.seconds) best = Best{s, cpu / (s * threads)};
-    benchmark::DoNotOptimize(buffers(len).o.data());
-    benchmark::ClobberMemory();
-  }
+void bench_call(benchmark::State& state, const std::string& key, Call call) {
+  attnkit_bench::time_best(state, key, attnkit_bench::Clocks::kWallAndCpu, call);
   const auto live = live_fraction().find(key.substr(0, key.rfind("/threads:")));
   if (live != live_fraction().end()) state.counters["live"] = live->second;  // for the report
 }
 
+// Registers `name` under each of `thread_counts`; make_call(threads) gives the timed callable.
 template <class MakeCall>
-void add(const std::string& name, Index len, const std::vector<int>& thread_counts,
-         MakeCall make_call) {
+void add(const std::string& name, const std::vector<int>& thread_counts, MakeCall make_call) {
   for (const int threads : thread_counts) {
     const std::string key = name + "/threads:" + std::to_string(threads);
-    auto run = [=](benchmark::State& s) { bench_call(s, key, threads, len, make_call(threads)); };
-    benchmark::RegisterBenchmark(key.c_str(), run)->Unit(benchmark::kMillisecond)->UseRealTime();
+    auto run = [=](benchmark::State& s) { bench_call(s, key, make_call(threads)); };
+    attnkit_bench::register_timed(key, run);
   }
 }
 
 void add_dense(Index len) {
-  add("dense_causal/L:" + std::to_string(len), len, {1, 2}, [len](int threads) {
+  add("dense_causal/L:" + std::to_string(len), {1, 2}, [len](int threads) {
     return [len, threads] {
       attnkit_bench::BshdBuffers& buf = buffers(len);
       ak::attention(ak::make_spec(ak::Causal{}), buf.in(buf.q), buf.in(buf.k), buf.in(buf.v),
@@ -110,7 +90,7 @@ void add_aha() {
       pairs += routes.is_full(0, t, h) ? double(t + 1) : double(std::min<Index>(t + 1, kWindow));
   const std::string name = "aha/L:" + std::to_string(kAhaLen);
   live_fraction()[name] = pairs / (kHeads * causal_pairs(kAhaLen));
-  add(name, kAhaLen, {1, 2}, [](int threads) {
+  add(name, {1, 2}, [](int threads) {
     return [threads] {
       attnkit_bench::BshdBuffers& buf = buffers(kAhaLen);
       ak::all_or_here(ak::make_spec(ak::Softmax{}), buf.in(buf.q), buf.in(buf.k), buf.in(buf.v),
@@ -118,7 +98,7 @@ void add_aha() {
     };
   });
   // Routing from gate logits (the selection step of AHA), apart.
-  add("aha_routing/L:" + std::to_string(kAhaLen), kAhaLen, {1}, [](int) {
+  add("aha_routing/L:" + std::to_string(kAhaLen), {1}, [](int) {
     return [] {
       static std::vector<float> gates(static_cast<std::size_t>(kAhaLen * kHeads), -1.f);
       benchmark::DoNotOptimize(ak::AhaRoutes::from_gates(gates, 1, kAhaLen, kHeads));
@@ -144,14 +124,14 @@ void add_moba() {
         pairs += double(std::min(i + 1, (blk + 1) * kMobaBlock) - blk * kMobaBlock);
   const std::string name = "moba/L:" + std::to_string(kLongLen);
   live_fraction()[name] = pairs / (kHeads * causal_pairs(kLongLen));
-  add(name, kLongLen, {1, 2}, [](int threads) {
+  add(name, {1, 2}, [](int threads) {
     return [threads] {
       attnkit_bench::BshdBuffers& buf = buffers(kLongLen);
       ak::moba_attention(ak::make_spec(ak::Softmax{}), buf.in(buf.q), buf.in(buf.k), buf.in(buf.v),
                          buf.out(), moba_routes(), kMobaBlock, ak::Options{}.with_threads(threads));
     };
   });
-  add("moba_routing/L:" + std::to_string(kLongLen), kLongLen, {1}, [](int) {
+  add("moba_routing/L:" + std::to_string(kLongLen), {1}, [](int) {
     return [] {
       attnkit_bench::BshdBuffers& buf = buffers(kLongLen);
       benchmark::DoNotOptimize(
@@ -207,7 +187,7 @@ void add_stripes() {
     }
   const std::string name = "stripes/L:" + std::to_string(kLongLen);
   live_fraction()[name] = pairs / (kHeads * causal_pairs(kLongLen));
-  add(name, kLongLen, {1, 2}, [](int threads) {
+  add(name, {1, 2}, [](int threads) {
     return [threads] {
       attnkit_bench::BshdBuffers& buf = buffers(kLongLen);
       ak::stripe_attention(ak::make_spec(ak::Softmax{}), buf.in(buf.q), buf.in(buf.k),
@@ -215,7 +195,7 @@ void add_stripes() {
                            ak::Options{}.with_threads(threads));
     };
   });
-  add("stripes_selection/L:" + std::to_string(kLongLen), kLongLen, {1}, [](int) {
+  add("stripes_selection/L:" + std::to_string(kLongLen), {1}, [](int) {
     return [] {
       attnkit_bench::BshdBuffers& buf = buffers(kLongLen);
       benchmark::DoNotOptimize(
@@ -280,32 +260,32 @@ void print_summary() {
       "same L and threads;\nlive = (query, key) pairs computed / causal pairs; cpu = process "
       "CPU time / (wall x threads):\nwell under 100%% means other processes took the cores.\n\n",
       ak::simd::kArchName, long(kDim), long(kHeads));
-  std::printf("| variant | threads | ms | live | speedup | target | met | cpu |\n");
-  std::printf("|---|---|---|---|---|---|---|---|\n");
+  attnkit_bench::print_table_head(
+      "| variant | threads | ms | live | speedup | target | met | cpu |");
   for (const Row& row : kRows)
     for (const int threads : {1, 2}) {
       const std::string suffix = "/threads:" + std::to_string(threads);
-      const auto it = best_seconds().find(row.name + suffix);
-      if (it == best_seconds().end()) continue;
-      const auto base = best_seconds().find(row.dense + suffix);
+      const attnkit_bench::Best* best = attnkit_bench::find_best(row.name + suffix);
+      if (best == nullptr) continue;
+      const attnkit_bench::Best* base = attnkit_bench::find_best(row.dense + suffix);
       char speedup[32] = "-", met[8] = "-", live[16] = "-";
-      if (base != best_seconds().end() && row.limit > 0) {  // selection rows: time only
-        const double r = base->second.seconds / it->second.seconds;
+      if (base != nullptr && row.limit > 0) {  // selection rows: time only
+        const double r = base->seconds / best->seconds;
         std::snprintf(speedup, sizeof speedup, "%.2fx", r);
         if (row.limit > 0) std::snprintf(met, sizeof met, "%s", r >= row.limit ? "yes" : "no");
       }
       const auto lf = live_fraction().find(row.name);
       if (lf != live_fraction().end()) std::snprintf(live, sizeof live, "%.3f", lf->second);
       std::printf("| %s | %d | %.1f | %s | %s | %s | %s | %.0f%% |\n", row.name, threads,
-                  it->second.seconds * 1e3, live, speedup, row.target, met, 100 * it->second.busy);
+                  best->seconds * 1e3, live, speedup, row.target, met, 100 * best->busy(threads));
     }
   for (const char* dense : {"dense_causal/L:16384", "dense_causal/L:32768"})
     for (const int threads : {1, 2}) {
-      const auto it =
-          best_seconds().find(std::string(dense) + "/threads:" + std::to_string(threads));
-      if (it != best_seconds().end())
+      const attnkit_bench::Best* best =
+          attnkit_bench::find_best(std::string(dense) + "/threads:" + std::to_string(threads));
+      if (best != nullptr)
         std::printf("| %s | %d | %.1f | 1.000 | baseline | - | - | %.0f%% |\n", dense, threads,
-                    it->second.seconds * 1e3, 100 * it->second.busy);
+                    best->seconds * 1e3, 100 * best->busy(threads));
     }
 }
 
@@ -323,15 +303,11 @@ int main(int argc, char** argv) {
     if (row.limit > 0) attnkit_bench::report_baseline(variant(row.name), variant(row.dense));
   // 2 repetitions of one iteration each unless the command line says otherwise: the dense
   // baselines at long L take seconds.
-  if (!attnkit_bench::initialize(argc, argv,
-                                 {"--benchmark_min_time=0.01", "--benchmark_repetitions=2"}))
-    return 1;
-  attnkit_bench::PlainConsoleReporter reporter;
-  benchmark::RunSpecifiedBenchmarks(&reporter);
-  benchmark::Shutdown();
-  print_summary();
-  print_needle_recall();
-  std::printf("\nstripes: theta = %.2f keeps %.1f%% of the middle columns (random inputs).\n",
-              double(stripe_setup().first.theta), 100 * stripe_setup().second);
-  return 0;
+  return attnkit_bench::run_benchmarks(
+      argc, argv, {"--benchmark_min_time=0.01", "--benchmark_repetitions=2"}, [] {
+        print_summary();
+        print_needle_recall();
+        std::printf("\nstripes: theta = %.2f keeps %.1f%% of the middle columns (random inputs).\n",
+                    double(stripe_setup().first.theta), 100 * stripe_setup().second);
+      });
 }

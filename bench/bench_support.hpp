@@ -3,19 +3,27 @@
 // "Library was built as DEBUG" warning is replaced by a note on what it means, and rate counters
 // print without the "/s" the library appends (the column names carry the unit: GFLOP/s, bytes/s).
 // JSON output is unchanged; report_context() and report_baseline() add to it what
-// scripts/bench_report.py needs (family, shape, ISA, each variant's in-run baseline).
+// scripts/bench_report.py needs (family, shape, ISA, each variant's in-run baseline). Benches
+// whose summary tables read each benchmark's best iteration time it with time_best(), which
+// keeps it in best_times(), and end main() with run_benchmarks().
 #pragma once
 
 #include <benchmark/benchmark.h>
 
 #include <attnkit/simd/simd.hpp>
 #include <attnkit/tensor.hpp>
+#include <chrono>
 #include <cstddef>
+#include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <initializer_list>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace attnkit_bench {
@@ -42,6 +50,110 @@ struct BshdBuffers : QkvoBuffers {
   }
   attnkit::View<float> out() { return attnkit::bshd(o.data(), 1, len, heads, dim); }
 };
+
+/// The BshdBuffers of one [1, len, heads, dim] shape, filled on first use and kept for the
+/// whole run: every benchmark of that shape times its variant on the same inputs.
+inline BshdBuffers& shared_buffers(attnkit::Index len, attnkit::Index heads, attnkit::Index dim) {
+  static std::map<std::tuple<attnkit::Index, attnkit::Index, attnkit::Index>, BshdBuffers> all;
+  return all.try_emplace({len, heads, dim}, len, heads, dim).first->second;
+}
+
+/// The best iteration of one benchmark: its wall time and, where the bench reads the CPU
+/// clock (Clocks::kWallAndCpu), the process CPU time of that same iteration (else 0).
+struct Best {
+  double seconds = 1e300, cpu = 0;
+
+  /// The share of the threads' wall time this process got on a CPU, cpu / (wall x threads):
+  /// well under 1 means other processes took the cores during that iteration.
+  double busy(int threads) const { return cpu / (seconds * threads); }
+};
+
+/// Each benchmark's best iteration over all its repetitions, by the key its time_best() names
+/// (the benchmark's name, as a rule): what the summary tables read after the run.
+inline std::map<std::string, Best>& best_times() {
+  static std::map<std::string, Best> all;
+  return all;
+}
+
+/// The best iteration kept under `key`; nullptr where that benchmark did not run (filtered out).
+inline const Best* find_best(const std::string& key) {
+  const auto it = best_times().find(key);
+  return it == best_times().end() ? nullptr : &it->second;
+}
+
+/// The clocks time_best() reads around each call: the wall clock, and for kWallAndCpu the
+/// process CPU clock too (two more system calls per iteration, outside the wall-time window).
+enum class Clocks { kWall, kWallAndCpu };
+
+/// Runs call() once per iteration of `state` and keeps its best iteration under `key` in
+/// best_times(): the wall clock brackets call() alone, the CPU clock (if read) brackets that.
+/// The best, not the mean, because this machine is shared: a slowed iteration is noise.
+template <class Call>
+void time_best(benchmark::State& state, const std::string& key, Clocks clocks, Call&& call) {
+  const bool read_cpu = clocks == Clocks::kWallAndCpu;
+  Best& best = best_times()[key];
+  for (auto _ : state) {
+    const std::clock_t cpu_start = read_cpu ? std::clock() : 0;
+    const auto start = std::chrono::steady_clock::now();
+    call();
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double cpu = read_cpu ? double(std::clock() - cpu_start) / CLOCKS_PER_SEC : 0;
+    if (wall < best.seconds) best = Best{wall, cpu};
+    benchmark::ClobberMemory();  // what call() wrote counts as used
+  }
+}
+
+/// A row of a summary table that sets a variant against its baseline: the variant's name and
+/// the target for time / baseline time, as printed ("<= 1.05", "baseline", "- (none)") and as
+/// a number (0: none).
+struct TargetRow {
+  const char* name;
+  const char* target;
+  double limit;
+};
+
+/// The "/ <baseline>" and "met" cells of a row that took `seconds`: seconds / base->seconds
+/// ("%.3f") and whether that is at most `limit` (yes / no; "-" where limit is 0); both "-"
+/// where the baseline did not run.
+struct TimeRatio {
+  std::string ratio = "-", met = "-";
+};
+inline TimeRatio time_ratio(double seconds, const Best* base, double limit) {
+  TimeRatio cells;
+  if (base == nullptr) return cells;
+  const double r = seconds / base->seconds;
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f", r);
+  cells.ratio = text;
+  if (limit > 0) cells.met = r <= limit ? "yes" : "no";
+  return cells;
+}
+
+/// Prints the header row of a Markdown summary table, `columns` ("| ms | GB/s |"), and the
+/// rule under it, one "---" per column.
+inline void print_table_head(const std::string& columns) {
+  std::string rule = "|";
+  for (std::size_t bar = columns.find('|', 1); bar != std::string::npos;
+       bar = columns.find('|', bar + 1))
+    rule += "---|";
+  std::printf("%s\n%s\n", columns.c_str(), rule.c_str());
+}
+
+/// A counter of `amount` per iteration (GFLOP, GB) that the library turns into a rate per
+/// second of the run; the console prints it without "/s" (PlainConsoleReporter).
+inline benchmark::Counter per_second(double amount) {
+  return benchmark::Counter(amount, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+/// Registers `run` (a callable on benchmark::State&) as `name`, timed in wall-clock
+/// milliseconds: the work runs on OpenMP threads, not on the benchmark's own thread.
+template <class Run>
+void register_timed(const std::string& name, Run run) {
+  benchmark::RegisterBenchmark(name.c_str(), std::move(run))
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+}
 
 /// benchmark::Initialize with `defaults` placed before the user's flags (a later flag wins),
 /// so a default such as --benchmark_min_time stays out of every benchmark's name and the
@@ -112,5 +224,19 @@ class PlainConsoleReporter : public benchmark::ConsoleReporter {
     ConsoleReporter::ReportRuns(shown);
   }
 };
+
+/// The end of a bench's main(): initialize() with `defaults`, the benchmarks the command line
+/// selects through PlainConsoleReporter, then print_summary() (the bench's tables, read from
+/// best_times()). Returns main()'s exit code: 1 where an argument is not recognized.
+template <class Summary>
+int run_benchmarks(int argc, char** argv, std::initializer_list<const char*> defaults,
+                   Summary print_summary) {
+  if (!initialize(argc, argv, defaults)) return 1;
+  PlainConsoleReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  print_summary();
+  return 0;
+}
 
 }  // namespace attnkit_bench
