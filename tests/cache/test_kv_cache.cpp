@@ -17,6 +17,7 @@
 #include <catch2/matchers/catch_matchers_exception.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <cstdint>
+#include <new>
 #include <vector>
 
 #include "support/attnkit_test.hpp"
@@ -181,6 +182,8 @@ TEST_CASE("KvCache: storage starts on a cache line, and on a huge page from 2 Mi
   ak::detail::AlignedVector<float> grown(10);
   for (int i = 0; i < 20; ++i) grown.resize(grown.size() * 2);  // 64 B .. 40 MiB
   CHECK(address(grown.data()) % (std::uintptr_t{2} << 20) == 0);
+  // A count whose bytes do not fit throws (as std::allocator), rather than wrapping around.
+  CHECK_THROWS_AS(ak::detail::AlignedAllocator<float>{}.allocate(SIZE_MAX / 2), std::bad_alloc);
 }
 
 TEST_CASE("KvCache: bad appends throw before anything is written", "[cache][kv_cache][errors]") {

@@ -247,8 +247,8 @@ TEST_CASE("decode: every decode shape and GQA group matches the reference", "[de
 // vectors plus a scalar tail. These shapes reach each of those paths on every SIMD width:
 // odd groups (a row left over after the pairs), queries of one head whose blocks differ
 // (Partial on the diagonal, Empty outside a window) and K/V widened in registers (bf16 two
-// vectors at a time, in an order of their own: value dims 48 and 136 leave a vector without
-// its pair, 24 and 136 a scalar tail).
+// vectors at a time, in an order of their own: value dim 48 leaves a vector without its pair
+// at 16 lanes, 136 at 8; 24 and 136 leave a scalar tail at 16 lanes).
 TEST_CASE("decode: the softmax row engine over head dims, value dims and group sizes", "[decode]") {
   struct Heads {
     Index q, kv;

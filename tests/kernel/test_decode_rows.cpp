@@ -9,7 +9,8 @@
 // over page sizes not a multiple of 16 or above kDecodeChunk, lengths 0 / 1, shuffled pages
 // with NaN in every unused pool row, against the f64 reference and, for pages of whole
 // blocks, bitwise against decode().
-// Built three times: native ISA, x86-64-v2, scalar (ATTNKIT_NO_SIMD).
+// bf16 K/V widened two vectors at a time (value dims with pairs, K and V in different
+// storage). Built for the native ISA (test_decode runs the engine on every SIMD path).
 #include <Eigen/Core>
 #include <algorithm>
 #include <attnkit/cache/paged_kv.hpp>
@@ -99,10 +100,11 @@ std::string describe(const Shape& s) {
 }
 
 // Q in f32 and K/V in storage T, one layout; the reference reads the same rounded values.
-template <class T>
+template <class TK, class TV = TK>
 struct Inputs {
   Tensor<float> q;
-  Tensor<T> k, v;
+  Tensor<TK> k;
+  Tensor<TV> v;
   Inputs(const Shape& s, std::uint32_t seed)
       : q(s.layout, s.batch, s.q_heads, s.q_len, s.dim),
         k(s.layout, s.batch, s.kv_heads, s.kv_len, s.dim),
@@ -117,9 +119,9 @@ struct Inputs {
 // reference rows within tol::kF32 / tol::kLseF32; rows the reference makes NaN must be NaN
 // (output and LSE); rows that see no key exactly 0 with LSE -inf. The output's padding
 // (Padded layout: NaN) must be left alone.
-template <class T, class Spec>
+template <class In, class Spec>
 void check_against_reference(const std::string& what, const Spec& spec, const Shape& s,
-                             const Inputs<T>& in) {
+                             const In& in) {
   INFO(what << ", " << describe(s));
   Tensor<float> o(s.layout, s.batch, s.q_heads, s.q_len, s.value_dim);
   Tensor<double> want(Layout::Bhsd, s.batch, s.q_heads, s.q_len, s.value_dim);
@@ -171,9 +173,9 @@ void check_against_reference(const std::string& what, const Spec& spec, const Sh
   if (s.layout == Layout::Padded && nan_rows == 0) CHECK(static_cast<Index>(nan_total) == padding);
 }
 
-template <class T = float, class Spec>
+template <class TK = float, class TV = TK, class Spec>
 void check(const std::string& what, const Spec& spec, const Shape& s, std::uint32_t seed = 3) {
-  const Inputs<T> in(s, seed);
+  const Inputs<TK, TV> in(s, seed);
   check_against_reference(what, spec, s, in);
 }
 
@@ -408,6 +410,48 @@ TEST_CASE(
     CHECK(ref_nonfinite == s.q_heads * s.q_len);
     CHECK(finite_but_should_not == 0);
   }
+}
+
+// ---- bf16 two vectors at a time ---------------------------------------------------------
+// load_bf16_pair() widens bf16 K/V two vectors at a time in its own order (AVX-512 / AVX2:
+// even and odd elements apart): the queries kept in registers and the value accumulators'
+// whole pairs live in that order until finish(). Value dims that hold pairs at every width,
+// on Partial blocks, with Rope and Softcap, K and V in different storage, and paged.
+
+using bf16 = Eigen::bfloat16;
+
+TEST_CASE("decode rows: bf16 pairs on Partial blocks, value dims with pairs, Softcap, Rope",
+          "[decode_rows][bf16]") {
+  struct Dims {
+    Index d, dv;
+  };
+  // d 32 / 64 / 128: queries in registers (split) on AVX-512, AVX2 and scalar; 40: logits_any
+  // (not split). dv: 2, 3, 5, 8 + 1, 16 + 8 vectors at kWidth 16 (pairs, an unpaired vector,
+  // a second slab, a scalar tail).
+  const Dims dims[] = {{32, 32}, {64, 48}, {128, 80}, {40, 136}, {64, 264}, {128, 136}};
+  for (const Dims& dm : dims)
+    for (const Index lq : {2, 3, 4}) {
+      Shape s = shape(lq == 3 ? 3 : 4, lq == 3 ? 1 : 2, lq, 530, dm.d, dm.dv);
+      s.layout = lq == 2 ? Layout::Bshd : Layout::Padded;
+      check<bf16>("Causal", ak::make_spec(Causal{}), s);
+      check<bf16>("Causal & SlidingWindow{37, 0}", ak::make_spec(Causal{} & SlidingWindow{37, 0}),
+                  s);
+      check<bf16>("HeadPattern (Partial in every block)", ak::make_spec(HeadPattern{}), s);
+      check<bf16>("Causal, Softcap{4}", ak::make_spec(Causal{}, ak::Softcap{4.f}), s);
+      check<bf16>("Causal, Rope",
+                  ak::make_spec(Causal{}, ak::Rope(ak::RopeTable(dm.d, 10000, 1024))), s);
+    }
+}
+
+TEST_CASE("decode rows: K and V in different storage", "[decode_rows][bf16]") {
+  for (const Index d : {32, 64, 40})
+    for (const Index dv : {Index{48}, Index{136}}) {
+      Shape s = shape(3, 1, 2, 700, d, dv);
+      check<bf16, float>("Causal, K bf16, V f32", ak::make_spec(Causal{}), s);
+      check<float, bf16>("Causal, K f32, V bf16", ak::make_spec(Causal{}), s);
+      check<bf16, Eigen::half>("Causal, K bf16, V f16", ak::make_spec(Causal{}), s);
+      check<Eigen::half, bf16>("Causal, K f16, V bf16", ak::make_spec(Causal{}), s);
+    }
 }
 
 // ---- threads ---------------------------------------------------------------------------
@@ -652,4 +696,22 @@ TEST_CASE("paged decode: bitwise identical for 1..4 threads", "[decode_rows][pag
     CHECK(std::memcmp(r.out.data(), one.out.data(), one.out.size() * sizeof(float)) == 0);
     CHECK(std::memcmp(r.lse.data(), one.lse.data(), one.lse.size() * sizeof(float)) == 0);
   }
+}
+
+TEST_CASE("paged decode: bf16 pairs over several KV groups, value dims with pairs",
+          "[decode_rows][paged][bf16]") {
+  const std::vector<Index> lengths = {0, 1, 17, 530, 1100};
+  struct Dims {
+    Index d, dv;
+  };
+  for (const Dims& dm : {Dims{64, 48}, Dims{128, 136}, Dims{32, 80}, Dims{40, 64}})
+    for (const Index page : {16, 24})
+      for (const Index lq : {1, 3}) {
+        const PagedCase<bf16> c(lengths, page, dm.d, dm.dv, lq,
+                                7 + static_cast<std::uint32_t>(page));
+        check_paged("Causal, bf16", ak::make_spec(Causal{}), c, ak::Options{}.with_threads(2),
+                    page % ak::detail::kDecodeBlock == 0);
+        check_paged("HeadPattern, bf16", ak::make_spec(HeadPattern{}), c,
+                    ak::Options{}.with_threads(2), page % ak::detail::kDecodeBlock == 0);
+      }
 }

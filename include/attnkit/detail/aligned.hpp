@@ -10,7 +10,9 @@
 //    45 ms. Without THP the advice is ignored and the pages stay small.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <new>
 #include <vector>
 
@@ -33,7 +35,7 @@ struct AlignedAllocator {
     const Block b = block(n);
     void* p = ::operator new (b.bytes, std::align_val_t{b.align});
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-    if (b.align == kHugePage) madvise(p, b.bytes, MADV_HUGEPAGE);  // advice: failure is fine
+    if (b.align >= kHugePage) madvise(p, b.bytes, MADV_HUGEPAGE);  // advice: failure is fine
 #endif
     return static_cast<T*>(p);
   }
@@ -53,12 +55,13 @@ struct AlignedAllocator {
   struct Block {
     std::size_t bytes, align;
   };
-  // n elements: cache-line aligned, or whole huge pages from one huge page on (std::vector
-  // checks n against max_size() before it asks, so n * sizeof(T) does not overflow).
+  // n elements: cache-line aligned (or T's alignment, if larger), or whole huge pages from one
+  // huge page on. A count whose bytes would not fit throws, as std::allocator does.
   static Block block(std::size_t n) {
+    if (n > (SIZE_MAX - kHugePage) / sizeof(T)) throw std::bad_array_new_length();
     const std::size_t bytes = n * sizeof(T);
-    if (bytes < kHugePage) return {bytes, kCacheLine};
-    return {(bytes + kHugePage - 1) / kHugePage * kHugePage, kHugePage};
+    if (bytes < kHugePage) return {bytes, std::max(kCacheLine, alignof(T))};
+    return {(bytes + kHugePage - 1) / kHugePage * kHugePage, std::max(kHugePage, alignof(T))};
   }
 };
 

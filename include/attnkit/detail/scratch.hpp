@@ -8,14 +8,13 @@
 #include <memory>
 #include <new>
 
-#include "attnkit/detail/aligned.hpp"
 #include "attnkit/tensor.hpp"
 
 namespace attnkit::detail {
 
 class Scratch {
  public:
-  static constexpr std::size_t kAlign = kCacheLine;
+  static constexpr std::size_t kAlign = 64;
 
   explicit Scratch(Index floats) : data_(allocate(floats)), size_(floats) {}
 

@@ -187,9 +187,13 @@ class DecodeRows {
     select(g);
     for (Index r = 0; r < rows_; ++r) {
       const float l = simd::reduce_add(simd::load(l_ + r * kW)), f = l == 0.f ? 0.f : 1.f / l;
-      float* acc = acc_ + r * dv_pad_;
-      if constexpr (kPairsV) join_row(acc, p_.value_dim / kW * kW);  // as slab() wrote it
-      for (Index c = 0; c < p_.value_dim; ++c) out[r * p_.value_dim + c] = acc[c] * f;
+      const float* acc = acc_ + r * dv_pad_;
+      float* o = out + r * p_.value_dim;
+      Index c = 0;
+      if constexpr (kPairsV)  // whole pairs in load_bf16_pair()'s order, as slab() wrote them
+        for (; c + 2 * kW <= p_.value_dim; c += 2 * kW)
+          for (int e = 0; e < 2 * kW; ++e) o[c + simd::pair_element(e)] = acc[c + e] * f;
+      for (; c < p_.value_dim; ++c) o[c] = acc[c] * f;
       stat[r] = l == 0.f ? kNegInf : m_[r] + std::log(l);
     }
   }
@@ -199,23 +203,16 @@ class DecodeRows {
   // bf16 K / V rows are widened two vectors at a time (simd::load_bf16_pair(): a shift and
   // an AND, where one vector at a time takes a lane-crossing widen and a shift), in its
   // order: the queries kept in registers are stored in that order (split_row()), and so are
-  // the value accumulators' whole pairs of vectors until finish() (join_row()). A dot
+  // the value accumulators' whole pairs of vectors (finish() puts them back in place). A dot
   // product or an elementwise sum does not care about the order of its elements.
   static constexpr bool kPairsK = std::is_same_v<std::remove_const_t<K>, Eigen::bfloat16>;
   static constexpr bool kPairsV = std::is_same_v<std::remove_const_t<V>, Eigen::bfloat16>;
 
-  // The whole pairs of vectors of row[0, n) from memory order to load_bf16_pair()'s, and back.
+  // The whole pairs of vectors of row[0, n) from memory order to load_bf16_pair()'s.
   static void split_row(float* row, Index n) {
     float pair[2 * kW];
     for (Index c = 0; c + 2 * kW <= n; c += 2 * kW) {
       simd::split_pairs(row + c, pair);
-      std::copy(pair, pair + 2 * kW, row + c);
-    }
-  }
-  static void join_row(float* row, Index n) {
-    float pair[2 * kW];
-    for (Index c = 0; c + 2 * kW <= n; c += 2 * kW) {
-      simd::join_pairs(row + c, pair);
       std::copy(pair, pair + 2 * kW, row + c);
     }
   }

@@ -296,8 +296,8 @@ inline constexpr bool kSplitsBf16Pairs = false;
 /// The 2 kWidth f32 values of the bfloat16 bits at src, widened in registers with one shift
 /// and one AND (no lane crossing, no load per vector): where kSplitsBf16Pairs, `even` holds
 /// elements 0, 2, .., 2 kWidth - 2 and `odd` elements 1, 3, ..; elsewhere `even` holds
-/// elements 0 .. kWidth - 1 and `odd` the rest. split_pairs() and join_pairs() convert
-/// between that order and memory order.
+/// elements 0 .. kWidth - 1 and `odd` the rest. Element i of that order is element
+/// pair_element(i) in memory; split_pairs() puts memory order in that order.
 inline void load_bf16_pair(const std::uint16_t* src, Vec& even, Vec& odd) {
 #if !defined(ATTNKIT_NO_SIMD) && defined(__AVX512F__)
   __m512i w = _mm512_loadu_si512(src);
@@ -329,11 +329,6 @@ constexpr int pair_element(int i) {
 /// dst[0, 2 kWidth) = src[0, 2 kWidth) in load_bf16_pair()'s order (src and dst distinct).
 inline void split_pairs(const float* src, float* dst) {
   for (int i = 0; i < 2 * kWidth; ++i) dst[i] = src[pair_element(i)];
-}
-
-/// The inverse: dst[0, 2 kWidth) in memory order from src in load_bf16_pair()'s order.
-inline void join_pairs(const float* src, float* dst) {
-  for (int i = 0; i < 2 * kWidth; ++i) dst[pair_element(i)] = src[i];
 }
 
 /// True when load_f16() converts in registers (F16C, or AVX-512's conversions).
