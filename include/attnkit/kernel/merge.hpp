@@ -108,6 +108,13 @@ void merge(const Normalizer& normalizer, const std::vector<View<P>>& parts,
         } else {
           for (double& w : weight) w = 1.0;
         }
+        O* dst = out.row(b, h, r);
+        if (out_stat != nullptr) out_stat[row] = static_cast<float>(total);
+        if (parts.size() == 1 && weight[0] == 1.0) {  // one part, whole: the sum below, copied
+          const P* in = parts[0].row(b, h, r);
+          for (Index c = 0; c < out.dim; ++c) dst[c] = static_cast<O>(double(in[c]));
+          continue;
+        }
         std::fill(acc.begin(), acc.end(), 0.0);
         for (std::size_t k = 0; k < parts.size(); ++k) {
           if (weight[k] == 0.0) continue;  // an empty part: its (zero) output adds nothing
@@ -115,10 +122,8 @@ void merge(const Normalizer& normalizer, const std::vector<View<P>>& parts,
           for (Index c = 0; c < out.dim; ++c)
             acc[static_cast<std::size_t>(c)] += weight[k] * double(in[c]);
         }
-        O* dst = out.row(b, h, r);
         for (Index c = 0; c < out.dim; ++c)
           dst[c] = static_cast<O>(acc[static_cast<std::size_t>(c)]);
-        if (out_stat != nullptr) out_stat[row] = static_cast<float>(total);
       }
 }
 
