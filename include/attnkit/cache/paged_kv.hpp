@@ -217,20 +217,22 @@ class PagedKv {
 
   Index pages_for(Index length) const { return (length + page_size_ - 1) / page_size_; }
 
+  // The index checks of the accessors, which decode calls for every page: the message is
+  // built only on failure (building it eagerly cost about a microsecond per page).
   Index check_seq(Index seq) const {
-    detail::require(seq >= 0 && seq < sequences(), "PagedKv: sequence",
-                    "in [0, " + std::to_string(sequences()) + ")", seq);
+    if (seq < 0 || seq >= sequences())
+      detail::fail("PagedKv: sequence", "in [0, " + std::to_string(sequences()) + ")", seq);
     return seq;
   }
   Index check_page(Index page) const {
-    detail::require(page >= 0 && page < pages_, "PagedKv: page index",
-                    "in [0, " + std::to_string(pages_) + ")", page);
+    if (page < 0 || page >= pages_)
+      detail::fail("PagedKv: page index", "in [0, " + std::to_string(pages_) + ")", page);
     return page;
   }
   Index table_page(Index seq, Index p) const {
     const std::vector<Index>& table = block_table(seq);
-    detail::require(p >= 0 && p < static_cast<Index>(table.size()), "PagedKv: block table entry",
-                    "in [0, " + std::to_string(table.size()) + ")", p);
+    if (p < 0 || p >= static_cast<Index>(table.size()))
+      detail::fail("PagedKv: block table entry", "in [0, " + std::to_string(table.size()) + ")", p);
     return table[static_cast<std::size_t>(p)];
   }
   Index rows_in(Index seq, Index p) const {
