@@ -12,8 +12,8 @@
 //   decode_rows_fit() in kernel/decode_rows.hpp) runs cache/paged_decode.hpp: split-KV
 //   items (sequence, 512-position chunk) hand the row engine each page's rows in place, at
 //   their true positions, every KV group of a page in turn; no call per page. With 16-key
-//   pages it takes 1.3-1.8x the time of decode() on contiguous K/V with GQA (Hkv 8), 1.1-1.3x
-//   without (bench_decode, AVX-512; 64-key pages: 1.2x).
+//   pages it takes 1.3-1.5x the time of decode() on contiguous K/V with GQA (Hkv 8), 1.0x
+//   without (bench_decode, AVX-512; with K/V in cache 64-key pages cost 1.05x).
 // - Everything else: for sequence b and the p-th page of its block table, K and V are
 //   strided views of that page in the pool (no copy) and one attention() call gives a partial
 //   result and row statistic; the call's mask sees true key positions through Remapped
