@@ -389,7 +389,7 @@ class DecodeRows {
     }
   }
 
-  // s_[0, nk) for one row, any head dim: queries loaded, a scalar tail past whole vectors.
+  // out[0, nk) for one row, any head dim: queries loaded, a scalar tail past whole vectors.
   void logits_any(const K* keys, Index ld, Index nk, const float* q, float* out) {
     const Index d = p_.head_dim, whole = d / kW * kW;
     Index j = 0;
