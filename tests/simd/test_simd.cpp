@@ -357,4 +357,11 @@ TEST_CASE("simd: load_bf16_pair widens 2 kWidth values in the order of pair_elem
   for (int e = 0; e < 2 * kWidth; ++e) CHECK(split[e] == memory[simd::pair_element(e)]);
   // Where the ISA splits, even lanes hold the even elements (the order the kernels assume).
   if constexpr (simd::kSplitsBf16Pairs) CHECK(b[0] == memory[1]);
+  // join_pairs() undoes split_pairs(), times a factor (a power of two here: exact).
+  std::array<float, 2 * kWidth + 1> joined{};
+  simd::join_pairs(split.data(), 0.25f, joined.data() + 1);
+  for (int e = 0; e < 2 * kWidth; ++e) {
+    INFO("element " << e);
+    CHECK(joined[e + 1] == memory[e] * 0.25f);
+  }
 }

@@ -125,15 +125,18 @@ class DecodeRows {
   void begin(Index b, Index g, Index q_offset) {
     select(g);
     q_offset_ = q_offset;
-    const Index d = p_.head_dim;
+    const Index d = p_.head_dim, whole = d / kW * kW;
+    const simd::Vec scale(p_.scale);
     for (Index r = 0; r < rows_; ++r) {
       const Index h = head(g, r), i = r % p_.q_len;
       const Q* src = q_.row(b, h, i);
       float* row = qr_ + r * d;
-      for (Index c = 0; c < d; ++c) row[c] = static_cast<float>(src[c]);
+      for (Index c = 0; c < whole; c += kW) simd::store(row + c, widened(src + c));
+      for (Index c = whole; c < d; ++c) row[c] = static_cast<float>(src[c]);
       if constexpr (transforms_rows<typename Spec::Position>())
         spec_.position.apply(row, d, RowAt{b, h, i, p_.q_len, i + q_offset, Role::Query});
-      for (Index c = 0; c < d; ++c) row[c] *= p_.scale;
+      for (Index c = 0; c < whole; c += kW) simd::store(row + c, simd::load(row + c) * scale);
+      for (Index c = whole; c < d; ++c) row[c] *= p_.scale;
       if (kPairsK && q_vectors_ > 0) split_row(row, d);  // as logits_in_registers() reads K
     }
     std::fill(acc_, acc_ + rows_ * dv_pad_, 0.f);
@@ -191,8 +194,7 @@ class DecodeRows {
       float* o = out + r * p_.value_dim;
       Index c = 0;
       if constexpr (kPairsV)  // whole pairs in load_bf16_pair()'s order, as slab() wrote them
-        for (; c + 2 * kW <= p_.value_dim; c += 2 * kW)
-          for (int e = 0; e < 2 * kW; ++e) o[c + simd::pair_element(e)] = acc[c + e] * f;
+        for (; c + 2 * kW <= p_.value_dim; c += 2 * kW) simd::join_pairs(acc + c, f, o + c);
       for (; c < p_.value_dim; ++c) o[c] = acc[c] * f;
       stat[r] = l == 0.f ? kNegInf : m_[r] + std::log(l);
     }

@@ -11,6 +11,7 @@
 // the order given, so the result does not depend on how the parts were computed (threads, tiles).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -112,7 +113,10 @@ void merge(const Normalizer& normalizer, const std::vector<View<P>>& parts,
         if (out_stat != nullptr) out_stat[row] = static_cast<float>(total);
         if (parts.size() == 1 && weight[0] == 1.0) {  // one part, whole: the sum below, copied
           const P* in = parts[0].row(b, h, r);
-          for (Index c = 0; c < out.dim; ++c) dst[c] = static_cast<O>(double(in[c]));
+          if constexpr (std::is_same_v<std::remove_const_t<P>, O>)
+            std::copy(in, in + out.dim, dst);
+          else
+            for (Index c = 0; c < out.dim; ++c) dst[c] = static_cast<O>(double(in[c]));
           continue;
         }
         std::fill(acc.begin(), acc.end(), 0.0);

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <deque>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -54,8 +55,8 @@ inline SplitItem split_item(const Problem& p, Index chunks, Index item) {
 // its KV group one after another over its chunk.
 template <class Spec, class Q, class K, class V, class O>
 void run_split_kv_tiles(const Spec& part_spec, const Problem& p, const View<Q>& q, const View<K>& k,
-                        const View<V>& v, const View<O>& o, Index chunks,
-                        std::vector<float>& part_out, std::vector<float>& part_stat) {
+                        const View<V>& v, const View<O>& o, Index chunks, float* part_out,
+                        float* part_stat) {
   using Normalizer = typename Spec::Normalizer;
   using Tiles = AttentionTiles<Spec, Q, K, V, O>;
   constexpr bool kStat = row_stat_kind<Normalizer>() != RowStat::None;
@@ -72,9 +73,8 @@ void run_split_kv_tiles(const Spec& part_spec, const Problem& p, const View<Q>& 
     const SplitItem it = split_item(p, chunks, item);
     for (Index h = it.g * group; h < (it.g + 1) * group; ++h) {
       const Index row = (it.b * p.q_heads + h) * p.q_len;
-      mine.run_part(it.b, h, 0, p.q_len, it.keys,
-                    part_out.data() + (it.c * rows + row) * p.value_dim, p.value_dim,
-                    kStat ? part_stat.data() + it.c * rows + row : nullptr);
+      mine.run_part(it.b, h, 0, p.q_len, it.keys, part_out + (it.c * rows + row) * p.value_dim,
+                    p.value_dim, kStat ? part_stat + it.c * rows + row : nullptr);
     }
   };
   for_each_item(tiles, items, run_item);
@@ -94,8 +94,11 @@ void run_split_kv(const Spec& spec, const Problem& p, const View<Q>& q, const Vi
   const Index items = p.batch * p.kv_heads * chunks;
   if (rows == 0) return;
   constexpr bool kStat = row_stat_kind<Normalizer>() != RowStat::None;
-  std::vector<float> part_out(static_cast<std::size_t>(chunks * rows * p.value_dim));
-  std::vector<float> part_stat(kStat ? static_cast<std::size_t>(chunks * rows) : 0);
+  // Every item writes all its rows' outputs and statistics: no zero-fill.
+  const std::unique_ptr<float[]> part_out(
+      new float[static_cast<std::size_t>(chunks * rows * p.value_dim)]);
+  const std::unique_ptr<float[]> part_stat(
+      new float[kStat ? static_cast<std::size_t>(chunks * rows) : 0]);
 
   bool rows_engine = false;
   if constexpr (decode_rows_fit<Spec>()) rows_engine = p.q_len <= kDecodeRowsMaxQueries;
@@ -106,21 +109,21 @@ void run_split_kv(const Spec& spec, const Problem& p, const View<Q>& q, const Vi
     for_each_item(engines, items, [&](DecodeRows<Spec, Q, K, V>& mine, Index item) {
       const SplitItem it = split_item(p, chunks, item);
       const Index row = (it.b * p.q_heads + it.g * group) * p.q_len;
-      mine.run(it.b, it.g, k, v, it.keys, part_out.data() + (it.c * rows + row) * p.value_dim,
-               part_stat.data() + it.c * rows + row);
+      mine.run(it.b, it.g, k, v, it.keys, part_out.get() + (it.c * rows + row) * p.value_dim,
+               part_stat.get() + it.c * rows + row);
     });
   } else {
     Spec part_spec = spec;
     part_spec.normalizer = chunk_normalizer(spec.normalizer);
-    run_split_kv_tiles(part_spec, p, q, k, v, o, chunks, part_out, part_stat);
+    run_split_kv_tiles(part_spec, p, q, k, v, o, chunks, part_out.get(), part_stat.get());
   }
 
   std::vector<View<const float>> parts;
   std::vector<const float*> stats;
   for (Index c = 0; c < chunks; ++c) {
-    parts.push_back(bhsd(static_cast<const float*>(part_out.data()) + c * rows * p.value_dim,
+    parts.push_back(bhsd(static_cast<const float*>(part_out.get()) + c * rows * p.value_dim,
                          p.batch, p.q_heads, p.q_len, p.value_dim));
-    if (kStat) stats.push_back(part_stat.data() + c * rows);
+    if (kStat) stats.push_back(part_stat.get() + c * rows);
   }
   merge(spec.normalizer, parts, stats, o, lse);
 }

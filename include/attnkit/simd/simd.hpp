@@ -331,6 +331,25 @@ inline void split_pairs(const float* src, float* dst) {
   for (int i = 0; i < 2 * kWidth; ++i) dst[i] = src[pair_element(i)];
 }
 
+/// The inverse, times f: dst[pair_element(i)] = src[i] * f for i < 2 kWidth (src and dst
+/// distinct): the even and odd halves interleaved.
+inline void join_pairs(const float* src, float f, float* dst) {
+  const Vec even = load(src) * Vec(f), odd = load(src + kWidth) * Vec(f);
+#if !defined(ATTNKIT_NO_SIMD) && defined(__AVX512F__)
+  const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
+  store(dst, Vec(_mm512_permutex2var_ps(even, lo, odd)));
+  store(dst + kWidth, Vec(_mm512_permutex2var_ps(even, hi, odd)));
+#elif !defined(ATTNKIT_NO_SIMD) && defined(__AVX2__)
+  const __m256 lo = _mm256_unpacklo_ps(even, odd), hi = _mm256_unpackhi_ps(even, odd);
+  store(dst, Vec(_mm256_permute2f128_ps(lo, hi, 0x20)));
+  store(dst + kWidth, Vec(_mm256_permute2f128_ps(lo, hi, 0x31)));
+#else
+  store(dst, even);  // memory order (kSplitsBf16Pairs is false)
+  store(dst + kWidth, odd);
+#endif
+}
+
 /// True when load_f16() converts in registers (F16C, or AVX-512's conversions).
 #if !defined(ATTNKIT_NO_SIMD) && (defined(__AVX512F__) || (defined(__AVX2__) && defined(__F16C__)))
 inline constexpr bool kWidensF16 = true;
