@@ -3,9 +3,11 @@
 // argument, the expected and the actual value; nothing is written before that.
 #pragma once
 
+#include <ostream>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 namespace attnkit {
 
@@ -17,17 +19,39 @@ class Error : public std::invalid_argument {
 
 namespace detail {
 
-template <class Expected, class Actual>
-[[noreturn]] void fail(const std::string& argument, const Expected& expected,
-                       const Actual& actual) {
+/// Pieces of a message, written one after the other when it is printed: `cat(name, ".batch")`
+/// or `cat(">= ", span, " (rows must not overlap)")` in a check costs nothing until the check
+/// fails (a std::string built with + and std::to_string costs a heap string on every call).
+/// Holds references to its pieces: build it in the call that uses it.
+template <class... Parts>
+struct Cat {
+  std::tuple<const Parts&...> parts;
+};
+
+template <class... Parts>
+Cat<Parts...> cat(const Parts&... parts) {
+  return Cat<Parts...>{std::tuple<const Parts&...>(parts...)};
+}
+
+template <class... Parts>
+std::ostream& operator<<(std::ostream& os, const Cat<Parts...>& c) {
+  std::apply([&os](const auto&... part) { (os << ... << part); }, c.parts);
+  return os;
+}
+
+/// Throws Error("attnkit: <argument>: expected <expected>, got <actual>"); each of the three
+/// is anything an std::ostream prints (a string, a number, a cat()).
+template <class Argument, class Expected, class Actual>
+[[noreturn]] void fail(const Argument& argument, const Expected& expected, const Actual& actual) {
   std::ostringstream msg;
   msg << "attnkit: " << argument << ": expected " << expected << ", got " << actual;
   throw Error(msg.str());
 }
 
-/// Throws Error(argument, expected, actual) when `ok` is false.
-template <class Expected, class Actual>
-void require(bool ok, const std::string& argument, const Expected& expected, const Actual& actual) {
+/// Throws Error(argument, expected, actual) when `ok` is false; the message is formatted only
+/// then.
+template <class Argument, class Expected, class Actual>
+void require(bool ok, const Argument& argument, const Expected& expected, const Actual& actual) {
   if (!ok) fail(argument, expected, actual);
 }
 

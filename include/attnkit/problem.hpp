@@ -37,10 +37,10 @@ struct Problem {
     require(value_dim >= 1 && value_dim <= kMaxDim, "value_dim", "1 to 2^20", value_dim);
     require(kv_heads >= 1, "kv_heads", ">= 1", kv_heads);
     require(q_heads >= 1 && q_heads % kv_heads == 0, "q_heads",
-            "a positive multiple of kv_heads (" + std::to_string(kv_heads) + ")", q_heads);
+            detail::cat("a positive multiple of kv_heads (", kv_heads, ")"), q_heads);
     require(std::isfinite(scale) && scale != 0.f, "scale", "finite and non-zero", scale);
     require(threads >= 0 && threads <= kMaxThreads, "threads",
-            "0 (all) to " + std::to_string(kMaxThreads), threads);
+            detail::cat("0 (all) to ", kMaxThreads), threads);
     // Positions i + q_offset and the ranges built from them must not overflow Index.
     require(q_offset >= -kMaxOffset && q_offset <= kMaxOffset, "q_offset", "within +-2^62",
             q_offset);
@@ -66,9 +66,9 @@ inline float scale_for(const Options& options, Index head_dim) {
   return head_dim > 0 ? 1.f / std::sqrt(static_cast<float>(head_dim)) : 0.f;
 }
 
-inline void require_dim(Index actual, Index expected, const std::string& what,
-                        const std::string& source) {
-  require(actual == expected, what, std::to_string(expected) + " (" + source + ")", actual);
+template <class What, class Source>
+void require_dim(Index actual, Index expected, const What& what, const Source& source) {
+  require(actual == expected, what, cat(expected, " (", source, ")"), actual);
 }
 
 // Outputs never share memory with the inputs (a tile's output would overwrite keys and

@@ -115,10 +115,10 @@ class KvCache {
     storage_.check_new(k, v, "the cache's storage");
     detail::require_dim(k.batch, batch_, "k_new.batch", "KvCache.batch");
     detail::require_dim(v.batch, batch_, "v_new.batch", "KvCache.batch");
-    detail::require(k.seq <= capacity_ - length_, "KvCache::append: new positions",
-                    "<= capacity - length = " + std::to_string(capacity_ - length_) +
-                        " (capacity " + std::to_string(capacity_) + ")",
-                    k.seq);
+    detail::require(
+        k.seq <= capacity_ - length_, "KvCache::append: new positions",
+        detail::cat("<= capacity - length = ", capacity_ - length_, " (capacity ", capacity_, ")"),
+        k.seq);
     return k.seq;
   }
 

@@ -43,7 +43,7 @@ class KvStorage {
     require(outer >= 0, at + names.outer, ">= 0", outer);
     require(kv_heads >= 1, at + "kv_heads", ">= 1", kv_heads);
     require(positions >= names.min_positions, at + names.positions,
-            ">= " + std::to_string(names.min_positions), positions);
+            detail::cat(">= ", names.min_positions), positions);
     require(head_dim >= 1, at + "head_dim", ">= 1", head_dim);
     require(value_dim >= 0, at + "value_dim", ">= 0 (0: head_dim)", value_dim);
     Index k_elems = 0, v_elems = 0;
@@ -83,10 +83,10 @@ class KvStorage {
   void check_new(const View<K>& k, const View<V>& v, const char* storage) const {
     check_view(k, "k_new");
     check_view(v, "v_new");
-    require_dim(k.heads, heads_, "k_new.heads", owner_ + ".kv_heads");
-    require_dim(v.heads, heads_, "v_new.heads", owner_ + ".kv_heads");
-    require_dim(k.dim, dim_, "k_new.dim", owner_ + ".head_dim");
-    require_dim(v.dim, value_dim_, "v_new.dim", owner_ + ".value_dim");
+    require_dim(k.heads, heads_, "k_new.heads", cat(owner_, ".kv_heads"));
+    require_dim(v.heads, heads_, "v_new.heads", cat(owner_, ".kv_heads"));
+    require_dim(k.dim, dim_, "k_new.dim", cat(owner_, ".head_dim"));
+    require_dim(v.dim, value_dim_, "v_new.dim", cat(owner_, ".value_dim"));
     require_dim(v.seq, k.seq, "v_new.seq", "k_new.seq");
     for (const ByteSpan& s : {span_of(keys_), span_of(values_)}) {
       require_disjoint(byte_span(k), "k_new", s, storage);

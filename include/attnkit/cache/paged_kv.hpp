@@ -154,7 +154,7 @@ class PagedKv {
     require(n <= kMaxLength - len, "PagedKv::append: new positions", "a length that fits", n);
     const Index needed = pages_for(len + n) - static_cast<Index>(table.size());
     require(needed <= free_pages(), "PagedKv::append: pages",
-            "<= " + std::to_string(free_pages()) + " free pages (pool exhausted)", needed);
+            detail::cat("<= ", free_pages(), " free pages (pool exhausted)"), needed);
     for (Index i = 0; i < needed; ++i) {
       table.push_back(free_.back());
       owner_[static_cast<std::size_t>(free_.back())] = seq;
@@ -180,16 +180,16 @@ class PagedKv {
     check_seq(seq);
     require(length >= 0, "PagedKv::assign: length", ">= 0", length);
     require(static_cast<Index>(pages.size()) == pages_for(length), "PagedKv::assign: pages.size()",
-            "ceil(length / page_size) = " + std::to_string(pages_for(length)), pages.size());
+            detail::cat("ceil(length / page_size) = ", pages_for(length)), pages.size());
     std::vector<char> seen(static_cast<std::size_t>(pages_), 0);
     for (std::size_t i = 0; i < pages.size(); ++i) {
-      const std::string name = "PagedKv::assign: pages[" + std::to_string(i) + "]";
+      const auto name = detail::cat("PagedKv::assign: pages[", i, "]");
       const Index p = pages[i];
-      require(p >= 0 && p < pages_, name, "a page index in [0, " + std::to_string(pages_) + ")", p);
+      require(p >= 0 && p < pages_, name, detail::cat("a page index in [0, ", pages_, ")"), p);
       require(!seen[static_cast<std::size_t>(p)], name, "listed once", "a repeated page");
       const Index owner = owner_[static_cast<std::size_t>(p)];
       require(owner < 0 || owner == seq, name, "a free page or one of this sequence",
-              "a page of sequence " + std::to_string(owner));
+              detail::cat("a page of sequence ", owner));
       seen[static_cast<std::size_t>(p)] = 1;
     }
     release(seq);
@@ -221,18 +221,18 @@ class PagedKv {
   // built only on failure (building it eagerly cost about a microsecond per page).
   Index check_seq(Index seq) const {
     if (seq < 0 || seq >= sequences())
-      detail::fail("PagedKv: sequence", "in [0, " + std::to_string(sequences()) + ")", seq);
+      detail::fail("PagedKv: sequence", detail::cat("in [0, ", sequences(), ")"), seq);
     return seq;
   }
   Index check_page(Index page) const {
     if (page < 0 || page >= pages_)
-      detail::fail("PagedKv: page index", "in [0, " + std::to_string(pages_) + ")", page);
+      detail::fail("PagedKv: page index", detail::cat("in [0, ", pages_, ")"), page);
     return page;
   }
   Index table_page(Index seq, Index p) const {
     const std::vector<Index>& table = block_table(seq);
     if (p < 0 || p >= static_cast<Index>(table.size()))
-      detail::fail("PagedKv: block table entry", "in [0, " + std::to_string(table.size()) + ")", p);
+      detail::fail("PagedKv: block table entry", detail::cat("in [0, ", table.size(), ")"), p);
     return table[static_cast<std::size_t>(p)];
   }
   Index rows_in(Index seq, Index p) const {
@@ -322,7 +322,7 @@ void attention_paged(const Spec& spec, const View<Q>& q, const PagedKv<T>& paged
   require_dim(q.batch, B, "q.batch", "PagedKv.sequences()");
   require_dim(q.dim, paged.head_dim(), "q.dim", "PagedKv.head_dim");
   require(Hq >= 1 && Hq % paged.kv_heads() == 0, "q.heads",
-          "a multiple of PagedKv.kv_heads = " + std::to_string(paged.kv_heads()), Hq);
+          detail::cat("a multiple of PagedKv.kv_heads = ", paged.kv_heads()), Hq);
   require_dim(o.batch, B, "o.batch", "q.batch");
   require_dim(o.heads, Hq, "o.heads", "q.heads");
   require_dim(o.seq, Lq, "o.seq", "q.seq");
@@ -348,8 +348,7 @@ void attention_paged(const Spec& spec, const View<Q>& q, const PagedKv<T>& paged
   }
   if constexpr (detail::has_sinks<Normalizer>::value)
     require(spec.normalizer.sinks.empty() || static_cast<Index>(spec.normalizer.sinks.size()) == Hq,
-            "Softmax.sinks.size()", "q.heads = " + std::to_string(Hq),
-            spec.normalizer.sinks.size());
+            "Softmax.sinks.size()", detail::cat("q.heads = ", Hq), spec.normalizer.sinks.size());
   if (B * Hq * Lq == 0) return;
 
   // Query offsets per sequence, and one iota of positions covering every query and key.

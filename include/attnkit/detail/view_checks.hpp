@@ -40,16 +40,16 @@ Index element_extent(const View<T>& v) {
   return checked_mul(total, Index{sizeof(T)}, &bytes) ? total : -1;
 }
 
-template <class T>
-void check_view(const View<T>& v, const std::string& name) {
-  require(v.batch >= 0, name + ".batch", ">= 0", v.batch);
-  require(v.heads >= 0, name + ".heads", ">= 0", v.heads);
-  require(v.seq >= 0, name + ".seq", ">= 0", v.seq);
-  require(v.dim >= 0, name + ".dim", ">= 0", v.dim);
-  require(v.batch_stride >= 0, name + ".batch_stride", ">= 0", v.batch_stride);
-  require(v.head_stride >= 0, name + ".head_stride", ">= 0", v.head_stride);
-  require(v.seq_stride >= 0, name + ".seq_stride", ">= 0", v.seq_stride);
-  require(is_empty(v) || v.data != nullptr, name + ".data", "non-null", "nullptr");
+template <class T, class Name>
+void check_view(const View<T>& v, const Name& name) {
+  require(v.batch >= 0, cat(name, ".batch"), ">= 0", v.batch);
+  require(v.heads >= 0, cat(name, ".heads"), ">= 0", v.heads);
+  require(v.seq >= 0, cat(name, ".seq"), ">= 0", v.seq);
+  require(v.dim >= 0, cat(name, ".dim"), ">= 0", v.dim);
+  require(v.batch_stride >= 0, cat(name, ".batch_stride"), ">= 0", v.batch_stride);
+  require(v.head_stride >= 0, cat(name, ".head_stride"), ">= 0", v.head_stride);
+  require(v.seq_stride >= 0, cat(name, ".seq_stride"), ">= 0", v.seq_stride);
+  require(is_empty(v) || v.data != nullptr, cat(name, ".data"), "non-null", "nullptr");
   require(element_extent(v) >= 0, name,
           "sizes and strides whose element offsets fit in Index (int64)", "an overflow");
 }
@@ -64,20 +64,21 @@ ByteSpan byte_span(const View<T>& v) {
 /// Throws Error naming both arguments when the address ranges the two spans cover overlap.
 /// Conservative: an output interleaved with an input (one fused buffer holding q, k, v and
 /// o slots per token) is refused even where no element is shared.
-inline void require_disjoint(const ByteSpan& a, const std::string& a_name, const ByteSpan& b,
-                             const std::string& b_name) {
+template <class AName, class BName>
+void require_disjoint(const ByteSpan& a, const AName& a_name, const ByteSpan& b,
+                      const BName& b_name) {
   const bool overlap = !a.empty() && !b.empty() && a.begin < b.end && b.begin < a.end;
   if (overlap)
-    fail(a_name, "memory disjoint from " + b_name,
-         "address ranges overlapping by " +
-             std::to_string(std::min(a.end, b.end) - std::max(a.begin, b.begin)) + " bytes");
+    fail(a_name, cat("memory disjoint from ", b_name),
+         cat("address ranges overlapping by ", std::min(a.end, b.end) - std::max(a.begin, b.begin),
+             " bytes"));
 }
 
 // The rows of an output view must be distinct memory: threads write them concurrently.
 // Sufficient check: sorted by stride, each dimension of extent > 1 steps past the whole
 // block spanned by the smaller ones (every dense or padded layout passes).
-template <class T>
-void check_rows_distinct(const View<T>& v, const std::string& name) {
+template <class T, class Name>
+void check_rows_distinct(const View<T>& v, const Name& name) {
   if (v.batch == 0 || v.heads == 0 || v.seq == 0) return;  // no rows, nothing to overlap
   struct Dim {
     Index stride, extent;
@@ -91,8 +92,8 @@ void check_rows_distinct(const View<T>& v, const std::string& name) {
   Index span = v.dim;  // elements covered by one row, then by each block of rows
   for (const Dim& d : dims) {
     if (d.extent <= 1) continue;
-    require(d.stride >= span, name + d.label,
-            ">= " + std::to_string(span) + " (rows must not overlap)", d.stride);
+    require(d.stride >= span, cat(name, d.label), cat(">= ", span, " (rows must not overlap)"),
+            d.stride);
     if (!checked_mul(d.stride, d.extent, &span)) return;  // nothing larger can follow
   }
 }

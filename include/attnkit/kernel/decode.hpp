@@ -36,7 +36,7 @@ void decode(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>&
   const Problem p = make_problem(q, k, v, o, options);
   validate_policies(spec, p, options);
   detail::require(p.q_len <= kMaxDecodeQueries, "decode(): q_len",
-                  "<= " + std::to_string(kMaxDecodeQueries) + " (use attention())", p.q_len);
+                  detail::cat("<= ", kMaxDecodeQueries, " (use attention())"), p.q_len);
   detail::run_with_keys(spec, p, q, k, v, o, options, true);
 }
 

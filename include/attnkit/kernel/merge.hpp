@@ -64,25 +64,24 @@ void merge(const Normalizer& normalizer, const std::vector<View<P>>& parts,
   detail::check_rows_distinct(out, "out");
   require(!parts.empty(), "parts.size()", ">= 1", parts.size());
   require(kStat == RowStat::None || stats.size() == parts.size(), "stats.size()",
-          "parts.size() = " + std::to_string(parts.size()), stats.size());
+          detail::cat("parts.size() = ", parts.size()), stats.size());
   require(kStat != RowStat::None || out_stat == nullptr, "out_stat",
           "nullptr (this normalizer has no row statistic)", "a buffer");
   const detail::ByteSpan out_span = detail::byte_span(out);
   for (std::size_t k = 0; k < parts.size(); ++k) {
-    const std::string name = "parts[" + std::to_string(k) + "]";
+    const auto name = detail::cat("parts[", k, "]");
     const View<P>& part = parts[k];
     detail::check_view(part, name);
     require(part.batch == out.batch && part.heads == out.heads && part.seq == out.seq &&
                 part.dim == out.dim,
             name, "the shape of out", "another shape");
     require(kStat == RowStat::None || stats[k] != nullptr || out.batch * out.heads * out.seq == 0,
-            "stats[" + std::to_string(k) + "]", "non-null", "nullptr");
+            detail::cat("stats[", k, "]"), "non-null", "nullptr");
     detail::require_disjoint(out_span, "out", detail::byte_span(part), name);
   }
   if constexpr (detail::has_sinks<Normalizer>::value)
     require(normalizer.sinks.empty() || static_cast<Index>(normalizer.sinks.size()) == out.heads,
-            "Softmax.sinks.size()", "heads = " + std::to_string(out.heads),
-            normalizer.sinks.size());
+            "Softmax.sinks.size()", detail::cat("heads = ", out.heads), normalizer.sinks.size());
 
   constexpr double kNegInf = -std::numeric_limits<double>::infinity();
   std::vector<double> weight(parts.size());  // per part, for one row

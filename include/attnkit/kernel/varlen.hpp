@@ -31,14 +31,12 @@ View<T> seq_rows(const View<T>& x, Index begin, Index n) {
 }
 
 inline void check_cu_seqlens(const std::vector<Index>& cu, const char* name, Index total) {
-  const std::string arg(name);
-  require(!cu.empty(), arg + ".size()", ">= 1 (num_seqs + 1)", cu.size());
-  require(cu.front() == 0, arg + "[0]", 0, cu.front());
+  require(!cu.empty(), cat(name, ".size()"), ">= 1 (num_seqs + 1)", cu.size());
+  require(cu.front() == 0, cat(name, "[0]"), 0, cu.front());
   for (std::size_t s = 1; s < cu.size(); ++s)
-    require(cu[s] >= cu[s - 1], arg + "[" + std::to_string(s) + "]",
-            "non-decreasing: >= " + std::to_string(cu[s - 1]), cu[s]);
-  require(cu.back() == total, arg + ".back()", "the packed length " + std::to_string(total),
-          cu.back());
+    require(cu[s] >= cu[s - 1], cat(name, "[", s, "]"), cat("non-decreasing: >= ", cu[s - 1]),
+            cu[s]);
+  require(cu.back() == total, cat(name, ".back()"), cat("the packed length ", total), cu.back());
 }
 
 }  // namespace detail
@@ -61,7 +59,7 @@ void attention_varlen(const Spec& spec, const View<Q>& q, const View<K>& k, cons
   detail::check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q", whole.q_len);
   detail::check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k", whole.kv_len);
   require(cu_seqlens_k.size() == cu_seqlens_q.size(), "cu_seqlens_k.size()",
-          "cu_seqlens_q.size() = " + std::to_string(cu_seqlens_q.size()), cu_seqlens_k.size());
+          detail::cat("cu_seqlens_q.size() = ", cu_seqlens_q.size()), cu_seqlens_k.size());
 
   const std::size_t seqs = cu_seqlens_q.size() - 1;
   Options part = options;  // per sequence: its own LSE rows, gathered into scratch

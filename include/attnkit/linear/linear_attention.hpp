@@ -33,12 +33,11 @@ void validate_linear(const LinearSpec<Map>& spec, const Problem& p, const Option
           options.q_offset.value_or(0));
   if (spec.causal) require_dim(p.kv_len, p.q_len, "k.seq", "q.seq: causal linear attention");
   require(spec.decay.empty() || Index(spec.decay.size()) == p.q_heads, "decay",
-          "empty or one gamma per query head (" + std::to_string(p.q_heads) + ")",
-          spec.decay.size());
+          detail::cat("empty or one gamma per query head (", p.q_heads, ")"), spec.decay.size());
   for (const float g : spec.decay) require(g >= 0.f && g <= 1.f, "decay", "gammas in [0, 1]", g);
   require(std::isfinite(spec.eps) && spec.eps >= 0.f, "eps", "finite and >= 0", spec.eps);
   require(spec.chunk >= 1 && spec.chunk <= LinearSpec<Map>::kMaxChunk, "chunk",
-          "1 to " + std::to_string(LinearSpec<Map>::kMaxChunk), spec.chunk);
+          detail::cat("1 to ", LinearSpec<Map>::kMaxChunk), spec.chunk);
   if (state == nullptr) return;
   require_dim(state->batch(), p.batch, "state.batch", "q.batch");
   require_dim(state->heads(), p.q_heads, "state.heads", "q.heads");

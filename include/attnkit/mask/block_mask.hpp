@@ -137,7 +137,7 @@ class BlockMask {
     detail::require(l.q_offset == q_offset, "BlockMask.q_offset", q_offset, l.q_offset);
     detail::require(l.batch == batch, "BlockMask.batch", batch, l.batch);
     detail::require(l.heads == 1 || l.heads == q_heads, "BlockMask.heads",
-                    "1 (shared) or q_heads = " + std::to_string(q_heads), l.heads);
+                    detail::cat("1 (shared) or q_heads = ", q_heads), l.heads);
   }
 
   /// Fraction of (query block, key block) pairs that are not listed: the work skipped.
@@ -184,8 +184,7 @@ class BlockMask {
   // The debugging faces take (b, h) from users; the kernel's come validated.
   void check_batch_head(Index b, Index h) const {
     const Layout& l = data_->layout;
-    detail::require(b >= 0 && b < l.batch, "BlockMask: b",
-                    "in [0, " + std::to_string(l.batch) + ")", b);
+    detail::require(b >= 0 && b < l.batch, "BlockMask: b", detail::cat("in [0, ", l.batch, ")"), b);
     detail::require(
         h >= 0 && (l.heads == 1 || h < l.heads), "BlockMask: h",
         l.heads == 1 ? std::string(">= 0 (shared)") : "in [0, " + std::to_string(l.heads) + ")", h);
@@ -231,26 +230,27 @@ class BlockMask {
     using detail::require;
     const Layout& l = data_->layout;
     const std::string name = "BlockMask." + kind;
-    require(list.offsets.size() == static_cast<std::size_t>(l.rows() + 1), name + ".offsets.size()",
-            "batch * heads * q_blocks + 1 = " + std::to_string(l.rows() + 1), list.offsets.size());
-    require(list.offsets.front() == 0, name + ".offsets[0]", 0, list.offsets.front());
-    require(list.offsets.back() == static_cast<Index>(list.blocks.size()), name + ".offsets[rows]",
-            "blocks.size() = " + std::to_string(list.blocks.size()), list.offsets.back());
+    require(list.offsets.size() == static_cast<std::size_t>(l.rows() + 1),
+            detail::cat(name, ".offsets.size()"),
+            detail::cat("batch * heads * q_blocks + 1 = ", l.rows() + 1), list.offsets.size());
+    require(list.offsets.front() == 0, detail::cat(name, ".offsets[0]"), 0, list.offsets.front());
+    require(list.offsets.back() == static_cast<Index>(list.blocks.size()),
+            detail::cat(name, ".offsets[rows]"),
+            detail::cat("blocks.size() = ", list.blocks.size()), list.offsets.back());
     // Offsets first, all of them: the block checks below index blocks[] through them.
     for (std::size_t r = 0; r + 1 < list.offsets.size(); ++r)
       require(list.offsets[r] <= list.offsets[r + 1] &&
                   list.offsets[r + 1] <= static_cast<Index>(list.blocks.size()),
-              name + ".offsets[" + std::to_string(r + 1) + "]",
-              ">= offsets[" + std::to_string(r) + "] = " + std::to_string(list.offsets[r]) +
-                  " and <= blocks.size()",
+              detail::cat(name, ".offsets[", r + 1, "]"),
+              detail::cat(">= offsets[", r, "] = ", list.offsets[r], " and <= blocks.size()"),
               list.offsets[r + 1]);
     for (std::size_t r = 0; r + 1 < list.offsets.size(); ++r) {
       const Index begin = list.offsets[r], end = list.offsets[r + 1];
       for (Index t = begin; t < end; ++t) {
         const Index kb = list.blocks[static_cast<std::size_t>(t)];
-        const std::string at = name + ".blocks[" + std::to_string(t) + "]";
+        const auto at = detail::cat(name, ".blocks[", t, "]");
         require(kb >= 0 && kb < l.kv_blocks(), at,
-                "a key block in [0, " + std::to_string(l.kv_blocks()) + ")", kb);
+                detail::cat("a key block in [0, ", l.kv_blocks(), ")"), kb);
         require(t == begin || list.blocks[static_cast<std::size_t>(t - 1)] < kb, at,
                 "greater than the previous block of its row (sorted, no repeats)", kb);
       }
@@ -264,8 +264,8 @@ class BlockMask {
            t < data_->full.offsets[static_cast<std::size_t>(r + 1)]; ++t) {
         const Index kb = data_->full.blocks[static_cast<std::size_t>(t)];
         detail::require(!listed(data_->partial, r, kb),
-                        "BlockMask.full.blocks[" + std::to_string(t) + "]",
-                        "a block not also listed partial in row " + std::to_string(r), kb);
+                        detail::cat("BlockMask.full.blocks[", t, "]"),
+                        detail::cat("a block not also listed partial in row ", r), kb);
       }
   }
 

@@ -77,7 +77,7 @@ struct Sigmoid {
   void validate(Index /*q_len*/, Index /*kv_len*/, Index /*q_offset*/, Index /*batch*/,
                 Index q_heads) const {
     detail::require(head_bias.empty() || static_cast<Index>(head_bias.size()) == q_heads,
-                    "Sigmoid.head_bias.size()", "q_heads = " + std::to_string(q_heads),
+                    "Sigmoid.head_bias.size()", detail::cat("q_heads = ", q_heads),
                     head_bias.size());
   }
 };

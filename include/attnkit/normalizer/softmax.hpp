@@ -125,7 +125,7 @@ struct Softmax {
   void validate(Index /*q_len*/, Index /*kv_len*/, Index /*q_offset*/, Index /*batch*/,
                 Index q_heads) const {
     detail::require(sinks.empty() || static_cast<Index>(sinks.size()) == q_heads,
-                    "Softmax.sinks.size()", "q_heads = " + std::to_string(q_heads), sinks.size());
+                    "Softmax.sinks.size()", detail::cat("q_heads = ", q_heads), sinks.size());
   }
 };
 

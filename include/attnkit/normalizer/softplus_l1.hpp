@@ -115,8 +115,7 @@ struct SoftplusL1 {
     const Index rows = batch * q_heads * q_len;  // Problem checked the product
     detail::require(key_counts.empty() || static_cast<Index>(key_counts.size()) == rows,
                     "SoftplusL1.key_counts.size()",
-                    "empty or batch * q_heads * q_len = " + std::to_string(rows),
-                    key_counts.size());
+                    detail::cat("empty or batch * q_heads * q_len = ", rows), key_counts.size());
   }
 };
 

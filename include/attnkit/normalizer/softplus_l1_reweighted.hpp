@@ -241,7 +241,7 @@ struct SoftplusL1Reweighted::SecondRound {
     const Index rows = batch * q_heads * q_len;
     detail::require(static_cast<Index>(row_sums.size()) == rows,
                     "SoftplusL1Reweighted::SecondRound.row_sums.size()",
-                    "batch * q_heads * q_len = " + std::to_string(rows), row_sums.size());
+                    detail::cat("batch * q_heads * q_len = ", rows), row_sums.size());
   }
 };
 

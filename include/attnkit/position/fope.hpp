@@ -57,8 +57,7 @@ class FopeTable {
     for (const auto* coef : {&cos_coef_, &sin_coef_}) {
       const char* name = coef == &cos_coef_ ? "Fope: C.size()" : "Fope: S.size()";
       require(static_cast<Index>(coef->size()) == coefs, name,
-              "kv_heads * F * d/2 = " + std::to_string(coefs) + " (F = " + std::to_string(kept_) +
-                  " kept frequencies)",
+              detail::cat("kv_heads * F * d/2 = ", coefs, " (F = ", kept_, " kept frequencies)"),
               coef->size());
       for (const double x : *coef) require(std::isfinite(x), "Fope: a coefficient", "finite", x);
     }
@@ -114,7 +113,7 @@ class FopeTable {
             "in [1, 2^20]", c.kv_heads);
     const Index q_heads = c.q_heads == 0 ? c.kv_heads : c.q_heads;
     require(q_heads >= 1 && q_heads % c.kv_heads == 0, "FopeConfig.q_heads",
-            "0 or a positive multiple of kv_heads = " + std::to_string(c.kv_heads), c.q_heads);
+            detail::cat("0 or a positive multiple of kv_heads = ", c.kv_heads), c.q_heads);
     Index coefs = 0;
     require(detail::checked_product({c.kv_heads, c.head_dim / 2, c.head_dim / 2}, &coefs) &&
                 coefs <= (Index{1} << 32),
@@ -271,12 +270,12 @@ struct Fope {
     const FopeConfig& c = table->config();
     detail::require(q_heads == c.q_heads || (q_len == 0 && q_heads == c.kv_heads),
                     "Fope: the call's query heads",
-                    "FopeConfig.q_heads = " + std::to_string(c.q_heads) +
-                        " (or kv_heads = " + std::to_string(c.kv_heads) + " for keys alone)",
+                    detail::cat("FopeConfig.q_heads = ", c.q_heads, " (or kv_heads = ", c.kv_heads,
+                                " for keys alone)"),
                     q_heads);
     check_ids(q_positions, "Fope.q_positions", batch * q_len);
     check_ids(k_positions, "Fope.k_positions", batch * kv_len);
-    const std::string range = "in [0, max_len = " + std::to_string(c.max_len) + ")";
+    const auto range = detail::cat("in [0, max_len = ", c.max_len, ")");
     if (q_positions.empty() && q_len > 0) {
       detail::require(q_offset >= 0, "Fope: the first query position (q_offset)", range, q_offset);
       detail::require(q_offset + q_len - 1 < c.max_len, "Fope: the last query position", range,
@@ -299,17 +298,18 @@ struct Fope {
     const std::vector<Index>& ids = query ? q_positions : k_positions;
     check_ids(ids, query ? "Fope.q_positions" : "Fope.k_positions", batch * len);
     if (!ids.empty() || len == 0) return;
-    const std::string range = "in [0, max_len = " + std::to_string(c.max_len) + ")";
-    const std::string who = query ? "query" : "key";
-    detail::require(offset >= 0, "Fope: the first " + who + " position (offset)", range, offset);
-    detail::require(offset + len - 1 < c.max_len, "Fope: the last " + who + " position", range,
-                    offset + len - 1);
+    const auto range = detail::cat("in [0, max_len = ", c.max_len, ")");
+    const char* who = query ? "query" : "key";
+    detail::require(offset >= 0, detail::cat("Fope: the first ", who, " position (offset)"), range,
+                    offset);
+    detail::require(offset + len - 1 < c.max_len, detail::cat("Fope: the last ", who, " position"),
+                    range, offset + len - 1);
   }
 
   /// Throws Error unless the head is the table's d.
   void validate_head_dim(Index head_dim) const {
     detail::require(head_dim == table->config().head_dim, "Fope: head_dim",
-                    "FopeConfig.head_dim = " + std::to_string(table->config().head_dim), head_dim);
+                    detail::cat("FopeConfig.head_dim = ", table->config().head_dim), head_dim);
   }
 
  private:
@@ -334,11 +334,11 @@ struct Fope {
   void check_ids(const std::vector<Index>& ids, const char* name, Index rows) const {
     if (ids.empty()) return;
     const Index max_len = table->config().max_len;
-    detail::require(static_cast<Index>(ids.size()) == rows, std::string(name) + ".size()",
-                    "batch * length = " + std::to_string(rows), ids.size());
+    detail::require(static_cast<Index>(ids.size()) == rows, detail::cat(name, ".size()"),
+                    detail::cat("batch * length = ", rows), ids.size());
     for (const Index id : ids)
-      detail::require(id >= 0 && id < max_len, std::string(name) + "[...]",
-                      "in [0, max_len = " + std::to_string(max_len) + ")", id);
+      detail::require(id >= 0 && id < max_len, detail::cat(name, "[...]"),
+                      detail::cat("in [0, max_len = ", max_len, ")"), id);
   }
 };
 

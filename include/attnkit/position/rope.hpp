@@ -85,20 +85,21 @@ struct Rope {
     const std::vector<Index>& ids = query ? q_positions : k_positions;
     check_ids(ids, query ? "Rope.q_positions" : "Rope.k_positions", batch * len);
     if (!ids.empty() || len == 0) return;
-    const std::string range = "in [0, max_len = " + std::to_string(table->max_len()) + ")";
-    const std::string who = query ? "query" : "key";
-    detail::require(
-        offset >= 0,
-        "Rope: the first " + who + " position (" + (query ? "q_offset" : "offset") + ")", range,
-        offset);
-    detail::require(offset + len - 1 < table->max_len(), "Rope: the last " + who + " position",
+    const Index max_len = table->max_len();
+    const auto range = detail::cat("in [0, max_len = ", max_len, ")");
+    const char* who = query ? "query" : "key";
+    const char* offset_name = query ? "q_offset" : "offset";
+    detail::require(offset >= 0,
+                    detail::cat("Rope: the first ", who, " position (", offset_name, ")"), range,
+                    offset);
+    detail::require(offset + len - 1 < max_len, detail::cat("Rope: the last ", who, " position"),
                     range, offset + len - 1);
   }
 
   /// Throws Error when the rotated dimensions do not fit the head.
   void validate_head_dim(Index head_dim) const {
     detail::require(table->rotary_dim() <= head_dim, "RopeTable.rotary_dim",
-                    "<= head_dim = " + std::to_string(head_dim), table->rotary_dim());
+                    detail::cat("<= head_dim = ", head_dim), table->rotary_dim());
   }
 
  private:
@@ -117,11 +118,11 @@ struct Rope {
 
   void check_ids(const std::vector<Index>& ids, const char* name, Index rows) const {
     if (ids.empty()) return;
-    detail::require(static_cast<Index>(ids.size()) == rows, std::string(name) + ".size()",
-                    "batch * length = " + std::to_string(rows), ids.size());
+    detail::require(static_cast<Index>(ids.size()) == rows, detail::cat(name, ".size()"),
+                    detail::cat("batch * length = ", rows), ids.size());
     for (const Index id : ids)
-      detail::require(id >= 0 && id < table->max_len(), std::string(name) + "[...]",
-                      "in [0, max_len = " + std::to_string(table->max_len()) + ")", id);
+      detail::require(id >= 0 && id < table->max_len(), detail::cat(name, "[...]"),
+                      detail::cat("in [0, max_len = ", table->max_len(), ")"), id);
   }
 };
 

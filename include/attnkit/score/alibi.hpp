@@ -30,7 +30,7 @@ struct Alibi {
   /// Explicit slopes, one per query head (validated: finite).
   explicit Alibi(std::vector<float> slopes_) : slopes(std::move(slopes_)) {
     for (std::size_t h = 0; h < slopes.size(); ++h)
-      detail::require(std::isfinite(slopes[h]), "Alibi.slopes[" + std::to_string(h) + "]", "finite",
+      detail::require(std::isfinite(slopes[h]), detail::cat("Alibi.slopes[", h, "]"), "finite",
                       slopes[h]);
   }
 
@@ -54,7 +54,7 @@ struct Alibi {
   void validate(Index /*q_len*/, Index /*kv_len*/, Index /*q_offset*/, Index /*batch*/,
                 Index q_heads) const {
     detail::require(Index(slopes.size()) == q_heads, "Alibi.slopes.size()",
-                    "q_heads = " + std::to_string(q_heads), slopes.size());
+                    detail::cat("q_heads = ", q_heads), slopes.size());
   }
 
   /// Element rule (the reference uses it): s -> s - slope_h |i - j|, absolute positions.

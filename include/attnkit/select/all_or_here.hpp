@@ -40,7 +40,7 @@ struct AhaRoutes {
   AhaRoutes(Index b, Index l, Index h, std::vector<unsigned char> routes)
       : batch(b), len(l), heads(h), full(std::move(routes)) {
     detail::require(b >= 0 && l >= 0 && h >= 0 && Index(full.size()) == b * l * h,
-                    "AhaRoutes.full.size()", "batch * len * heads = " + std::to_string(b * l * h),
+                    "AhaRoutes.full.size()", detail::cat("batch * len * heads = ", b * l * h),
                     full.size());
   }
 

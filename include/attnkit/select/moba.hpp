@@ -72,8 +72,8 @@ BlockRoutes route_topk_blocks(const View<Q>& q, const View<K>& k, Index block = 
   using detail::require;
   detail::check_view(q, "q");
   detail::check_view(k, "k");
-  require(k.batch == q.batch, "k.batch", "q.batch = " + std::to_string(q.batch), k.batch);
-  require(k.dim == q.dim, "k.dim", "q.dim = " + std::to_string(q.dim), k.dim);
+  require(k.batch == q.batch, "k.batch", detail::cat("q.batch = ", q.batch), k.batch);
+  require(k.dim == q.dim, "k.dim", detail::cat("q.dim = ", q.dim), k.dim);
   require(k.heads >= 1 && q.heads % k.heads == 0, "q.heads", "a multiple of k.heads", q.heads);
   require(block >= 1 && block <= (Index{1} << 60), "block", "1 to 2^60", block);
   require(topk >= 1, "topk", ">= 1", topk);
@@ -139,9 +139,8 @@ inline void check_routes(const BlockRoutes& routes, const Problem& p, Index bloc
               routes.kv_len == p.kv_len,
           "BlockRoutes shape", "[batch, q_heads, Lq] and Lk of the call", "another shape");
   require(routes.q_offset == p.q_offset, "BlockRoutes.q_offset",
-          "the call's q_offset = " + std::to_string(p.q_offset), routes.q_offset);
-  require(routes.block == block, "BlockRoutes.block", "block = " + std::to_string(block),
-          routes.block);
+          detail::cat("the call's q_offset = ", p.q_offset), routes.q_offset);
+  require(routes.block == block, "BlockRoutes.block", detail::cat("block = ", block), routes.block);
   require(routes.topk >= 1 &&
               routes.blocks.size() ==
                   static_cast<std::size_t>(p.batch * p.q_heads * p.q_len * routes.topk) &&
@@ -159,7 +158,7 @@ inline void check_routes(const BlockRoutes& routes, const Problem& p, Index bloc
         for (Index t = 0; ok && t + 1 < list.size(); ++t)
           ok = list[t] >= 0 && list[t] < std::min(own, n_blocks) &&
                (t == 0 || list[t - 1] < list[t]);
-        require(ok, "BlockRoutes row " + std::to_string(i) + " of head " + std::to_string(h),
+        require(ok, detail::cat("BlockRoutes row ", i, " of head ", h),
                 "ascending past blocks, then the own block", "another list");
       }
 }

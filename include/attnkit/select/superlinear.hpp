@@ -50,7 +50,7 @@ inline void check_spans(const SpanSelection& sel, const Problem& p) {
               sel.kv_len == p.kv_len,
           "SpanSelection shape", "[batch, q_heads, Lq] and Lk of the call", "another shape");
   require(sel.q_offset == p.q_offset, "SpanSelection.q_offset",
-          "the call's q_offset = " + std::to_string(p.q_offset), sel.q_offset);
+          detail::cat("the call's q_offset = ", p.q_offset), sel.q_offset);
   require(sel.topk >= 1 && sel.span >= 1 && sel.span <= (Index{1} << 40) && sel.window >= 0 &&
               sel.window <= (Index{1} << 40),
           "SpanSelection topk / span / window", ">= 1 / 1 to 2^40 / 0 to 2^40", "others");
@@ -66,7 +66,7 @@ inline void check_spans(const SpanSelection& sel, const Problem& p) {
         bool ok = n >= 0 && n <= sel.topk;
         for (Index t = 0; ok && t < n; ++t)
           ok = a[t] >= 0 && a[t] <= last && (t == 0 || a[t - 1] < a[t]);
-        require(ok, "SpanSelection row " + std::to_string(i) + " of head " + std::to_string(h),
+        require(ok, detail::cat("SpanSelection row ", i, " of head ", h),
                 "ascending distinct anchors in [0, min(position, Lk - 1)]", "another list");
       }
 }

@@ -100,8 +100,8 @@ SpanSelection superlinear_spans(const View<R>& routing_q, const View<K>& k,
   detail::check_view(routing_q, "routing_q");
   detail::check_view(k, "k");
   const View<R>& r = routing_q;
-  require(k.batch == r.batch, "k.batch", "routing_q.batch = " + std::to_string(r.batch), k.batch);
-  require(k.dim == r.dim, "k.dim", "routing_q.dim = " + std::to_string(r.dim), k.dim);
+  require(k.batch == r.batch, "k.batch", detail::cat("routing_q.batch = ", r.batch), k.batch);
+  require(k.dim == r.dim, "k.dim", detail::cat("routing_q.dim = ", r.dim), k.dim);
   require(k.heads >= 1 && r.heads % k.heads == 0, "routing_q.heads", "a multiple of k.heads",
           r.heads);
   require(params.p > 0.0 && params.p <= 1.0, "SuperlinearParams.p", "in (0, 1]", params.p);
@@ -111,7 +111,7 @@ SpanSelection superlinear_spans(const View<R>& routing_q, const View<K>& k,
   require(params.window >= 0 && params.window <= (Index{1} << 40), "SuperlinearParams.window",
           "0 to 2^40", params.window);
   require(options.threads >= 0 && options.threads <= Options::kMaxThreads, "threads",
-          "0 (all) to " + std::to_string(Options::kMaxThreads), options.threads);
+          detail::cat("0 (all) to ", Options::kMaxThreads), options.threads);
   const Index offset = options.q_offset.value_or(k.seq - r.seq);
   require(offset >= -Problem::kMaxOffset && offset <= Problem::kMaxOffset, "q_offset",
           "within +-2^62", offset);
