@@ -93,17 +93,15 @@ class DecodeRows {
         q_vectors_(queries_in_registers(p.head_dim)),
         groups_(groups),
         scratch_(Scratch::size_for(groups * rows_ * p.head_dim, groups * rows_ * dv_pad_,
-                                   groups * rows_, groups * rows_ * kW, 2 * rows_ * kSPad)),
+                                   groups * rows_, groups * rows_ * kW, rows_ * kSPad)),
         qr_all_(scratch_.carve(groups * rows_ * p.head_dim)),
         acc_all_(scratch_.carve(groups * rows_ * dv_pad_)),
         m_all_(scratch_.carve(groups * rows_)),
         l_all_(scratch_.carve(groups * rows_ * kW)),
-        logits_(scratch_.carve(2 * rows_ * kSPad)) {
-    for (int x = 0; x < 2; ++x) {
-      blocks_[x].kinds.resize(static_cast<std::size_t>(rows_));
-      blocks_[x].visible.resize(static_cast<std::size_t>(rows_ * kBlock));
-      blocks_[x].logits = logits_ + x * rows_ * kSPad;
-    }
+        logits_(scratch_.carve(rows_ * kSPad)) {
+    blk_.kinds.resize(static_cast<std::size_t>(rows_));
+    blk_.visible.resize(static_cast<std::size_t>(rows_ * kBlock));
+    blk_.logits = logits_;
   }
 
   /// The rows of KV group g in batch b -- query heads g * G .. (g + 1) * G - 1, each with its
@@ -147,15 +145,13 @@ class DecodeRows {
   void add_keys(Index b, Index g, const K* keys, Index kld, const V* values, Index vld, Index pos0,
                 Index n) {
     select(g);
-    // Software-pipelined by one block: the logits of block n are formed before the values of
-    // block n - 1 are weighed, so that the K and V streams are read together (f32 MHA at 32K
-    // keys: 40.7 -> 34.9 ms with 2 threads). The accumulator sees the same operations in the
-    // same order as without the pipeline: block n - 1's values, then block n's rescale.
-    int cur = 0;
-    Index pending = 0;  // keys of the previous block still to weigh (0: none)
+    // Block by block: logits, online softmax, values. (A software pipeline that formed block
+    // n's logits before weighing block n - 1's values, to read K and V together, was slower
+    // once K/V sat on huge pages: f32 decode, Lk 32K, H 32, 1 thread, AVX-512: MHA 45 -> 41
+    // ms, GQA (Hkv 8) 16 -> 15 ms without it; 2 threads unchanged or slightly faster.)
+    Block& blk = blk_;
     for (Index j0 = 0; j0 < n; j0 += kBlock) {
       const Index nk = std::min(kBlock, n - j0), k0 = pos0 + j0, lanes = simd::round_up(nk);
-      Block& blk = blocks_[cur];
       for (Index r = 0; r < rows_; ++r) {
         const Index i = query_position(r);
         blk.kinds[static_cast<std::size_t>(r)] =
@@ -176,13 +172,10 @@ class DecodeRows {
           logit_rows<1>(b, g, r, block_keys, kld, k0, nk, blk);
         }
       }
-      if (pending > 0) weigh_block(blocks_[1 - cur], pending);
       for (Index r = 0; r < rows_; ++r)
         if (blk.kind(r) != TileKind::Empty) absorb(r, blk.logits + r * kSPad, lanes);
-      pending = nk;
-      cur = 1 - cur;
+      weigh_block(blk, nk);
     }
-    if (pending > 0) weigh_block(blocks_[1 - cur], pending);
   }
 
   /// The rows' partial outputs acc / l (0 for a row that saw no key) and log-sum-exps.
@@ -510,8 +503,8 @@ class DecodeRows {
   float* acc_ = nullptr;
   float* m_ = nullptr;
   float* l_ = nullptr;
-  float* logits_;          // [2, rows, kSPad] two blocks' logits, then weights, keys in the lanes
-  Block blocks_[2];        // the block being formed and the one whose values are still to weigh
+  float* logits_;          // [rows, kSPad] the block's logits, then weights, keys in the lanes
+  Block blk_;              // the block in hand
   float w_[kBlock];        // a Partial row's visible weights
   const V* vrow_[kBlock];  // and their value rows
 };
