@@ -25,6 +25,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "support/attention_runner.hpp"
@@ -224,7 +225,9 @@ TEST_CASE("attention with BlockMask: a row that sees nothing gives 0 and LSE -in
 
 TEST_CASE("attention with BlockMask: make_block_mask(m) gives the output of m",
           "[attention][block_mask]") {
-  const auto [block_q, block_k] = GENERATE(table<Index, Index>({{64, 128}, {128, 64}, {40, 72}}));
+  const auto sizes = GENERATE(table<Index, Index>({{64, 128}, {128, 64}, {40, 72}}));
+  // Named copies, not a structured binding: C++17 (Clang 14) cannot capture one in a lambda.
+  const Index block_q = std::get<0>(sizes), block_k = std::get<1>(sizes);
   Case c;
   c.q_heads = 2;
   c.q_len = 300;
