@@ -195,12 +195,13 @@ Shape shape(Index q_heads, Index kv_heads, Index q_len, Index kv_len, Index dim,
 TEST_CASE("decode rows: head dims, value-dim tails and odd groups match the reference",
           "[decode_rows]") {
   // d: 1, 3 and 17 / 40 / 130 (not whole vectors: logits_any with a scalar tail), 32 / 64 /
-  // 128 (2, 4, 8 vectors on AVX-512: queries in registers, rows paired); dv: tails.
+  // 128 (2, 4, 8 vectors on AVX-512: queries in registers, rows paired), 256 (16 vectors on
+  // AVX-512: too many for registers, logits_any with whole vectors); dv: tails.
   struct Dims {
     Index d, dv;
   };
-  const Dims dims[] = {{1, 1},    {3, 5},   {17, 33}, {32, 24},
-                       {40, 129}, {64, 64}, {128, 7}, {130, 136}};
+  const Dims dims[] = {{1, 1},   {3, 5},   {17, 33},   {32, 24}, {40, 129},
+                       {64, 64}, {128, 7}, {130, 136}, {256, 40}};
   struct Heads {
     Index q, kv;
   };
