@@ -97,11 +97,10 @@ class DecodeRows {
         qr_all_(scratch_.carve(groups * rows_ * p.head_dim)),
         acc_all_(scratch_.carve(groups * rows_ * dv_pad_)),
         m_all_(scratch_.carve(groups * rows_)),
-        l_all_(scratch_.carve(groups * rows_ * kW)),
-        logits_(scratch_.carve(rows_ * kSPad)) {
+        l_all_(scratch_.carve(groups * rows_ * kW)) {
     blk_.kinds.resize(static_cast<std::size_t>(rows_));
     blk_.visible.resize(static_cast<std::size_t>(rows_ * kBlock));
-    blk_.logits = logits_;
+    blk_.logits = scratch_.carve(rows_ * kSPad);
   }
 
   /// The rows of KV group g in batch b -- query heads g * G .. (g + 1) * G - 1, each with its
@@ -235,7 +234,7 @@ class DecodeRows {
   // weights), a Partial row's keep bits, the value rows.
   struct Block {
     std::vector<TileKind> kinds;  // [rows]
-    float* logits = nullptr;      // [rows, kSPad]
+    float* logits = nullptr;      // [rows, kSPad] logits, then weights, keys in the lanes
     std::vector<bool> visible;    // [rows, kBlock] keep bits of Partial rows
     const V* values[kBlock] = {};
     TileKind kind(Index r) const { return kinds[static_cast<std::size_t>(r)]; }
@@ -503,8 +502,7 @@ class DecodeRows {
   float* acc_ = nullptr;
   float* m_ = nullptr;
   float* l_ = nullptr;
-  float* logits_;          // [rows, kSPad] the block's logits, then weights, keys in the lanes
-  Block blk_;              // the block in hand
+  Block blk_;              // the block in hand (its logits in the scratch)
   float w_[kBlock];        // a Partial row's visible weights
   const V* vrow_[kBlock];  // and their value rows
 };
