@@ -8,16 +8,12 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <exception>
 #include <limits>
 #include <type_traits>
 #include <vector>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "attnkit/cache/paged_decode.hpp"
+#include "attnkit/detail/parallel.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/detail/view_checks.hpp"
 #include "attnkit/error.hpp"
@@ -75,17 +71,6 @@ SoftplusL1 page_normalizer(const SoftplusL1& s, const Mask& mask, Index b, Index
 template <class N, class Mask>
 const N& page_normalizer(const N& n, const Mask&, Index, Index, Index, Index, Index) {
   return n;
-}
-
-// Threads of the loop over (sequence, page) items: as requested (0: all), at most one per item.
-inline int paged_kv_threads(int requested, Index items) {
-#ifdef _OPENMP
-  const int t = requested > 0 ? requested : omp_get_max_threads();
-#else
-  (void)requested;
-  const int t = 1;
-#endif
-  return static_cast<int>(std::min<Index>(t, std::max<Index>(items, 1)));
 }
 
 }  // namespace detail
@@ -219,7 +204,7 @@ void attention_paged(const Spec& spec, const View<Q>& q, const PagedKv<T>& paged
 
   const bool parallel = Lq <= kMaxDecodeQueries;
   const int threads =
-      parallel ? detail::paged_kv_threads(options.threads, static_cast<Index>(items.size())) : 1;
+      parallel ? detail::threads_for(options.threads, static_cast<Index>(items.size())) : 1;
   std::vector<Normalizer> norms;  // per sequence, before any thread starts
   norms.reserve(static_cast<std::size_t>(B));
   for (Index b = 0; b < B; ++b)
@@ -241,21 +226,9 @@ void attention_paged(const Spec& spec, const View<Q>& q, const PagedKv<T>& paged
     attention(call_spec, qb, k, v, bhsd(out, 1, Hq, Lq, Dv), call);
   };
 
-  std::exception_ptr error;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
-#endif
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    try {
-      run_item(items[i]);
-    } catch (...) {
-#ifdef _OPENMP
-#pragma omp critical(attnkit_paged_error)
-#endif
-      if (!error) error = std::current_exception();
-    }
-  }
-  if (error) std::rethrow_exception(error);
+  // attention() may throw (std::bad_alloc): parallel_for rethrows it after the loop.
+  detail::parallel_for(threads, static_cast<Index>(items.size()), 1,
+                       [&](Index i) { run_item(items[static_cast<std::size_t>(i)]); });
 
   detail::merge_sequences(spec.normalizer, part_out, part_stat, first_slot, o, options.lse);
 }
