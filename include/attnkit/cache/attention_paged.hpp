@@ -174,6 +174,16 @@ void attention_paged(const Spec& spec, const View<Q>& q, const PagedKv<T>& paged
     lo = std::min(lo, off);
     hi = std::max({hi, off + Lq, paged.length(b)});
   }
+  // Each policy checks its data against every sequence, with the sequence's own length and
+  // query offset, on both paths below (a BlockMask laid out for other sizes is refused).
+  const Problem whole = detail::paged_problem(q, paged, options);
+  for (Index b = 0; b < B; ++b) {
+    Problem pb = whole;
+    pb.kv_len = paged.length(b);
+    pb.q_offset = q_off[static_cast<std::size_t>(b)];
+    pb.validate();
+    validate_policies(spec, pb, options);
+  }
   if constexpr (detail::decode_rows_fit<Spec>()) {  // softmax decode: no call per page
     if (Lq <= kMaxDecodeQueries)
       return detail::paged_decode_rows(spec, q, paged, o, options, q_off);
