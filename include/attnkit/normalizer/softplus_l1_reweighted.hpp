@@ -1,4 +1,4 @@
-// SoftplusL1Reweighted -- LSSAR (Gao & Spratling 2025; MECHANISMS.md "Re-weighting"): the
+// SoftplusL1Reweighted -- LSSAR (Gao & Spratling 2025; docs/mechanisms.md "LSSAR"): the
 // LSSA weights a_ij (softplus_l1.hpp) sharpened by a power p (default 15):
 //   r_ij = ReLU(N_i a_ij - 1)^p,   a'_ij = r_ij / sum_j r_ij,
 // which keeps only the keys weighted above the uniform 1/N_i. a_ij needs the row sum first,
