@@ -16,7 +16,7 @@
 // Split-KV cannot merge LSSAR in one round (the ReLU needs the whole row's sum): round one
 // runs SoftplusL1 on each part and merges the row sums; round two runs second_round(sums)
 // on each part -- one pass, no fallback, LSE statistic -- and merge_reweighted() combines the
-// parts and applies the fallback from round one's result (kernel/merge.hpp).
+// parts and applies the fallback from round one's result (kernel/merge_reweighted.hpp).
 #pragma once
 
 #include <algorithm>
