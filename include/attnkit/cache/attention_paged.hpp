@@ -110,10 +110,11 @@ const N& page_normalizer(const N& n, const Mask&, Index, Index, Index, Index, In
 
 /// o[B, Hq, Lq, Dv] = attention of q[B, Hq, Lq, D] over the sequences of `paged` (B =
 /// paged.sequences(); sequence b has its own length Lk_b), read page by page in place (see
-/// above). Query row r of sequence b is at position options.q_offset + r, by
-/// default Lk_b - Lq + r (the queries are the sequence's last tokens). options.lse receives
+/// above). Query row r of sequence b is at position options.q_offset + r, by default
+/// Lk_b - Lq + r (the queries are the sequence's last tokens). options.lse receives
 /// [B, Hq, Lq] row statistics. A sequence of length 0 gives zero rows (the empty statistic).
-/// Throws Error before writing anything on bad shapes or overlapping buffers.
+/// Throws Error before writing anything on bad shapes, overlapping buffers or a policy whose
+/// data does not fit a sequence.
 template <class Spec, class Q, class T, class O>
 void attention_paged(const Spec& spec, const View<Q>& q, const PagedKv<T>& paged, const View<O>& o,
                      const Options& options = {}) {
