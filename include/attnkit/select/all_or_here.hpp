@@ -76,14 +76,7 @@ template <class Spec, class Q, class K, class V, class O>
 void all_or_here(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
                  const View<O>& o, const AhaRoutes& routes, Index window = 256,
                  const Options& options = {}) {
-  static_assert(std::is_same_v<typename Spec::Mask, Full>,
-                "all_or_here(): the routes choose the mask; give a spec without one");
-  static_assert(std::is_same_v<typename Spec::Position, NoPosition>,
-                "all_or_here(): gathered calls see gathered indices: NoPosition only");
-  static_assert(
-      std::is_same_v<typename Spec::Score, Dot> || std::is_same_v<typename Spec::Score, Softcap>,
-      "all_or_here(): gathered calls see gathered indices: a position-free Score "
-      "(Dot, Softcap) only");
+  select::check_gathered_spec<Spec>();
   const Problem p = make_problem(q, k, v, o, options);
   validate_policies(spec, p, options);
   detail::require(routes.batch == p.batch && routes.len == p.q_len && routes.heads == p.q_heads,

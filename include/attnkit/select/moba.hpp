@@ -177,13 +177,7 @@ void moba_attention(const Spec& spec, const View<Q>& q, const View<K>& k, const 
   using Score = typename Spec::Score;
   static_assert(std::is_same_v<typename Spec::Normalizer, Softmax>,
                 "moba_attention(): parts merge by their LSE: Softmax only");
-  static_assert(std::is_same_v<typename Spec::Mask, Full>,
-                "moba_attention(): the routes choose the mask; give a spec without one");
-  static_assert(std::is_same_v<typename Spec::Position, NoPosition>,
-                "moba_attention(): gathered calls see gathered indices: NoPosition only");
-  static_assert(std::is_same_v<Score, Dot> || std::is_same_v<Score, Softcap>,
-                "moba_attention(): gathered calls see gathered indices: a position-free Score "
-                "(Dot, Softcap) only");
+  select::check_gathered_spec<Spec>();
   const Problem p = make_problem(q, k, v, o, options);
   validate_policies(spec, p, options);
   detail::require(spec.normalizer.sinks.empty(), "Softmax.sinks", "empty (no sinks in MoBA)",

@@ -37,6 +37,7 @@
 #include "attnkit/score/dot.hpp"
 #include "attnkit/score/softcap.hpp"
 #include "attnkit/select/detail/span_rows.hpp"
+#include "attnkit/select/gather.hpp"
 #include "attnkit/select/superlinear_spans.hpp"
 #include "attnkit/spec.hpp"
 
@@ -85,15 +86,9 @@ template <class Spec, class Q, class K, class V, class O>
 void superlinear_attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
                            const View<O>& o, const SpanSelection& sel,
                            const Options& options = {}) {
-  using Score = typename Spec::Score;
   static_assert(std::is_same_v<typename Spec::Normalizer, Softmax>,
                 "superlinear_attention(): an exact softmax over the spans: Softmax only");
-  static_assert(std::is_same_v<typename Spec::Mask, Full>,
-                "superlinear_attention(): the spans choose the mask; give a spec without one");
-  static_assert(std::is_same_v<typename Spec::Position, NoPosition>,
-                "superlinear_attention(): no Position policy (apply RoPE to q and k before)");
-  static_assert(std::is_same_v<Score, Dot> || std::is_same_v<Score, Softcap>,
-                "superlinear_attention(): Score Dot or Softcap only");
+  select::check_gathered_spec<Spec>();
   static_assert(!std::is_const_v<O>, "superlinear_attention(): the output view must be writable");
   const Problem p = make_problem(q, k, v, o, options);
   validate_policies(spec, p, options);
