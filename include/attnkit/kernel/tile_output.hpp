@@ -12,9 +12,10 @@
 
 namespace attnkit::detail {
 
-// factor[0, lanes) = each row's finalize factor.
+// factor[0, lanes) = each row's finalize factor, as the normalizer gives it.
 template <class Normalizer, class State>
-void finalize_rows(const Normalizer& normalizer, const State* states, Index lanes, float* factor) {
+void finalize_factors(const Normalizer& normalizer, const State* states, Index lanes,
+                      float* factor) {
   for (Index c = 0; c < lanes; c += simd::kWidth)
     simd::store(factor + c, normalizer.finalize(states[c / simd::kWidth]));
 }
