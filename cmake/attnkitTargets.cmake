@@ -9,10 +9,11 @@ separate_arguments(ATTNKIT_ARCH_FLAGS_LIST UNIX_COMMAND "${ATTNKIT_ARCH_FLAGS}")
 # check -- the same source, the same SIMD paths, the same order of operations -- does not
 # depend on it. tests/kernel/test_attention_masks.cpp (GCC 12, AVX-512): -O2 100 s of CPU,
 # -O1 63 s, -Og 24 s (after decode_row_math.hpp), and its tests run as fast at -Og as at -O1.
-# Examples run at -O2, the level of most users' release builds; benchmarks at -O3 (the test
-# preset only smoke-tests them and builds them at -O1).
+# Examples take the same level; the README's programs run at -O2, the level of most users'
+# release builds (as do the package tests' consumers); benchmarks at -O3 (the test preset
+# only smoke-tests them and builds them at -Og).
 set(ATTNKIT_TEST_OPT_FLAGS "-Og" CACHE STRING "Optimization of attnkit's tests (non-Debug builds)")
-set(ATTNKIT_EXAMPLE_OPT_FLAGS "-O2" CACHE STRING "Optimization of attnkit's examples")
+set(ATTNKIT_EXAMPLE_OPT_FLAGS "-Og" CACHE STRING "Optimization of attnkit's examples")
 set(ATTNKIT_BENCH_OPT_FLAGS "-O3" CACHE STRING "Optimization of attnkit's benchmarks")
 
 # attnkit_target_defaults(<target> [ARCH <flags...>] [OPT <flags...>]): warnings as errors,
