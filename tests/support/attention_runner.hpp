@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -36,6 +37,9 @@ struct Case {
     return o;
   }
 };
+
+/// "B1 Hq2 Hkv1 Lq77 Lk77 d32 dv32 bhsd threads 2 q_offset 0 (default)", for INFO.
+std::string describe(const Case& c);
 
 /// The largest differences between kernel and reference, and the rows that see no key.
 struct Outcome {
@@ -93,21 +97,34 @@ struct KernelResult {
   std::vector<float> out, lse;
 };
 
+/// call(o, options) into a Bhsd output, with the row statistic (42 where nothing is written)
+/// when the normalizer has one; `options` are c.options() and the statistic's buffer.
+template <class Spec, class Call>
+KernelResult run_into(const Case& c, Call&& call) {
+  Tensor<float> o(Layout::Bhsd, c.batch, c.q_heads, c.q_len, c.dv());
+  KernelResult r;
+  Options options = c.options();
+  if constexpr (detail::row_stat_kind<typename Spec::Normalizer>() != RowStat::None) {
+    r.lse.assign(static_cast<std::size_t>(c.rows()), 42.f);
+    options = options.with_lse(r.lse.data());
+  }
+  call(o.view, options);
+  r.out = std::move(o.memory);
+  return r;
+}
+
 /// Runs only the kernel, on the inputs run_case would draw for the same seed.
 template <class T = float, class Spec>
 KernelResult run_kernel(const Spec& spec, const Case& c, std::uint32_t seed = 7) {
   Tensor<T> q(c.layout, c.batch, c.q_heads, c.q_len, c.dim);
   Tensor<T> k(c.layout, c.batch, c.kv_heads, c.kv_len, c.dim);
   Tensor<T> v(c.layout, c.batch, c.kv_heads, c.kv_len, c.dv());
-  Tensor<float> o(Layout::Bhsd, c.batch, c.q_heads, c.q_len, c.dv());
   q.randomize(seed, c.stddev);
   k.randomize(seed + 1, c.stddev);
   v.randomize(seed + 2);
-  KernelResult r;
-  r.lse.resize(static_cast<std::size_t>(c.rows()));
-  attention(spec, q.cview(), k.cview(), v.cview(), o.view, c.options().with_lse(r.lse.data()));
-  r.out = std::move(o.memory);
-  return r;
+  return run_into<Spec>(c, [&](const View<float>& o, const Options& options) {
+    attention(spec, q.cview(), k.cview(), v.cview(), o, options);
+  });
 }
 
 }  // namespace attnkit::test
