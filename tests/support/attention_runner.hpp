@@ -28,6 +28,39 @@ struct Case {
   std::optional<Index> q_offset;  // default kv_len - q_len (bottom-right)
   float stddev = 1.f;
 
+  // Chainable setters, to state a case in one line: Case{}.lengths(70, 150).heads(4, 2).
+  Case& lengths(Index q, Index kv) {
+    q_len = q;
+    kv_len = kv;
+    return *this;
+  }
+  Case& heads(Index q, Index kv) {
+    q_heads = q;
+    kv_heads = kv;
+    return *this;
+  }
+  Case& dims(Index d, Index dv_ = 0) {
+    dim = d;
+    value_dim = dv_;
+    return *this;
+  }
+  Case& batches(Index b) {
+    batch = b;
+    return *this;
+  }
+  Case& laid_out(Layout l) {
+    layout = l;
+    return *this;
+  }
+  Case& on_threads(int t) {
+    threads = t;
+    return *this;
+  }
+  Case& at_offset(std::optional<Index> o) {
+    q_offset = o;
+    return *this;
+  }
+
   Index dv() const { return value_dim > 0 ? value_dim : dim; }
   Index rows() const { return batch * q_heads * q_len; }
   Index offset() const { return q_offset ? *q_offset : kv_len - q_len; }
@@ -91,11 +124,18 @@ Outcome run_case(const Spec& spec, const Case& c, std::uint32_t seed = 7) {
   return r;
 }
 
+/// CHECKs an Outcome: the output within tol::kF32 and the LSE within lse_tol of the reference,
+/// the padding intact, the rows that see no key exact.
+void check_outcome(const Outcome& r, double lse_tol = tol::kLseF32);
+
 /// attention()'s output [B, Hq, Lq, Dv] (row-major) and LSE [B, Hq, Lq] for one Case; compare
 /// two with max_lse_diff (NaN counts as infinity, equal infinities as 0).
 struct KernelResult {
   std::vector<float> out, lse;
 };
+
+/// The bytes of r.out then r.lse, for comparing two results bit for bit.
+std::vector<unsigned char> bytes_of(const KernelResult& r);
 
 /// call(o, options) into a Bhsd output, with the row statistic (42 where nothing is written)
 /// when the normalizer has one; `options` are c.options() and the statistic's buffer.

@@ -48,6 +48,20 @@ std::vector<T> random_values(std::size_t n, std::uint32_t seed, double stddev = 
   return v;
 }
 
+/// Cut points 0 = c_0 < c_1 < ... < c_parts = n of [0, n), the inner ones drawn at random by
+/// mt19937(seed) (parts <= n).
+inline std::vector<Index> random_cuts(Index n, int parts, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<Index> c{0, n};
+  std::uniform_int_distribution<Index> at(1, n - 1);
+  while (static_cast<int>(c.size()) < parts + 1) {
+    const Index x = at(rng);
+    if (std::find(c.begin(), c.end(), x) == c.end()) c.push_back(x);
+  }
+  std::sort(c.begin(), c.end());
+  return c;
+}
+
 /// Whether every element of v equals x (a sentinel a refused call must leave in place).
 template <class T>
 bool all_equal_to(const std::vector<T>& v, T x) {

@@ -21,12 +21,13 @@
 
 namespace attnkit::test {
 
-/// Q in storage TQ, K, V and |V| (the magnitude of unnormalized rows) in storage T, drawn as
+/// Q in storage TQ, K in T, V and |V| (the magnitude of unnormalized rows) in TV, drawn as
 /// run_case draws them for the same seed; the reference reads the same rounded values.
-template <class T = float, class TQ = T>
+template <class T = float, class TQ = T, class TV = T>
 struct Inputs {
   Tensor<TQ> q;
-  Tensor<T> k, v, v_abs;
+  Tensor<T> k;
+  Tensor<TV> v, v_abs;
   Inputs(const Case& c, std::uint32_t seed)
       : q(c.layout, c.batch, c.q_heads, c.q_len, c.dim),
         k(c.layout, c.batch, c.kv_heads, c.kv_len, c.dim),
@@ -36,7 +37,7 @@ struct Inputs {
     k.randomize(seed + 1, c.stddev);
     v.randomize(seed + 2);
     v_abs.randomize(seed + 2);
-    v_abs.for_each([](T& x) { x = T(std::abs(float(x))); });
+    v_abs.for_each([](TV& x) { x = TV(std::abs(float(x))); });
   }
 };
 
@@ -53,11 +54,13 @@ struct Tolerance {
 /// The worst error over the allowed one (at most 1 passes) and the rows that see no key.
 struct Agreement {
   double out = 0.0, stat = 0.0;
+  bool padding_intact = true;  // the output's padding (Layout::Padded) still holds NaN
   Index empty_rows = 0;
   bool empty_exact = true;  // each such row 0 in both, with the empty statistic in both
 };
 
-/// CHECKs an Agreement: out and stat within tolerance, the rows that see no key exact.
+/// CHECKs an Agreement: out and stat within tolerance, the padding intact, the rows that see
+/// no key exact.
 void check_agreement(const Agreement& a);
 
 template <class N>
@@ -91,8 +94,8 @@ bool sees_a_key(const Mask& mask, const Case& c, Index b, Index h, Index r) {
 /// run(o, options) (the kernel under test, on `in`, writing o [B, Hq, Lq, Dv] in c.layout)
 /// against reference::attention(ref, in) with the same options. `ref` names the variant in
 /// full (its mask decides which rows see no key).
-template <class RefSpec, class T, class TQ, class Run>
-Agreement agreement(const RefSpec& ref, const Case& c, const Inputs<T, TQ>& in, Run&& run,
+template <class RefSpec, class T, class TQ, class TV, class Run>
+Agreement agreement(const RefSpec& ref, const Case& c, const Inputs<T, TQ, TV>& in, Run&& run,
                     const Tolerance& t = {}) {
   using N = typename RefSpec::Normalizer;
   constexpr RowStat kStat = detail::row_stat_kind<N>();
@@ -117,6 +120,9 @@ Agreement agreement(const RefSpec& ref, const Case& c, const Inputs<T, TQ>& in, 
 
   const double out_allowed = t.out + 8.0 * t.logit;
   Agreement a;
+  const auto nan_count =
+      std::count_if(o.memory.begin(), o.memory.end(), [](float x) { return std::isnan(x); });
+  a.padding_intact = nan_count == static_cast<Index>(o.memory.size()) - c.rows() * dv;
   for (Index b = 0; b < c.batch; ++b)
     for (Index h = 0; h < c.q_heads; ++h)
       for (Index r = 0; r < c.q_len; ++r) {
@@ -150,16 +156,16 @@ Agreement agreement(const RefSpec& ref, const Case& c, const Inputs<T, TQ>& in, 
 }
 
 /// The kernel call of agreement() for attention(spec) on `in`.
-template <class Spec, class T, class TQ>
-auto attention_on(const Spec& spec, const Inputs<T, TQ>& in) {
+template <class Spec, class T, class TQ, class TV>
+auto attention_on(const Spec& spec, const Inputs<T, TQ, TV>& in) {
   return [&spec, &in](const View<float>& o, const Options& options) {
     attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), o, options);
   };
 }
 
 /// attention(spec) against the reference on `in`, CHECKed (check_agreement).
-template <class Spec, class T, class TQ>
-void check_attention_on(const Spec& spec, const Case& c, const Inputs<T, TQ>& in,
+template <class Spec, class T, class TQ, class TV>
+void check_attention_on(const Spec& spec, const Case& c, const Inputs<T, TQ, TV>& in,
                         const Tolerance& t = {}) {
   check_agreement(agreement(spec, c, in, attention_on(spec, in), t));
 }

@@ -3,6 +3,7 @@
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_exception.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
+#include <cstring>
 #include <sstream>
 #include <string>
 
@@ -20,11 +21,28 @@ std::string describe(const Case& c) {
   return s.str();
 }
 
+std::vector<unsigned char> bytes_of(const KernelResult& r) {
+  std::vector<unsigned char> out((r.out.size() + r.lse.size()) * sizeof(float));
+  std::memcpy(out.data(), r.out.data(), r.out.size() * sizeof(float));
+  std::memcpy(out.data() + r.out.size() * sizeof(float), r.lse.data(),
+              r.lse.size() * sizeof(float));
+  return out;
+}
+
 void check_agreement(const Agreement& a) {
   INFO("rows that see no key: " << a.empty_rows);
   CHECK(a.out <= 1.0);
   CHECK(a.stat <= 1.0);
+  CHECK(a.padding_intact);
   CHECK(a.empty_exact);
+}
+
+void check_outcome(const Outcome& r, double lse_tol) {
+  INFO("rows that see no key: " << r.empty_rows);
+  CHECK(r.out_err <= tol::kF32);
+  CHECK(r.lse_err <= lse_tol);
+  CHECK(r.padding_intact);
+  CHECK(r.empty_rows_exact);  // a row that sees no key: output 0, LSE -inf
 }
 
 namespace {
