@@ -27,11 +27,9 @@
 #include "support/test_names.hpp"
 
 using ak::Causal;
-using ak::SlidingWindow;
 using ak::test::Case;
 using ak::test::check_attention;
 using ak::test::Inputs;
-using ak::test::kNegInf;
 
 namespace {
 
@@ -63,7 +61,7 @@ void check_grid(const Case& c) {
     check_attention<T>(s + ", Full", ak::make_spec(n), c);
     check_attention<T>(s + ", Causal", ak::make_spec(Causal{}, n), c);
     check_attention<T>(s + ", Causal & SlidingWindow{24, 0}",
-                       ak::make_spec(Causal{} & SlidingWindow{24, 0}, n), c);
+                       ak::make_spec(Causal{} & ak::SlidingWindow{24, 0}, n), c);
     check_attention<T>(s + ", Causal, Softcap{5}", ak::make_spec(Causal{}, ak::Softcap{5.f}, n), c);
     check_attention<T>(s + ", Full, Softcap{20}", ak::make_spec(ak::Softcap{20.f}, n), c);
   });
@@ -73,52 +71,28 @@ void check_grid(const Case& c) {
 
 TEST_CASE("normalizers: attention matches the reference on ragged square shapes",
           "[attention][normalizers]") {
-  Case c;
-  c.q_len = c.kv_len = 77;
-  c.dim = 32;
-  c.layout = Layout::Bhsd;
+  const Case c = Case{}.lengths(77, 77).dims(32).laid_out(Layout::Bhsd);
   check_grid(c);
-  c.q_len = c.kv_len = 1;  // one query, one key
-  c.threads = 1;
-  check_grid(c);
+  check_grid(Case{c}.lengths(1, 1).on_threads(1));  // one query, one key
 }
 
 TEST_CASE("normalizers: attention matches the reference with Lq != Lk, q_offset and GQA",
           "[attention][normalizers][gqa]") {
-  Case c;
-  c.q_heads = 4;
-  c.kv_heads = 2;
-  c.dim = 32;
-  c.q_len = 37;
-  c.kv_len = 133;  // bottom-right: the queries sit at the end
-  c.threads = 1;
-  check_grid(c);
-  c.q_heads = 3;
-  c.kv_heads = 1;
-  c.q_len = 50;
-  c.kv_len = 30;
-  c.q_offset = -9;  // under Causal, rows 0..8 see no key
-  c.threads = 2;
-  check_grid(c);
+  // bottom-right: the queries sit at the end
+  check_grid(Case{}.lengths(37, 133).heads(4, 2).dims(32).on_threads(1));
+  // under Causal, rows 0..8 see no key
+  check_grid(Case{}.lengths(50, 30).heads(3, 1).dims(32).at_offset(-9));
 }
 
 TEST_CASE("normalizers: attention matches the reference at d 128", "[attention][normalizers]") {
-  Case c;
-  c.dim = 128;
-  c.q_len = 33;
-  c.kv_len = 70;
-  c.q_offset = 5;
+  Case c = Case{}.lengths(33, 70).dims(128).at_offset(5);
   check_grid(c);
 }
 
 TEST_CASE("normalizers: attention matches the reference with bf16 storage",
           "[attention][normalizers][bf16]") {
   // Inputs are rounded to bf16 before both read them: the f32 tolerance holds.
-  Case c;
-  c.q_len = c.kv_len = 65;
-  c.dim = 32;
-  c.q_heads = 4;
-  c.kv_heads = 2;
+  Case c = Case{}.lengths(65, 65).heads(4, 2).dims(32);
   check_grid<Eigen::bfloat16>(c);
 }
 
@@ -137,13 +111,8 @@ ak::test::KernelResult run_on(const Spec& spec, const Case& c, bool v_ones = fal
 }
 
 Case property_case() {
-  Case c;
-  c.q_heads = 4;
-  c.kv_heads = 2;
-  c.q_len = 45;
-  c.kv_len = 70;
-  c.q_offset = -6;  // under Causal, rows 0..5 see no key
-  c.dim = 32;
+  // under Causal, rows 0..5 see no key
+  Case c = Case{}.lengths(45, 70).heads(4, 2).dims(32).at_offset(-6);
   return c;
 }
 
@@ -173,7 +142,7 @@ TEST_CASE("normalizers: ReluPower and Softmax rows sum to 1 with V = ones",
     CHECK(full < c.rows());  // some rows see nothing: both branches ran
   };
   const auto has_weight = [](float sum) { return sum > 0.f; };
-  const auto has_key = [](float lse) { return lse != kNegInf; };
+  const auto has_key = [](float lse) { return lse != ak::test::kNegInf; };
   check_sums("ReluPower{1, 0.3}", ak::make_spec(Causal{}, ak::ReluPower{1.f, 0.3f}), has_weight);
   check_sums("ReluPower{2, 0}", ak::make_spec(Causal{}, ak::ReluPower{2.f, 0.f}), has_weight);
   check_sums("Softmax", ak::make_spec(Causal{}), has_key);
@@ -184,13 +153,13 @@ TEST_CASE("normalizers: a sink scales every weight of a row by exp(lse - lse_sin
   const Case c = property_case();
   const auto dv = static_cast<std::size_t>(c.dv());
   const std::vector<float> sinks{-1.f, 0.f, 1.5f, 4.f};
-  const auto plain = run_on(ak::make_spec(Causal{} & SlidingWindow{30, 0}), c);
+  const auto plain = run_on(ak::make_spec(Causal{} & ak::SlidingWindow{30, 0}), c);
   const auto sunk =
-      run_on(ak::make_spec(Causal{} & SlidingWindow{30, 0}, ak::Softmax::with_sinks(sinks)), c);
+      run_on(ak::make_spec(Causal{} & ak::SlidingWindow{30, 0}, ak::Softmax::with_sinks(sinks)), c);
   for (std::size_t row = 0; row < plain.lse.size(); ++row) {
     const float sink = sinks[row / static_cast<std::size_t>(c.q_len)];
     INFO("row " << row << ", lse " << plain.lse[row] << ", with sink " << sunk.lse[row]);
-    if (plain.lse[row] == kNegInf) {  // sees nothing: 0 and LSE = sink
+    if (plain.lse[row] == ak::test::kNegInf) {  // sees nothing: 0 and LSE = sink
       CHECK(sunk.lse[row] == sink);
       for (std::size_t x = 0; x < dv; ++x) CHECK(sunk.out[row * dv + x] == 0.f);
       continue;
