@@ -22,32 +22,22 @@
 #include <attnkit/normalizer/softplus_l1.hpp>
 #include <attnkit/score/softcap.hpp>
 #include <catch2/catch_test_macros.hpp>
-#include <catch2/matchers/catch_matchers_exception.hpp>
-#include <catch2/matchers/catch_matchers_string.hpp>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <limits>
-#include <numeric>
 #include <random>
-#include <sstream>
 #include <string>
 #include <type_traits>
 #include <vector>
 
-#include "support/attnkit_test.hpp"
+#include "support/error_checks.hpp"
+#include "support/sequences.hpp"
+#include "support/test_names.hpp"
 
-namespace ak = attnkit;
 using ak::Causal;
-using ak::Index;
 using ak::PagedKv;
-using ak::Sinks;
 using ak::SlidingWindow;
-using ak::test::Layout;
-using ak::test::Tensor;
-namespace tol = ak::test::tol;
-using Catch::Matchers::ContainsSubstring;
-using Catch::Matchers::MessageMatches;
+using ak::test::check_error;
 
 namespace {
 
@@ -55,30 +45,9 @@ constexpr Index kHkv = 2, kHq = 4, kD = 32, kDv = 24;
 
 // Sequences stored contiguously: K [1, Hkv, Lk_b, D], V [..., Dv] per sequence, in T.
 template <class T>
-struct Sequences {
-  std::vector<Index> lengths;
-  std::vector<std::vector<T>> k, v;
-  Sequences(std::vector<Index> lens, std::uint32_t seed) : lengths(std::move(lens)) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> dist;
-    for (const Index n : lengths) {
-      k.emplace_back(static_cast<std::size_t>(kHkv * n * kD));
-      v.emplace_back(static_cast<std::size_t>(kHkv * n * kDv));
-      for (T& x : k.back()) x = T(dist(rng));
-      for (T& x : v.back()) x = T(dist(rng));
-    }
-  }
-  Index count() const { return static_cast<Index>(lengths.size()); }
-  ak::View<const T> keys(Index b, Index from = 0, Index n = -1) const {
-    const Index len = lengths[static_cast<std::size_t>(b)];
-    return ak::strided(k[static_cast<std::size_t>(b)].data() + from * kD,
-                       {1, kHkv, n < 0 ? len - from : n, kD}, {kHkv * len * kD, len * kD, kD});
-  }
-  ak::View<const T> values(Index b, Index from = 0, Index n = -1) const {
-    const Index len = lengths[static_cast<std::size_t>(b)];
-    return ak::strided(v[static_cast<std::size_t>(b)].data() + from * kDv,
-                       {1, kHkv, n < 0 ? len - from : n, kDv}, {kHkv * len * kDv, len * kDv, kDv});
-  }
+struct Sequences : ak::test::Sequences<T> {
+  Sequences(std::vector<Index> lens, std::uint32_t seed)
+      : ak::test::Sequences<T>(std::move(lens), kHkv, kD, kDv, seed) {}
 };
 
 // Appends each sequence in pieces of `step` tokens, sequences interleaved (so their pages
@@ -96,40 +65,6 @@ void append_interleaved(PagedKv<P>& paged, const Sequences<T>& seqs, Index step)
       any = true;
     }
     if (!any) return;
-  }
-}
-
-// Installs each sequence on pages drawn in random order (assign()), filled through the page
-// views; the pages past the length hold NaN, which must never be read.
-template <class T, class P>
-void assign_shuffled(PagedKv<P>& paged, const Sequences<T>& seqs, std::uint32_t seed) {
-  std::vector<Index> pool(static_cast<std::size_t>(paged.num_pages()));
-  std::iota(pool.begin(), pool.end(), Index{0});
-  std::shuffle(pool.begin(), pool.end(), std::mt19937(seed));
-  const Index ps = paged.page_size();
-  std::size_t next = 0;
-  for (Index b = 0; b < seqs.count(); ++b) {
-    const Index len = seqs.lengths[static_cast<std::size_t>(b)];
-    const Index n = (len + ps - 1) / ps;
-    std::vector<Index> pages(pool.begin() + static_cast<std::ptrdiff_t>(next),
-                             pool.begin() + static_cast<std::ptrdiff_t>(next + std::size_t(n)));
-    next += static_cast<std::size_t>(n);
-    paged.assign(paged.add_sequence(), pages, len);
-    const ak::View<const T> k = seqs.keys(b), v = seqs.values(b);
-    for (Index p = 0; p < n; ++p) {
-      const ak::View<P> kp = paged.key_page(pages[static_cast<std::size_t>(p)]);
-      const ak::View<P> vp = paged.value_page(pages[static_cast<std::size_t>(p)]);
-      for (Index h = 0; h < kHkv; ++h)
-        for (Index r = 0; r < ps; ++r) {
-          const Index s = p * ps + r;
-          for (Index c = 0; c < kD; ++c)
-            kp.row(0, h, r)[c] =
-                s < len ? P(float(k.row(0, h, s)[c])) : P(std::numeric_limits<float>::quiet_NaN());
-          for (Index c = 0; c < kDv; ++c)
-            vp.row(0, h, r)[c] =
-                s < len ? P(float(v.row(0, h, s)[c])) : P(std::numeric_limits<float>::quiet_NaN());
-        }
-    }
   }
 }
 
@@ -205,7 +140,7 @@ void for_each_spec(Visit&& visit) {
     visit(std::string(n) + ", Causal & SlidingWindow{150, 0}",
           ak::make_spec(Causal{} & SlidingWindow{150, 0}, norm));
     visit(std::string(n) + ", Causal & (Sinks{5} | SlidingWindow{100, 0}), Softcap{8}",
-          ak::make_spec(Causal{} & (Sinks{5} | SlidingWindow{100, 0}), ak::Softcap{8.f}, norm));
+          ak::make_spec(Causal{} & (ak::Sinks{5} | SlidingWindow{100, 0}), ak::Softcap{8.f}, norm));
   };
   each_mask("Softmax", ak::Softmax{});
   each_mask("Softmax::with_sinks", ak::Softmax::with_sinks({-1.f, 0.f, 1.f, 0.5f}));
@@ -240,7 +175,7 @@ TEST_CASE("paged: equals contiguous attention for prefill and decode shapes", "[
     PagedKv<float> interleaved(200, kHkv, page_size, kD, kDv);
     append_interleaved(interleaved, seqs, 57);
     PagedKv<float> shuffled(200, kHkv, page_size, kD, kDv);
-    assign_shuffled(shuffled, seqs, 11);
+    ak::test::assign_shuffled(shuffled, seqs, 11);
     for (const Index lq : {1, 4}) {
       check_equal("interleaved appends", seqs, interleaved, lq);
       check_equal("shuffled pages", seqs, shuffled, lq);
@@ -260,7 +195,7 @@ TEST_CASE("paged: decode steps through appends equal the contiguous calls", "[pa
     paged.append(b, seqs.keys(b, 0, prompt[std::size_t(b)]),
                  seqs.values(b, 0, prompt[std::size_t(b)]));
   }
-  const auto spec = ak::make_spec(Causal{} & (Sinks{4} | SlidingWindow{200, 0}));
+  const auto spec = ak::make_spec(Causal{} & (ak::Sinks{4} | SlidingWindow{200, 0}));
   for (Index step = 0; step < 7; ++step) {
     std::vector<Index> lens;
     for (Index b = 0; b < 3; ++b) {
@@ -324,7 +259,7 @@ TEST_CASE("paged: equal-length sequences equal a KvCache", "[paged]") {
 TEST_CASE("paged: results are bitwise identical for 1..4 threads", "[paged]") {
   const Sequences<float> seqs({1000, 333, 64}, 8);
   PagedKv<float> paged(100, kHkv, 50, kD, kDv);
-  assign_shuffled(paged, seqs, 4);
+  ak::test::assign_shuffled(paged, seqs, 4);
   Tensor<float> q(Layout::Bhsd, 3, kHq, 3, kD);
   q.randomize(3);
   for_each_spec([&](const std::string& name, const auto& spec) {
@@ -345,7 +280,7 @@ TEST_CASE("paged: softmax decode with pages of whole key blocks equals decode() 
   const Sequences<Eigen::bfloat16> seqs({1300, 517, 16}, 21);
   for (const Index page_size : {ak::detail::kDecodeBlock, 4 * ak::detail::kDecodeBlock}) {
     PagedKv<Eigen::bfloat16> paged(200, kHkv, page_size, kD, kDv);
-    assign_shuffled(paged, seqs, 5);
+    ak::test::assign_shuffled(paged, seqs, 5);
     Tensor<float> q(Layout::Bhsd, 3, kHq, 2, kD);
     q.randomize(8);
     const auto spec = ak::make_spec(Causal{} & SlidingWindow{600, 0});
@@ -376,32 +311,27 @@ TEST_CASE("paged: bad inputs throw before anything is written", "[paged]") {
 
   SECTION("assign: page index out of range, repeated, owned by another sequence") {
     const Index s = paged.add_sequence();
-    CHECK_THROWS_MATCHES(paged.assign(s, {5}, 3), ak::Error,
-                         MessageMatches(ContainsSubstring("page index in [0, 5)")));
-    CHECK_THROWS_MATCHES(paged.assign(s, {-1}, 3), ak::Error,
-                         MessageMatches(ContainsSubstring("page index")));
-    CHECK_THROWS_MATCHES(paged.assign(s, {4, 4}, 20), ak::Error,
-                         MessageMatches(ContainsSubstring("listed once")));
-    CHECK_THROWS_MATCHES(paged.assign(s, {3}, 3), ak::Error,
-                         MessageMatches(ContainsSubstring("sequence 1")));
-    CHECK_THROWS_MATCHES(paged.assign(s, {4}, 17), ak::Error,
-                         MessageMatches(ContainsSubstring("ceil(length / page_size)")));
+    check_error([&] { paged.assign(s, {5}, 3); }, {"page index in [0, 5)"});
+    check_error([&] { paged.assign(s, {-1}, 3); }, {"page index"});
+    check_error([&] { paged.assign(s, {4, 4}, 20); }, {"listed once"});
+    check_error([&] { paged.assign(s, {3}, 3); }, {"sequence 1"});
+    check_error([&] { paged.assign(s, {4}, 17); }, {"ceil(length / page_size)"});
     CHECK(paged.length(s) == 0);
     CHECK(paged.free_pages() == 1);
     CHECK_THROWS_AS(paged.key_page(5), ak::Error);
   }
   SECTION("append: pool exhausted, bad shapes, bad sequence; the pool is unchanged") {
     const Sequences<float> more({40}, 10);
-    CHECK_THROWS_MATCHES(paged.append(1, more.keys(0), more.values(0)), ak::Error,
-                         MessageMatches(ContainsSubstring("pool exhausted")));
-    CHECK_THROWS_MATCHES(paged.append(1, more.keys(0), more.values(0, 0, 39)), ak::Error,
-                         MessageMatches(ContainsSubstring("v_new.seq")));
+    check_error([&] { paged.append(1, more.keys(0), more.values(0)); }, {"pool exhausted"});
+    check_error([&] { paged.append(1, more.keys(0), more.values(0, 0, 39)); }, {"v_new.seq"});
     CHECK_THROWS_AS(paged.append(2, more.keys(0, 0, 1), more.values(0, 0, 1)), ak::Error);
     std::vector<float> wide(static_cast<std::size_t>(3 * kD));
-    CHECK_THROWS_MATCHES(
-        paged.append(1, ak::bhsd(static_cast<const float*>(wide.data()), 1, 3, 1, kD),
-                     more.values(0, 0, 1)),
-        ak::Error, MessageMatches(ContainsSubstring("k_new.heads")));
+    check_error(
+        [&] {
+          paged.append(1, ak::bhsd(static_cast<const float*>(wide.data()), 1, 3, 1, kD),
+                       more.values(0, 0, 1));
+        },
+        {"k_new.heads"});
     CHECK(paged.length(1) == 10);
     CHECK(paged.free_pages() == 1);
     CHECK(paged.block_table(0) == table0);
@@ -414,21 +344,18 @@ TEST_CASE("paged: bad inputs throw before anything is written", "[paged]") {
     Tensor<float> q(Layout::Bhsd, 2, kHq, 1, kD), q3(Layout::Bhsd, 3, kHq, 1, kD);
     Tensor<float> qh(Layout::Bhsd, 2, 3, 1, kD);
     Tensor<float> o(Layout::Bhsd, 2, kHq, 1, kDv), o_bad(Layout::Bhsd, 2, kHq, 1, kD);
-    std::fill(o.memory.begin(), o.memory.end(), 42.f);
-    std::fill(o_bad.memory.begin(), o_bad.memory.end(), 42.f);
+    o.fill(42.f);
+    o_bad.fill(42.f);
     const auto spec = ak::make_spec(Causal{});
-    CHECK_THROWS_MATCHES(ak::attention_paged(spec, q3.cview(), paged, o.view), ak::Error,
-                         MessageMatches(ContainsSubstring("q.batch")));
-    CHECK_THROWS_MATCHES(ak::attention_paged(spec, qh.cview(), paged, o.view), ak::Error,
-                         MessageMatches(ContainsSubstring("q.heads")));
-    CHECK_THROWS_MATCHES(ak::attention_paged(spec, q.cview(), paged, o_bad.view), ak::Error,
-                         MessageMatches(ContainsSubstring("o.dim")));
-    CHECK_THROWS_MATCHES(
-        ak::attention_paged(ak::make_spec(Causal{}, ak::Softmax::with_sinks({1.f})), q.cview(),
-                            paged, o.view),
-        ak::Error, MessageMatches(ContainsSubstring("sinks")));
-    CHECK(std::all_of(o.memory.begin(), o.memory.end(), [](float x) { return x == 42.f; }));
-    CHECK(std::all_of(o_bad.memory.begin(), o_bad.memory.end(), [](float x) { return x == 42.f; }));
+    check_error([&] { ak::attention_paged(spec, q3.cview(), paged, o.view); }, {"q.batch"});
+    check_error([&] { ak::attention_paged(spec, qh.cview(), paged, o.view); }, {"q.heads"});
+    check_error([&] { ak::attention_paged(spec, q.cview(), paged, o_bad.view); }, {"o.dim"});
+    ak::test::check_refused(
+        [&] {
+          ak::attention_paged(ak::make_spec(Causal{}, ak::Softmax::with_sinks({1.f})), q.cview(),
+                              paged, o.view);
+        },
+        {"sinks"}, {&o.memory, &o_bad.memory});
   }
   SECTION("release returns pages; a new sequence reuses them") {
     paged.release(0);
