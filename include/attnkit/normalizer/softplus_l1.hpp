@@ -1,4 +1,4 @@
-// SoftplusL1 -- LSSA (Gao & Spratling 2025; MECHANISMS.md "Softplus / l1"):
+// SoftplusL1 -- LSSA (Gao & Spratling 2025; docs/mechanisms.md "LSSA"):
 //   w_ij = softplus(log(d) * log(N_i) * cos(q_i, k_j)),   a_ij = w_ij / sum_j w_ij,
 // over the keys query i sees, N_i of them: the logit scale grows with the context the query
 // has, which keeps the attention entropy nearly constant as the context grows (the paper's

@@ -1,4 +1,4 @@
-// Fope: Fourier position embedding (Hua et al. 2024; MECHANISMS.md "FoPE") as a Position
+// Fope: Fourier position embedding (Hua et al. 2024; docs/mechanisms.md "FoPE") as a Position
 // policy. RoPE's frequencies omega_m = base^(-2m/d) over the d/2 NeoX pairs (m, m + d/2);
 // those below 2 pi / train_len are clipped to zero frequency. Pair p of head h at position t
 // is turned by cos'/sin' = Fourier series over the kept frequencies f:

@@ -1,4 +1,4 @@
-// Rope: rotary position embedding as a Position policy (MECHANISMS.md "RoPE"). Pair m of the
+// Rope: rotary position embedding as a Position policy (docs/mechanisms.md "RoPE"). Pair m of the
 // first rotary_dim dimensions of q (at position i) and k (at position j) turns by i theta_m
 // and j theta_m, so q_i . k_j depends on i - j only. Pairings:
 //   NeoX (Hugging Face "rotate_half", Llama, GPT-NeoX): pair m is (m, m + rotary_dim / 2);

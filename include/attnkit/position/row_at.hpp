@@ -4,6 +4,7 @@
 //   void reference_apply(double* x, Index dim, const RowAt& at) const -- the reference's
 //   validate(q_len, kv_len, q_offset, batch, q_heads)                 -- positions in range
 //   validate_role(Role, batch, len, offset, heads)  (optional)        -- the same, one role
+//   validate_head_dim(Index head_dim)  (optional)                     -- d fits the table
 // The kernel applies it once per query row when the query tile is packed, and once per key
 // row per call (into an f32 copy of K that every query tile then reads in place).
 // A Position may instead own the logit product (TAPA: two half-width products and a term in

@@ -1,4 +1,4 @@
-// All-or-Here attention (AHA; MECHANISMS.md "Routed -- All-or-Here"): per (batch, token,
+// All-or-Here attention (AHA; docs/mechanisms.md "All-or-Here"): per (batch, token,
 // head) a route chooses full causal attention or a sliding window of the last `window` keys
 // (default 256, the query's own key included), in one call. A route is given as a boolean
 // or as gate logits g with a threshold (full where sigmoid(g) > 0.5 by default: the seed's

@@ -1,4 +1,4 @@
-// MoBA, mixture of block attention (Lu et al. 2025, Moonshot; MECHANISMS.md "Routed -- MoBA"):
+// MoBA, mixture of block attention (Lu et al. 2025, Moonshot; docs/mechanisms.md "MoBA"):
 // keys are cut into blocks of `block` positions; query i scores block b by q_i . mean(K_b)
 // and attends, causally, to the top-k blocks -- its own block always among them and counted
 // toward k, future blocks never. route_topk_blocks() makes the routes (BlockRoutes);

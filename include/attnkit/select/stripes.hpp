@@ -1,4 +1,4 @@
-// Stripe sparsity (AnchorAttention, 2025; MECHANISMS.md "Stripe"): the queries are cut into
+// Stripe sparsity (AnchorAttention, 2025; docs/mechanisms.md "Stripes"): the queries are cut into
 // big blocks of block * step rows. Each query sees three regions: the initial tokens
 // [0, init), its big block's local region (from `local` keys before the big block's first
 // query up to the query itself, causal) and the kept columns of the middle region between

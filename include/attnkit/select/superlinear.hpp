@@ -1,4 +1,4 @@
-// Superlinear span attention (MECHANISMS.md "Routed -- Superlinear (seed)"): each query
+// Superlinear span attention (docs/mechanisms.md "Superlinear"): each query
 // searches ~L^p anchor positions (p = 1/2), a routing query scores the key at each anchor,
 // the top-k spans around the best anchors plus an optional local window are attended with an
 // exact softmax: O(L^(1+p) d) for the search, O(L k span d) for the attention.
