@@ -1,4 +1,6 @@
-// The non-template pieces of tests/support, compiled once for every test executable.
+// The non-template pieces of tests/support, compiled once for every test executable. It
+// includes no kernel or SIMD header (case.hpp, tolerance.hpp are light), so one object serves
+// the native, x86-64-v2 and ATTNKIT_NO_SIMD builds of the tests alike.
 #include <attnkit/error.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_exception.hpp>
@@ -7,9 +9,9 @@
 #include <sstream>
 #include <string>
 
-#include "support/attention_runner.hpp"
+#include "support/case.hpp"
 #include "support/error_checks.hpp"
-#include "support/reference_check.hpp"
+#include "support/tolerance.hpp"
 
 namespace attnkit::test {
 
