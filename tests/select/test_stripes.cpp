@@ -12,11 +12,7 @@
 
 #include "support/attnkit_test.hpp"
 #include "support/keep_if.hpp"
-
-namespace ak = attnkit;
-using ak::Index;
-using ak::test::Layout;
-using ak::test::Tensor;
+#include "support/test_names.hpp"
 
 namespace {
 
