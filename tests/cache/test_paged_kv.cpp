@@ -22,6 +22,8 @@
 #include <attnkit/normalizer/softplus_l1.hpp>
 #include <attnkit/score/softcap.hpp>
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_exception.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -36,8 +38,11 @@
 
 using ak::Causal;
 using ak::PagedKv;
+using ak::Sinks;
 using ak::SlidingWindow;
 using ak::test::check_error;
+using Catch::Matchers::ContainsSubstring;
+using Catch::Matchers::MessageMatches;
 
 namespace {
 
@@ -140,7 +145,7 @@ void for_each_spec(Visit&& visit) {
     visit(std::string(n) + ", Causal & SlidingWindow{150, 0}",
           ak::make_spec(Causal{} & SlidingWindow{150, 0}, norm));
     visit(std::string(n) + ", Causal & (Sinks{5} | SlidingWindow{100, 0}), Softcap{8}",
-          ak::make_spec(Causal{} & (ak::Sinks{5} | SlidingWindow{100, 0}), ak::Softcap{8.f}, norm));
+          ak::make_spec(Causal{} & (Sinks{5} | SlidingWindow{100, 0}), ak::Softcap{8.f}, norm));
   };
   each_mask("Softmax", ak::Softmax{});
   each_mask("Softmax::with_sinks", ak::Softmax::with_sinks({-1.f, 0.f, 1.f, 0.5f}));
@@ -175,7 +180,7 @@ TEST_CASE("paged: equals contiguous attention for prefill and decode shapes", "[
     PagedKv<float> interleaved(200, kHkv, page_size, kD, kDv);
     append_interleaved(interleaved, seqs, 57);
     PagedKv<float> shuffled(200, kHkv, page_size, kD, kDv);
-    ak::test::assign_shuffled(shuffled, seqs, 11);
+    assign_shuffled(shuffled, seqs, 11);
     for (const Index lq : {1, 4}) {
       check_equal("interleaved appends", seqs, interleaved, lq);
       check_equal("shuffled pages", seqs, shuffled, lq);
@@ -195,7 +200,7 @@ TEST_CASE("paged: decode steps through appends equal the contiguous calls", "[pa
     paged.append(b, seqs.keys(b, 0, prompt[std::size_t(b)]),
                  seqs.values(b, 0, prompt[std::size_t(b)]));
   }
-  const auto spec = ak::make_spec(Causal{} & (ak::Sinks{4} | SlidingWindow{200, 0}));
+  const auto spec = ak::make_spec(Causal{} & (Sinks{4} | SlidingWindow{200, 0}));
   for (Index step = 0; step < 7; ++step) {
     std::vector<Index> lens;
     for (Index b = 0; b < 3; ++b) {
@@ -259,7 +264,7 @@ TEST_CASE("paged: equal-length sequences equal a KvCache", "[paged]") {
 TEST_CASE("paged: results are bitwise identical for 1..4 threads", "[paged]") {
   const Sequences<float> seqs({1000, 333, 64}, 8);
   PagedKv<float> paged(100, kHkv, 50, kD, kDv);
-  ak::test::assign_shuffled(paged, seqs, 4);
+  assign_shuffled(paged, seqs, 4);
   Tensor<float> q(Layout::Bhsd, 3, kHq, 3, kD);
   q.randomize(3);
   for_each_spec([&](const std::string& name, const auto& spec) {
@@ -280,7 +285,7 @@ TEST_CASE("paged: softmax decode with pages of whole key blocks equals decode() 
   const Sequences<Eigen::bfloat16> seqs({1300, 517, 16}, 21);
   for (const Index page_size : {ak::detail::kDecodeBlock, 4 * ak::detail::kDecodeBlock}) {
     PagedKv<Eigen::bfloat16> paged(200, kHkv, page_size, kD, kDv);
-    ak::test::assign_shuffled(paged, seqs, 5);
+    assign_shuffled(paged, seqs, 5);
     Tensor<float> q(Layout::Bhsd, 3, kHq, 2, kD);
     q.randomize(8);
     const auto spec = ak::make_spec(Causal{} & SlidingWindow{600, 0});

@@ -9,7 +9,9 @@
 #include <attnkit/normalizer/softmax.hpp>
 #include <attnkit/simd/simd.hpp>
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_exception.hpp>
 #include <catch2/matchers/catch_matchers_floating_point.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -21,6 +23,8 @@
 
 namespace simd = attnkit::simd;
 using ak::RowContext;
+using Catch::Matchers::WithinAbs;
+using Catch::Matchers::WithinRel;
 
 namespace {
 
@@ -41,8 +45,7 @@ void check_absorb(const ak::Sigmoid& sig, const RowContext& ctx, double b, Index
   for (Index j = 0; j < keys; ++j) {
     for (int q = 0; q < W; ++q) {
       INFO("key " << j << ", lane " << q << ", logit " << at(logits, j, q) << ", bias " << b);
-      CHECK_THAT(at(block, j, q),
-                 Catch::Matchers::WithinAbs(sigmoid(double(at(logits, j, q)) + b), kWeightTol));
+      CHECK_THAT(at(block, j, q), WithinAbs(sigmoid(double(at(logits, j, q)) + b), kWeightTol));
     }
     for (Index c = W; c < kLd; ++c) CHECK(std::isnan(at(block, j, static_cast<int>(c))));
   }
@@ -80,8 +83,7 @@ TEST_CASE("Sigmoid: saturating logits give weights 0 and 1, never NaN", "[sigmoi
   auto w = block;
   ak::Sigmoid{0.f}.absorb(st, w.data(), 6, kLd);
   for (Index j = 0; j < 6; ++j)
-    for (int q = 0; q < W; ++q)
-      CHECK_THAT(at(w, j, q), Catch::Matchers::WithinAbs(j % 2 == 0 ? 0.0 : 1.0, 1e-30));
+    for (int q = 0; q < W; ++q) CHECK_THAT(at(w, j, q), WithinAbs(j % 2 == 0 ? 0.0 : 1.0, 1e-30));
 }
 
 TEST_CASE("Sigmoid: a masked -inf logit weighs exactly 0, a NaN logit gives NaN",
@@ -99,9 +101,8 @@ TEST_CASE("Sigmoid: a masked -inf logit weighs exactly 0, a NaN logit gives NaN"
     if (q % 2 == 1)
       CHECK(std::isnan(at(block, 1, q)));
     else
-      CHECK_THAT(at(block, 1, q), Catch::Matchers::WithinAbs(sigmoid(-0.5), kWeightTol));
-    CHECK_THAT(at(block, 2, q),
-               Catch::Matchers::WithinAbs(sigmoid(-2.0), kWeightTol));  // neighbours unharmed
+      CHECK_THAT(at(block, 1, q), WithinAbs(sigmoid(-0.5), kWeightTol));
+    CHECK_THAT(at(block, 2, q), WithinAbs(sigmoid(-2.0), kWeightTol));  // neighbours unharmed
   }
 }
 
@@ -111,13 +112,13 @@ TEST_CASE("Sigmoid: the default bias is -log(kv_len) of the call, from the RowCo
   for (const Index n : {Index{1}, Index{7}, Index{128}, Index{2048}, Index{100000}}) {
     INFO("kv_len " << n);
     const RowContext ctx{0, 1, n};
-    CHECK_THAT(sig.bias_for(ctx), Catch::Matchers::WithinRel(-std::log(double(n)), 1e-6));
+    CHECK_THAT(sig.bias_for(ctx), WithinRel(-std::log(double(n)), 1e-6));
     // A logit of 0 weighs sigmoid(-log n) = 1 / (1 + n).
     const auto block = make_block(2, [](int, Index j) { return j == 0 ? 0.f : 1.25f; });
     check_absorb(sig, ctx, -std::log(double(n)), 2, block);
     std::vector<double> row{0.0};
     sig.reference_row(row.data(), 1, ctx);
-    CHECK_THAT(row[0], Catch::Matchers::WithinRel(1.0 / (1.0 + double(n)), 1e-6));
+    CHECK_THAT(row[0], WithinRel(1.0 / (1.0 + double(n)), 1e-6));
   }
   // No key at all: the bias is 0 (log 0 is never taken); nothing is absorbed anyway.
   CHECK(sig.bias_for(RowContext{0, 0, 0}) == 0.f);
@@ -147,10 +148,10 @@ TEST_CASE("Sigmoid: reference_row gives sigmoid(s + b) in double and no statisti
   std::vector<double> row{0.0, 2.0, neg_inf, -3.0, std::nan("")};
   const ak::Sigmoid sig = ak::Sigmoid::per_head({0.f, 1.f});
   CHECK(std::isnan(sig.reference_row(row.data(), 5, RowContext{0, 1, 5})));  // no statistic
-  CHECK_THAT(row[0], Catch::Matchers::WithinAbs(sigmoid(1.0), 1e-15));
-  CHECK_THAT(row[1], Catch::Matchers::WithinAbs(sigmoid(3.0), 1e-15));
+  CHECK_THAT(row[0], WithinAbs(sigmoid(1.0), 1e-15));
+  CHECK_THAT(row[1], WithinAbs(sigmoid(3.0), 1e-15));
   CHECK(row[2] == 0.0);  // exact: masked
-  CHECK_THAT(row[3], Catch::Matchers::WithinAbs(sigmoid(-2.0), 1e-15));
+  CHECK_THAT(row[3], WithinAbs(sigmoid(-2.0), 1e-15));
   CHECK(std::isnan(row[4]));
 }
 
@@ -163,4 +164,24 @@ TEST_CASE("Sigmoid: validate refuses a per-head bias that does not cover the hea
   CHECK_THROWS_AS(heads.validate(4, 4, 0, 1, 2), ak::Error);  // too many is wrong too
   CHECK_NOTHROW(ak::Sigmoid{}.validate(4, 4, 0, 1, 16));      // no per-head bias: any heads
   CHECK_NOTHROW(ak::Sigmoid{-1.f}.validate(4, 4, 0, 1, 16));
+}
+
+TEST_CASE("Sigmoid: a bias that is NaN or infinite throws naming the bias", "[sigmoid][errors]") {
+  using Catch::Matchers::ContainsSubstring;
+  using Catch::Matchers::MessageMatches;
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const float bad : {kNaN, inf, -inf}) {
+    INFO("bias " << bad);
+    CHECK_THROWS_MATCHES(
+        ak::Sigmoid{bad}, ak::Error,
+        MessageMatches(ContainsSubstring("Sigmoid.bias") && ContainsSubstring("finite")));
+    CHECK_THROWS_MATCHES(ak::Sigmoid::per_head({0.f, bad}), ak::Error,
+                         MessageMatches(ContainsSubstring("Sigmoid.head_bias[1]")));
+    ak::Sigmoid set_later;  // the members are public: validate() checks them too
+    set_later.bias = bad;
+    CHECK_THROWS_MATCHES(set_later.validate(4, 4, 0, 1, 2), ak::Error,
+                         MessageMatches(ContainsSubstring("Sigmoid.bias")));
+  }
+  CHECK_NOTHROW(ak::Sigmoid{-1e30f});
+  CHECK_NOTHROW(ak::Sigmoid::per_head({0.f, -3.f}).validate(4, 4, 0, 1, 2));
 }

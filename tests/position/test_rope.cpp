@@ -21,7 +21,9 @@
 #include <attnkit/reference/attention.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
+#include <catch2/matchers/catch_matchers_exception.hpp>
 #include <catch2/matchers/catch_matchers_floating_point.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -36,8 +38,14 @@
 
 using ak::Role;
 using ak::Rope;
+using ak::RopePairing;
 using ak::RopeScaling;
 using ak::RopeTable;
+using ak::test::Case;
+using Catch::Matchers::ContainsSubstring;
+using Catch::Matchers::MessageMatches;
+using Catch::Matchers::WithinAbs;
+using Catch::Matchers::WithinRel;
 
 namespace {
 
@@ -131,7 +139,7 @@ void check_frequencies(const RopeTable& table, const std::vector<double>& expect
   REQUIRE(table.inv_freq().size() == expected.size());
   for (std::size_t m = 0; m < expected.size(); ++m) {
     INFO("pair " << m);
-    CHECK_THAT(table.inv_freq()[m], Catch::Matchers::WithinRel(expected[m], kFreqRel));
+    CHECK_THAT(table.inv_freq()[m], WithinRel(expected[m], kFreqRel));
   }
 }
 
@@ -179,25 +187,25 @@ TEST_CASE("RopeTable: each scaling's frequencies match transformers' closed form
     }
   }
   CHECK_THAT(RopeTable(64, 1e4, 4, RopeScaling::yarn(8, 4096)).attention_factor(),
-             Catch::Matchers::WithinRel(hf::yarn_mscale(8), kFreqRel));
+             WithinRel(hf::yarn_mscale(8), kFreqRel));
   CHECK_THAT(RopeTable(64, 1e4, 4, RopeScaling::yarn(0.5, 4096)).attention_factor(),
-             Catch::Matchers::WithinRel(hf::yarn_mscale(0.5), kFreqRel));
+             WithinRel(hf::yarn_mscale(0.5), kFreqRel));
 }
 
 TEST_CASE("RopeTable: hand-computed frequencies of every scaling", "[position][rope]") {
   // Default, r = 128, base 10^4: theta_m = 10^(-m / 16).
   const RopeTable plain(128, 10000, 4);
-  CHECK_THAT(plain.inv_freq()[0], Catch::Matchers::WithinRel(1.0, kFreqRel));
-  CHECK_THAT(plain.inv_freq()[16], Catch::Matchers::WithinRel(0.1, kFreqRel));
-  CHECK_THAT(plain.inv_freq()[32], Catch::Matchers::WithinRel(0.01, kFreqRel));
-  CHECK_THAT(plain.attention_factor(), Catch::Matchers::WithinRel(1.0, kFreqRel));
+  CHECK_THAT(plain.inv_freq()[0], WithinRel(1.0, kFreqRel));
+  CHECK_THAT(plain.inv_freq()[16], WithinRel(0.1, kFreqRel));
+  CHECK_THAT(plain.inv_freq()[32], WithinRel(0.01, kFreqRel));
+  CHECK_THAT(plain.attention_factor(), WithinRel(1.0, kFreqRel));
   // Linear s = 4: every frequency / 4.
   CHECK_THAT(RopeTable(128, 10000, 4, RopeScaling::linear(4)).inv_freq()[32],
-             Catch::Matchers::WithinRel(0.0025, kFreqRel));
+             WithinRel(0.0025, kFreqRel));
   // NTK, r = 4, s = 4: base 10^4 * 4^(4 / 2) = 160000, theta_1 = 160000^(-1/2) = 1 / 400.
   const RopeTable ntk(4, 10000, 4, RopeScaling::ntk(4));
-  CHECK_THAT(ntk.inv_freq()[0], Catch::Matchers::WithinRel(1.0, kFreqRel));
-  CHECK_THAT(ntk.inv_freq()[1], Catch::Matchers::WithinRel(1.0 / 400, kFreqRel));
+  CHECK_THAT(ntk.inv_freq()[0], WithinRel(1.0, kFreqRel));
+  CHECK_THAT(ntk.inv_freq()[1], WithinRel(1.0 / 400, kFreqRel));
 
   // YaRN, r = 128, base 10^4, 4096 original positions, s = 8: the pair turning 32 times over
   // 4096 positions is 128 ln(4096 / 64 pi) / (2 ln 10^4) = 20.94 -> floor 20; once: 45.03 ->
@@ -205,19 +213,16 @@ TEST_CASE("RopeTable: hand-computed frequencies of every scaling", "[position][r
   // at the middle of the ramp: theta (1/2 + 1/16).
   const RopeTable yarn(128, 10000, 4, RopeScaling::yarn(8, 4096));
   for (Index m = 0; m <= 20; ++m)
-    CHECK_THAT(yarn.inv_freq()[std::size_t(m)],
-               Catch::Matchers::WithinRel(plain.inv_freq()[std::size_t(m)], 1e-15));
+    CHECK_THAT(yarn.inv_freq()[std::size_t(m)], WithinRel(plain.inv_freq()[std::size_t(m)], 1e-15));
   for (Index m = 46; m < 64; ++m)
     CHECK_THAT(yarn.inv_freq()[std::size_t(m)],
-               Catch::Matchers::WithinRel(plain.inv_freq()[std::size_t(m)] / 8, kFreqRel));
-  CHECK_THAT(yarn.inv_freq()[33],
-             Catch::Matchers::WithinRel(plain.inv_freq()[33] * 0.5625, kFreqRel));
+               WithinRel(plain.inv_freq()[std::size_t(m)] / 8, kFreqRel));
+  CHECK_THAT(yarn.inv_freq()[33], WithinRel(plain.inv_freq()[33] * 0.5625, kFreqRel));
   CHECK(yarn.inv_freq()[21] < plain.inv_freq()[21]);  // the ramp starts right after 20
   CHECK(yarn.inv_freq()[45] > plain.inv_freq()[45] / 8);
-  CHECK_THAT(yarn.attention_factor(),
-             Catch::Matchers::WithinRel(1.2079441541679836, kFreqRel));  // 1 + 0.1 ln 8
+  CHECK_THAT(yarn.attention_factor(), WithinRel(1.2079441541679836, kFreqRel));  // 1 + 0.1 ln 8
   CHECK_THAT(RopeTable(128, 10000, 4, RopeScaling::yarn(8, 4096, 32, 1, 1.5)).attention_factor(),
-             Catch::Matchers::WithinRel(1.5, kFreqRel));
+             WithinRel(1.5, kFreqRel));
 
   // Llama-3, r = 64, base 5 10^5, 4096 original positions, s = 8, factors 1 and 4: the
   // wavelengths 2 pi / theta_m of pairs 0..12 are below 4096 / 4 (kept), those of pairs 16..31
@@ -225,11 +230,10 @@ TEST_CASE("RopeTable: hand-computed frequencies of every scaling", "[position][r
   const RopeTable base(64, 500000, 4);
   const RopeTable llama(64, 500000, 4, RopeScaling::llama3(8, 4096));
   for (Index m = 0; m <= 12; ++m)
-    CHECK_THAT(llama.inv_freq()[std::size_t(m)],
-               Catch::Matchers::WithinRel(base.inv_freq()[std::size_t(m)], 1e-15));
+    CHECK_THAT(llama.inv_freq()[std::size_t(m)], WithinRel(base.inv_freq()[std::size_t(m)], 1e-15));
   for (Index m = 16; m < 32; ++m)
     CHECK_THAT(llama.inv_freq()[std::size_t(m)],
-               Catch::Matchers::WithinRel(base.inv_freq()[std::size_t(m)] / 8, kFreqRel));
+               WithinRel(base.inv_freq()[std::size_t(m)] / 8, kFreqRel));
   double kept_before = 1.0;
   for (Index m = 13; m <= 15; ++m) {
     const double kept = llama.inv_freq()[std::size_t(m)] / base.inv_freq()[std::size_t(m)];
@@ -237,7 +241,7 @@ TEST_CASE("RopeTable: hand-computed frequencies of every scaling", "[position][r
     CHECK(kept < kept_before);
     kept_before = kept;
   }
-  CHECK_THAT(llama.attention_factor(), Catch::Matchers::WithinRel(1.0, kFreqRel));
+  CHECK_THAT(llama.attention_factor(), WithinRel(1.0, kFreqRel));
 }
 
 TEST_CASE("RopeTable: cos and sin are the attention factor times cos / sin of t theta in double",
@@ -256,11 +260,11 @@ TEST_CASE("RopeTable: cos and sin are the attention factor times cos / sin of t 
       CHECK(std::abs(table.sin_at(t)[m] - want_sin) <= rounding * std::abs(want_sin) + 1e-38);
     }
   }
-  CHECK_THAT(table.cos_at(0)[5], Catch::Matchers::WithinRel(factor, 1e-7));
+  CHECK_THAT(table.cos_at(0)[5], WithinRel(factor, 1e-7));
 }
 
 TEST_CASE("Rope: after apply_position, q_i . k_j depends only on i - j", "[position][rope]") {
-  const ak::RopePairing pairing = GENERATE(ak::RopePairing::NeoX, ak::RopePairing::GptJ);
+  const RopePairing pairing = GENERATE(RopePairing::NeoX, RopePairing::GptJ);
   const RopeScaling scaling = GENERATE(RopeScaling{}, RopeScaling::yarn(8, 4096));
   const Index dim = 32, q_len = 8, q_offset = 1000, kv_len = q_offset + q_len;
   const Rope rope(RopeTable(dim, 10000, 65536, scaling), pairing);
@@ -282,7 +286,7 @@ TEST_CASE("Rope: after apply_position, q_i . k_j depends only on i - j", "[posit
     for (Index r = 1; r < q_len; ++r) {
       INFO("delta " << delta << " query row " << r);
       CHECK_THAT(dot(q.view.row(0, 0, r), k.view.row(0, 0, q_offset + r - delta), dim),
-                 Catch::Matchers::WithinAbs(first, kDotAbs));
+                 WithinAbs(first, kDotAbs));
     }
     by_delta.push_back(first);
   }
@@ -301,10 +305,8 @@ TEST_CASE("Rope: after apply_position, q_i . k_j depends only on i - j", "[posit
   ak::apply_position(query_side(far), q3.view, Role::Query);
   ak::apply_position(key_side(far), k3.view, Role::Key);
   const double near = dot(q3.view.row(0, 0, 2), k3.view.row(0, 0, 2), dim);
-  CHECK_THAT(dot(q3.view.row(0, 0, 0), k3.view.row(0, 0, 0), dim),
-             Catch::Matchers::WithinAbs(near, kDotAbs));
-  CHECK_THAT(dot(q3.view.row(0, 0, 1), k3.view.row(0, 0, 1), dim),
-             Catch::Matchers::WithinAbs(near, kDotAbs));
+  CHECK_THAT(dot(q3.view.row(0, 0, 0), k3.view.row(0, 0, 0), dim), WithinAbs(near, kDotAbs));
+  CHECK_THAT(dot(q3.view.row(0, 0, 1), k3.view.row(0, 0, 1), dim), WithinAbs(near, kDotAbs));
 }
 
 TEST_CASE("Rope: GPT-J on interleaved dimensions is NeoX on the rotate_half layout",
@@ -328,22 +330,21 @@ TEST_CASE("Rope: GPT-J on interleaved dimensions is NeoX on the rotate_half layo
       }
   const Role role = GENERATE(Role::Query, Role::Key);
   const Index offset = role == Role::Query ? 37 : 0;
-  ak::apply_position(Rope(table, ak::RopePairing::GptJ), gptj.view, role, offset);
-  ak::apply_position(Rope(table, ak::RopePairing::NeoX), neox.view, role, offset);
+  ak::apply_position(Rope(table, RopePairing::GptJ), gptj.view, role, offset);
+  ak::apply_position(Rope(table, RopePairing::NeoX), neox.view, role, offset);
   for (Index b = 0; b < 2; ++b)
     for (Index h = 0; h < 2; ++h)
       for (Index s = 0; s < len; ++s)
         for (Index m = 0; m < half; ++m) {
           INFO("b " << b << " h " << h << " row " << s << " pair " << m);
-          CHECK_THAT(at(neox, b, h, s, m),
-                     Catch::Matchers::WithinAbs(at(gptj, b, h, s, 2 * m), kPermutationAbs));
+          CHECK_THAT(at(neox, b, h, s, m), WithinAbs(at(gptj, b, h, s, 2 * m), kPermutationAbs));
           CHECK_THAT(at(neox, b, h, s, m + half),
-                     Catch::Matchers::WithinAbs(at(gptj, b, h, s, 2 * m + 1), kPermutationAbs));
+                     WithinAbs(at(gptj, b, h, s, 2 * m + 1), kPermutationAbs));
         }
 }
 
 template <class T>
-void check_partial_rotary(ak::RopePairing pairing, Role role) {
+void check_partial_rotary(RopePairing pairing, Role role) {
   const Index dim = 80, rotary = 32, len = 9;
   const Rope rope(RopeTable(rotary, 10000, 64), pairing);
   Tensor<T> x(Layout::Bshd, 1, 3, len, dim), original(Layout::Bshd, 1, 3, len, dim);
@@ -363,7 +364,7 @@ void check_partial_rotary(ak::RopePairing pairing, Role role) {
 
 TEST_CASE("Rope: partial rotary leaves the dimensions past rotary_dim untouched",
           "[position][rope]") {
-  const ak::RopePairing pairing = GENERATE(ak::RopePairing::NeoX, ak::RopePairing::GptJ);
+  const RopePairing pairing = GENERATE(RopePairing::NeoX, RopePairing::GptJ);
   const Role role = GENERATE(Role::Query, Role::Key);
   check_partial_rotary<float>(pairing, role);
   check_partial_rotary<Eigen::bfloat16>(pairing, role);
@@ -373,7 +374,7 @@ namespace {
 
 // attention() with Rope fused, and apply_position() on copies of q and k then attention()
 // without a Position: the same numbers up to f32 rounding.
-double fused_vs_standalone(const Rope& rope, const ak::test::Case& c) {
+double fused_vs_standalone(const Rope& rope, const Case& c) {
   Tensor<float> q(c.layout, c.batch, c.q_heads, c.q_len, c.dim);
   Tensor<float> k(c.layout, c.batch, c.kv_heads, c.kv_len, c.dim);
   Tensor<float> v(c.layout, c.batch, c.kv_heads, c.kv_len, c.dim);
@@ -396,7 +397,7 @@ double fused_vs_standalone(const Rope& rope, const ak::test::Case& c) {
 }
 
 // Ids with gaps, per batch: key j at 3 j + b, query r at the position of key Lk - Lq + r.
-Rope with_gapped_ids(const Rope& rope, const ak::test::Case& c) {
+Rope with_gapped_ids(const Rope& rope, const Case& c) {
   std::vector<Index> q_ids, k_ids;
   for (Index b = 0; b < c.batch; ++b) {
     for (Index r = 0; r < c.q_len; ++r) q_ids.push_back(3 * (c.kv_len - c.q_len + r) + b);
@@ -411,20 +412,20 @@ TEST_CASE("Rope: fused in attention() equals apply_position() then attention()",
           "[position][rope][attention]") {
   const Layout layout = GENERATE(Layout::Bshd, Layout::Bhsd);
   const int threads = GENERATE(1, 2);
-  const ak::RopePairing pairing = GENERATE(ak::RopePairing::NeoX, ak::RopePairing::GptJ);
+  const RopePairing pairing = GENERATE(RopePairing::NeoX, RopePairing::GptJ);
   struct Shape {
     Index q_len, kv_len, dim, rotary;
   };
   // Prefill (ragged), decode (1..3 queries at the end of the keys), partial rotary in d 80.
   for (const Shape s : {Shape{77, 77, 64, 64}, Shape{1, 150, 64, 64}, Shape{2, 150, 64, 64},
                         Shape{3, 150, 64, 64}, Shape{37, 70, 80, 32}}) {
-    ak::test::Case c = ak::test::Case{}
-                           .lengths(s.q_len, s.kv_len)
-                           .heads(4, 2)
-                           .dims(s.dim)
-                           .batches(2)
-                           .laid_out(layout)
-                           .on_threads(threads);
+    Case c = Case{}
+                 .lengths(s.q_len, s.kv_len)
+                 .heads(4, 2)
+                 .dims(s.dim)
+                 .batches(2)
+                 .laid_out(layout)
+                 .on_threads(threads);
     const Rope rope(RopeTable(s.rotary, 10000, 512, RopeScaling::yarn(4, 64)), pairing);
     INFO("Lq " << c.q_len << " Lk " << c.kv_len << " d " << c.dim << " rotary " << s.rotary << " "
                << ak::test::name(layout) << " threads " << threads);
@@ -436,7 +437,7 @@ TEST_CASE("Rope: fused in attention() equals apply_position() then attention()",
 TEST_CASE("Rope: a Rope that turns rows differently does not pass as the standalone one",
           "[position][rope][attention]") {
   // The comparison above can fail: fused with one table, standalone with another.
-  ak::test::Case c = ak::test::Case{}.lengths(20, 40);
+  Case c = Case{}.lengths(20, 40);
   const Rope a(RopeTable(64, 10000, 64)), b(RopeTable(64, 10000, 64, RopeScaling::linear(2)));
   Tensor<float> q(c.layout, 1, 2, 20, 64), k(c.layout, 1, 1, 40, 64), v(c.layout, 1, 1, 40, 64);
   Tensor<float> o_a(Layout::Bhsd, 1, 2, 20, 64), o_b(Layout::Bhsd, 1, 2, 20, 64);
@@ -453,11 +454,9 @@ TEST_CASE("Rope: fused attention() matches reference::attention() in f32, bf16 a
   const Layout layout = GENERATE(Layout::Bshd, Layout::Bhsd);
   const int threads = GENERATE(1, 2);
   const Index q_len = GENERATE(1, 3, 45);
-  ak::test::Case c =
-      ak::test::Case{}.lengths(q_len, 70).heads(4, 2).batches(2).laid_out(layout).on_threads(
-          threads);
+  Case c = Case{}.lengths(q_len, 70).heads(4, 2).batches(2).laid_out(layout).on_threads(threads);
   INFO("Lq " << q_len << " " << ak::test::name(layout) << " threads " << threads);
-  const Rope rope(RopeTable(64, 10000, 256, RopeScaling::llama3(8, 64)), ak::RopePairing::GptJ);
+  const Rope rope(RopeTable(64, 10000, 256, RopeScaling::llama3(8, 64)), RopePairing::GptJ);
   const auto spec = ak::make_spec(ak::Causal{}, rope);
   ak::test::check_outcome(ak::test::run_case<float>(spec, c));
   const auto ids = ak::make_spec(ak::Causal{}, with_gapped_ids(rope, c));
@@ -473,12 +472,12 @@ TEST_CASE("Rope: fused attention() matches reference::attention() in f32, bf16 a
 
 TEST_CASE("Rope: every pairing and scaling, fused, matches the reference under each mask",
           "[position][rope][attention][reference]") {
-  const ak::RopePairing pairing = GENERATE(ak::RopePairing::NeoX, ak::RopePairing::GptJ);
+  const RopePairing pairing = GENERATE(RopePairing::NeoX, RopePairing::GptJ);
   const RopeScaling scaling = GENERATE(RopeScaling{}, RopeScaling::linear(4), RopeScaling::ntk(4),
                                        RopeScaling::yarn(8, 64), RopeScaling::llama3(8, 64));
-  ak::test::Case c = ak::test::Case{}.lengths(37, 70).heads(4, 2).dims(80).laid_out(Layout::Padded);
+  Case c = Case{}.lengths(37, 70).heads(4, 2).dims(80).laid_out(Layout::Padded);
   const Rope rope(RopeTable(48, 10000, 128, scaling), pairing);  // partial: 48 of 80
-  INFO("pairing " << (pairing == ak::RopePairing::NeoX ? "NeoX" : "GptJ") << " scaling "
+  INFO("pairing " << (pairing == RopePairing::NeoX ? "NeoX" : "GptJ") << " scaling "
                   << int(scaling.kind));
   // Against the reference with the named tolerances of support/reference_check.hpp: Softmax's
   // LSE and SoftplusL1's row sums included, the padding intact, rows that see no key exact.
@@ -533,7 +532,7 @@ TEST_CASE("Rope: positions outside the table and bad ids throw before writing",
   const auto full = ak::make_spec(ak::Full{}, rope);
   // Queries 61..64 over 64 keys: the last query position is past max_len = 64.
   check_attention_refuses(causal, 4, 8, 64, Index{61}, "the last query position");
-  check_attention_refuses(full, 4, 8, 64, Index{-1}, "q_offset");
+  check_attention_refuses(full, 4, 8, 64, Index{-64}, "q_offset");  // -64 .. -61: |t| < 64
   check_attention_refuses(causal, 4, 65, 64, Index{0}, "the last key position");
   check_attention_refuses(causal, 4, 8, 32, std::nullopt, "RopeTable.rotary_dim");  // 64 > 32
   std::vector<Index> q_ids(8, 3), k_ids(16, 5);  // B = 2: [B * Lq], [B * Lk]
@@ -542,7 +541,7 @@ TEST_CASE("Rope: positions outside the table and bad ids throw before writing",
   check_attention_refuses(ak::make_spec(rope.with_positions(bad, k_ids)), 4, 8, 64, std::nullopt,
                           "Rope.q_positions[...]");
   bad = k_ids;
-  bad[15] = -1;
+  bad[15] = -64;
   check_attention_refuses(ak::make_spec(rope.with_positions(q_ids, bad)), 4, 8, 64, std::nullopt,
                           "Rope.k_positions[...]");
   check_attention_refuses(ak::make_spec(rope.with_positions({1, 2, 3}, k_ids)), 4, 8, 64,
@@ -551,7 +550,7 @@ TEST_CASE("Rope: positions outside the table and bad ids throw before writing",
                           "Rope.k_positions.size()");
 
   check_apply_refuses(rope, 4, 64, Role::Query, 61, "the last query position");
-  check_apply_refuses(rope, 4, 64, Role::Query, -1, "q_offset");
+  check_apply_refuses(rope, 4, 64, Role::Query, -64, "q_offset");
   check_apply_refuses(rope, 65, 64, Role::Key, 0, "the last key position");
   check_apply_refuses(rope, 4, 32, Role::Key, 0, "RopeTable.rotary_dim");
   check_apply_refuses(rope.with_positions({1, 2, 3}, {}), 4, 64, Role::Query, 0,
@@ -591,8 +590,7 @@ TEST_CASE("RopeTable: bad sizes, bases and scaling parameters throw naming the f
           "RopeScaling.high_freq_factor");
   refuses([] { return RopeTable(64, 10000, 8, RopeScaling::llama3(8, 8192, 0, 4)); },
           "RopeScaling.high_freq_factor");
-  refuses([] { return Rope(std::shared_ptr<const RopeTable>(), ak::RopePairing::NeoX); },
-          "Rope.table");
+  refuses([] { return Rope(std::shared_ptr<const RopeTable>(), RopePairing::NeoX); }, "Rope.table");
 }
 
 // apply_position() checks the ids of its own role only (Rope::validate_role): the Rope made by
@@ -650,6 +648,80 @@ TEST_CASE("apply_position: Rope keys at an offset inside and past the table", "[
   ak::apply_position(rope, at_60.view, Role::Key, 60);  // 60..63: the last rows of the table
   ak::test::check_error([&] { ak::apply_position(rope, k.view, Role::Key, 61); },
                         {"the last key position"});
-  ak::test::check_error([&] { ak::apply_position(rope, k.view, Role::Key, -1); },
+  ak::test::check_error([&] { ak::apply_position(rope, k.view, Role::Key, -64); },
                         {"the first key position"});
+}
+
+TEST_CASE("Rope: q_i . k_j depends only on i - j for negative query positions too",
+          "[position][rope]") {
+  // Queries at -40 .. -33 over keys 0 .. 15: a varlen sequence with more queries than keys
+  // puts its first queries before key 0. Every query row holds the same x, every key row y.
+  const RopePairing pairing = GENERATE(RopePairing::NeoX, RopePairing::GptJ);
+  const Index dim = 32, q_len = 8, q_offset = -40, kv_len = 16;
+  const Rope rope(RopeTable(dim, 10000, 64, RopeScaling::yarn(4, 32)), pairing);
+  Tensor<float> x(Layout::Bhsd, 1, 1, 1, dim), y(Layout::Bhsd, 1, 1, 1, dim);
+  x.randomize(13);
+  y.randomize(14);
+  Tensor<float> q(Layout::Bhsd, 1, 1, q_len, dim), k(Layout::Bhsd, 1, 1, kv_len, dim);
+  for (Index s = 0; s < q_len; ++s) std::copy_n(x.view.row(0, 0, 0), dim, q.view.row(0, 0, s));
+  for (Index s = 0; s < kv_len; ++s) std::copy_n(y.view.row(0, 0, 0), dim, k.view.row(0, 0, s));
+  ak::apply_position(rope, q.view, Role::Query, q_offset);
+  ak::apply_position(rope, k.view, Role::Key);
+  // x turned at position i dotted with y turned at j, one row each.
+  const auto dot_at = [&](Index i, Index j) {
+    std::vector<float> a(x.view.row(0, 0, 0), x.view.row(0, 0, 0) + dim);
+    std::vector<float> b(y.view.row(0, 0, 0), y.view.row(0, 0, 0) + dim);
+    ak::apply_position(rope, ak::bhsd(a.data(), 1, 1, 1, dim), Role::Query, i);
+    ak::apply_position(rope, ak::bhsd(b.data(), 1, 1, 1, dim), Role::Key, j);
+    return dot(a.data(), b.data(), dim);
+  };
+  // Each pair below has i - j = delta, as do positions (63 + delta, 63), inside the table.
+  for (const Index delta : {Index{-40}, Index{-45}, Index{-55}}) {
+    const double expected = dot_at(63 + delta, 63);
+    for (Index r = 0; r < q_len; ++r) {
+      const Index j = r + q_offset - delta;  // key position: i - j = delta
+      if (j < 0 || j >= kv_len) continue;
+      INFO("delta " << delta << " query position " << r + q_offset << " key " << j);
+      CHECK_THAT(dot(q.view.row(0, 0, r), k.view.row(0, 0, j), dim), WithinAbs(expected, kDotAbs));
+    }
+  }
+  // A negative position turns backwards: (-21, 0) is (0, 21), and not (21, 0).
+  CHECK_THAT(dot_at(-21, 0), WithinAbs(dot_at(0, 21), kDotAbs));
+  CHECK(std::abs(dot_at(-21, 0) - dot_at(21, 0)) > 100 * kDotAbs);
+}
+
+TEST_CASE("Rope: more queries than keys (negative query positions) matches the reference",
+          "[position][rope][attention][reference]") {
+  const RopePairing pairing = GENERATE(RopePairing::NeoX, RopePairing::GptJ);
+  const Rope rope(RopeTable(64, 10000, 128, RopeScaling::llama3(8, 64)), pairing);
+  Case c;
+  c.batch = 2;
+  c.q_heads = 4;
+  c.kv_heads = 2;
+  c.q_len = 70;  // bottom-right: queries at -40 .. 29
+  c.kv_len = 30;
+  const auto full = ak::test::run_case<float>(ak::make_spec(ak::Full{}, rope), c);
+  CHECK(full.out_err <= tol::kF32);
+  CHECK(full.lse_err <= tol::kLseF32);
+  const auto causal = ak::test::run_case<float>(ak::make_spec(ak::Causal{}, rope), c);
+  CHECK(causal.out_err <= tol::kF32);
+  CHECK(causal.empty_rows_exact);
+  // Ids shifted by +50 for queries and keys alike give the same attention: only i - j counts.
+  std::vector<Index> q_ids, k_ids;
+  for (Index b = 0; b < c.batch; ++b) {
+    for (Index r = 0; r < c.q_len; ++r) q_ids.push_back(r - 40 + 50);
+    for (Index j = 0; j < c.kv_len; ++j) k_ids.push_back(j + 50);
+  }
+  Tensor<float> q(Layout::Bshd, c.batch, c.q_heads, c.q_len, c.dim),
+      k(Layout::Bshd, c.batch, c.kv_heads, c.kv_len, c.dim),
+      v(Layout::Bshd, c.batch, c.kv_heads, c.kv_len, c.dim),
+      o(Layout::Bshd, c.batch, c.q_heads, c.q_len, c.dim),
+      shifted(Layout::Bshd, c.batch, c.q_heads, c.q_len, c.dim);
+  q.randomize(1);
+  k.randomize(2);
+  v.randomize(3);
+  ak::attention(ak::make_spec(ak::Full{}, rope), q.cview(), k.cview(), v.cview(), o.view);
+  ak::attention(ak::make_spec(ak::Full{}, rope.with_positions(q_ids, k_ids)), q.cview(), k.cview(),
+                v.cview(), shifted.view);
+  CHECK(ak::test::max_abs_diff(o.view, shifted.view) <= tol::kF32);
 }

@@ -31,7 +31,9 @@
 #include "support/test_names.hpp"
 
 using ak::AhaRoutes;
+using ak::Causal;
 using ak::Range;
+using ak::SlidingWindow;
 using ak::TileKind;
 using ak::test::Case;
 
@@ -193,7 +195,7 @@ TEST_CASE("all_or_here: every route full equals causal attention", "[select][aha
   const AhaRoutes routes = uniform_routes(c, true);
   CHECK(routes.full_fraction() == 1.0);
   const auto aha = run_aha(ak::make_spec(ak::Softmax{}), c, routes, 7);
-  const auto dense = ak::test::run_kernel(ak::make_spec(ak::Causal{}), c, 11);
+  const auto dense = ak::test::run_kernel(ak::make_spec(Causal{}), c, 11);
   CHECK(ak::test::max_lse_diff(aha.out, dense.out) <= tol::kF32);
   CHECK(ak::test::max_lse_diff(aha.lse, dense.lse) <= tol::kLseF32);
 }
@@ -206,7 +208,7 @@ TEST_CASE("all_or_here: every route here equals a causal sliding window", "[sele
     INFO("window " << window);
     const auto aha = run_aha(ak::make_spec(ak::Softmax{}), c, routes, window);
     const auto dense =
-        ak::test::run_kernel(ak::make_spec(ak::Causal{} & ak::SlidingWindow{window - 1, 0}), c, 11);
+        ak::test::run_kernel(ak::make_spec(Causal{} & SlidingWindow{window - 1, 0}), c, 11);
     CHECK(ak::test::max_lse_diff(aha.out, dense.out) <= tol::kF32);
     CHECK(ak::test::max_lse_diff(aha.lse, dense.lse) <= tol::kLseF32);
   }
@@ -387,7 +389,7 @@ void check_remapped(const std::string& what, const Inner& inner, const std::vect
 }  // namespace
 
 TEST_CASE("Remapped: identity positions leave the mask unchanged", "[select][aha][remap]") {
-  const auto m = ak::remap(ak::Causal{} & ak::SlidingWindow{3, 0}, nullptr, nullptr, 0);
+  const auto m = ak::remap(Causal{} & SlidingWindow{3, 0}, nullptr, nullptr, 0);
   Index wrong = 0;
   for (Index i = -2; i < 20; ++i)
     for (Index j = 0; j < 20; ++j) wrong += m.keep(0, 0, i, j) != (j <= i && i - j <= 3);
@@ -401,11 +403,11 @@ TEST_CASE("Remapped<Causal>: faces agree with the true positions", "[select][aha
   for (const double density : {0.1, 0.5, 0.95}) {
     const auto qp = random_positions(0, 300, density, rng);
     const auto kp = random_positions(0, 300, density, rng);
-    check_remapped("Causal, gathered queries and keys", ak::Causal{}, qp, kp, rng);
+    check_remapped("Causal, gathered queries and keys", Causal{}, qp, kp, rng);
     std::vector<Index> all_keys(300);
     for (Index j = 0; j < 300; ++j) all_keys[static_cast<std::size_t>(j)] = j;
-    check_remapped("Causal, gathered queries only", ak::Causal{}, qp, all_keys, rng);
-    check_remapped("Causal, queries at 200 .. 500", ak::Causal{},
+    check_remapped("Causal, gathered queries only", Causal{}, qp, all_keys, rng);
+    check_remapped("Causal, queries at 200 .. 500", Causal{},
                    random_positions(200, 500, density, rng), kp, rng);
   }
 }
@@ -418,7 +420,7 @@ TEST_CASE("Remapped<Causal & SlidingWindow>: faces agree with the true positions
       const auto qp = random_positions(-10, 260, density, rng);
       const auto kp = random_positions(0, 260, density, rng);
       check_remapped("Causal & SlidingWindow{" + std::to_string(left) + ", 0}",
-                     ak::Causal{} & ak::SlidingWindow{left, 0}, qp, kp, rng);
+                     Causal{} & SlidingWindow{left, 0}, qp, kp, rng);
     }
 }
 
@@ -470,7 +472,7 @@ TEST_CASE("Remapped: a gathered attention call equals the reference at true posi
       return b <= a && a - b <= 25;
     }
   };
-  const auto inner = ak::Causal{} & ak::SlidingWindow{25, 0};
+  const auto inner = Causal{} & SlidingWindow{25, 0};
   std::vector<float> lse(static_cast<std::size_t>(nq)), lse_expected(lse.size());
   const auto options = ak::Options{}.with_q_offset(0).with_threads(2);
   ak::attention(ak::make_spec(ak::remap(inner, qp.data(), kp.data(), nk)), q.cview(), k.cview(),
@@ -479,4 +481,15 @@ TEST_CASE("Remapped: a gathered attention call equals the reference at true posi
                            expected.view, options.with_lse(lse_expected.data()));
   CHECK(ak::test::max_abs_diff(o.view, expected.view) <= tol::kF32);
   CHECK(ak::test::max_lse_diff(lse, lse_expected) <= tol::kLseF32);
+}
+
+TEST_CASE("AhaRoutes: sizes whose product overflows Index throw instead of wrapping",
+          "[select][aha][errors]") {
+  // 2^32 * 2^32 * 1 wraps to 0, the size of an empty route vector: without checked arithmetic
+  // the routes were accepted (and the product is undefined behaviour).
+  const Index big = Index{1} << 32;
+  CHECK_THROWS_AS(AhaRoutes(big, big, 1, {}), ak::Error);
+  CHECK_THROWS_AS(AhaRoutes(1, big, big, {}), ak::Error);
+  CHECK_THROWS_AS(AhaRoutes::from_gates({}, big, big, 1), ak::Error);
+  CHECK_NOTHROW(AhaRoutes(big, 0, big, {}));  // a zero size: the product is 0, no overflow
 }

@@ -82,12 +82,13 @@ class DecodeRows {
     blk_.kinds.resize(static_cast<std::size_t>(rows_));
     blk_.visible.resize(static_cast<std::size_t>(rows_ * kBlock));
     blk_.logits = scratch_.carve(rows_ * kSPad);
+    seen_all_.resize(static_cast<std::size_t>(groups * rows_));
   }
 
   /// The rows of KV group g in batch b -- query heads g * G .. (g + 1) * G - 1, each with its
   /// Lq queries, in that order, at positions p.q_offset + i -- over keys [keys) of k and v:
   /// out[r * Dv + c] is row r's partial output and stat[r] its log-sum-exp (-inf for a row
-  /// that saw no key).
+  /// that saw no key, and for one whose visible logits were all -inf: its output is NaN).
   void run(Index b, Index g, const View<K>& k, const View<V>& v, Range keys, float* out,
            float* stat) {
     begin(b, g, p_.q_offset);
@@ -120,6 +121,7 @@ class DecodeRows {
     std::fill(acc_, acc_ + rows_ * dv_pad_, 0.f);
     std::fill(m_, m_ + rows_, kNegInf);
     std::fill(l_, l_ + rows_ * kW, 0.f);
+    std::fill(seen_, seen_ + rows_, char{0});
   }
 
   void add_keys(Index b, Index g, const K* keys, Index kld, const V* values, Index vld, Index pos0,
@@ -159,11 +161,16 @@ class DecodeRows {
     }
   }
 
-  /// The rows' partial outputs acc / l (0 for a row that saw no key) and log-sum-exps.
+  /// The rows' partial outputs acc / l (0 for a row that saw no key, NaN for one that saw
+  /// keys whose logits were all -inf: f32 products that overflowed) and log-sum-exps.
   void finish(Index g, float* out, float* stat) {
     select(g);
-    for (Index r = 0; r < rows_; ++r)
-      math_.finish_row(acc_ + r * dv_pad_, m_[r], l_ + r * kW, out + r * p_.value_dim, stat + r);
+    for (Index r = 0; r < rows_; ++r) {
+      float* o = out + r * p_.value_dim;
+      math_.finish_row(acc_ + r * dv_pad_, m_[r], l_ + r * kW, o, stat + r);
+      if (seen_[r] && stat[r] == kNegInf)  // l = 0 though it saw keys: their logits were -inf
+        std::fill(o, o + p_.value_dim, std::numeric_limits<float>::quiet_NaN());
+    }
   }
 
  private:
@@ -175,6 +182,7 @@ class DecodeRows {
     acc_ = acc_all_ + at * rows_ * dv_pad_;
     m_ = m_all_ + at * rows_;
     l_ = l_all_ + at * rows_ * kW;
+    seen_ = seen_all_.data() + at * rows_;
   }
 
   static constexpr Index kSPad = kDecodeLogitsPad;  // one row's logits in the block
@@ -204,10 +212,12 @@ class DecodeRows {
       float* s = blk.logits + r * kSPad;
       if constexpr (std::is_same_v<typename Spec::Score, Softcap>)  // elementwise: keys in lanes
         spec_.score.apply_tile(s, 1, lanes, lanes, ScoreTile{b, h, i, k0});
+      seen_[r] = seen_[r] || blk.kind(r) == TileKind::Full;
       if (blk.kind(r) == TileKind::Partial)  // R = 1: the row's keep bits, for weigh_block()
         for (Index j = 0; j < nk; ++j) {
           const bool keep = spec_.mask.keep(b, h, i, k0 + j);
           blk.visible[static_cast<std::size_t>(r * kBlock + j)] = keep;
+          seen_[r] = seen_[r] || keep;
           if (!keep) s[j] = kNegInf;
         }
       std::fill(s + nk, s + lanes, kNegInf);
@@ -268,6 +278,9 @@ class DecodeRows {
   Block blk_;              // the block in hand (its logits in the scratch)
   float w_[kBlock];        // a Partial row's visible weights
   const V* vrow_[kBlock];  // and their value rows
+
+  std::vector<char> seen_all_;  // [groups, rows] whether the row saw a visible key
+  char* seen_ = nullptr;        // the selected group's
 };
 
 }  // namespace attnkit::detail
