@@ -166,15 +166,11 @@ void attention_paged(const Spec& spec, const View<Q>& q, const PagedKv<T>& paged
             "Softmax.sinks.size()", detail::cat("q.heads = ", Hq), spec.normalizer.sinks.size());
   if (B * Hq * Lq == 0) return;
 
-  // Query offsets per sequence, and one iota of positions covering every query and key.
+  // Query offsets per sequence (checked below with each sequence's Problem).
   std::vector<Index> q_off(static_cast<std::size_t>(B));
-  Index lo = 0, hi = 0;
-  for (Index b = 0; b < B; ++b) {
-    const Index off = options.q_offset ? *options.q_offset : paged.length(b) - Lq;
-    q_off[static_cast<std::size_t>(b)] = off;
-    lo = std::min(lo, off);
-    hi = std::max({hi, off + Lq, paged.length(b)});
-  }
+  for (Index b = 0; b < B; ++b)
+    q_off[static_cast<std::size_t>(b)] =
+        options.q_offset ? *options.q_offset : paged.length(b) - Lq;
   // Each policy checks its data against every sequence, with the sequence's own length and
   // query offset, on both paths below (a BlockMask laid out for other sizes is refused).
   const Problem whole = detail::paged_problem(q, paged, options);
@@ -189,9 +185,17 @@ void attention_paged(const Spec& spec, const View<Q>& q, const PagedKv<T>& paged
     if (Lq <= kMaxDecodeQueries)
       return detail::paged_decode_rows(spec, q, paged, o, options, q_off);
   }
-  std::vector<Index> iota(static_cast<std::size_t>(hi - lo));
-  for (Index x = lo; x < hi; ++x) iota[static_cast<std::size_t>(x - lo)] = x;
-  const auto at = [&](Index position) { return iota.data() + (position - lo); };
+  // The true positions the per-page calls' Remapped masks read: every key position of the
+  // longest sequence, and each sequence's Lq query positions. Sized by the data, never by
+  // the query offset (a valid offset of 2^62 would otherwise ask for 2^62 entries).
+  Index longest = 0;
+  for (Index b = 0; b < B; ++b) longest = std::max(longest, paged.length(b));
+  std::vector<Index> key_pos(static_cast<std::size_t>(longest));
+  for (Index j = 0; j < longest; ++j) key_pos[static_cast<std::size_t>(j)] = j;
+  std::vector<Index> query_pos(static_cast<std::size_t>(B * Lq));
+  for (Index b = 0; b < B; ++b)
+    for (Index r = 0; r < Lq; ++r)  // |q_offset| <= 2^62 (validated): no overflow
+      query_pos[static_cast<std::size_t>(b * Lq + r)] = q_off[static_cast<std::size_t>(b)] + r;
 
   // The items: (sequence, page), each with its slot of partial results.
   struct Item {
@@ -225,8 +229,8 @@ void attention_paged(const Spec& spec, const View<Q>& q, const PagedKv<T>& paged
     const View<const T> k = paged.sequence_keys(it.b, it.page);
     const View<const T> v = paged.sequence_values(it.b, it.page);
     using Mask = typename Spec::Mask;
-    const auto remapped = remap(spec.mask, at(q_off[static_cast<std::size_t>(it.b)]),
-                                at(it.page * paged.page_size()), k.seq, it.b);
+    const auto remapped = remap(spec.mask, query_pos.data() + it.b * Lq,
+                                key_pos.data() + it.page * paged.page_size(), k.seq, it.b);
     const AttentionSpec<typename Spec::Score, Remapped<Mask>, Normalizer, NoPosition> call_spec{
         spec.score, remapped, norms[static_cast<std::size_t>(it.b)], NoPosition{}};
     const View<const Q> qb = strided(static_cast<const Q*>(q.row(it.b, 0, 0)), {1, Hq, Lq, q.dim},
