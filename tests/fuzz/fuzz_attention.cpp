@@ -7,8 +7,12 @@
 //     gives the same bits for any thread count, and, with finite and moderate data, agrees
 //     with the f64 reference (a query that sees no key, by the mask's own keep(): output 0
 //     and row statistic -inf, the sink logit with sinks, 0 for ReluPower).
-// ASan and UBSan catch the rest. tests/fuzz/CMakeLists.txt builds it with clang and runs it
-// on tests/fuzz/corpus/; run `fuzz_attention <file>...` to replay single inputs.
+// ASan and UBSan catch the rest. Inputs whose first byte is >= kEntriesTag (0xc0) go to
+// fuzz_entries.cpp instead: the other entry points (decode(), merge(), varlen, paged, KvCache,
+// the sparsity drivers) and the other normalizers, scores and positions. tests/fuzz/
+// CMakeLists.txt builds it with clang and runs it on tests/fuzz/corpus/; run
+// `fuzz_attention <file>...` to replay single inputs (ATTNKIT_FUZZ_DESCRIBE=1 prints the case
+// of an entry-point input).
 #include <Eigen/Core>
 #include <algorithm>
 #include <array>

@@ -214,6 +214,7 @@ Case decode(Bytes& in) {
   }
   if (c.defect == Defect::DecodeTooManyRows) c.Lq = 17;
   if (c.defect == Defect::LseWithoutStat) c.lse = true;
+  if (c.norm == Norm::Sigmoid && c.lse) c.defect = Defect::LseWithoutStat;  // no row statistic
   if (c.defect == Defect::ScaleRefused && !c.scale) c.scale = 0.5f;
   if (c.defect == Defect::PolicySize && c.entry == Entry::Moba) c.norm = Norm::Sinks;
   // Queries at huge positions would ask for huge position tables: keep them near.
