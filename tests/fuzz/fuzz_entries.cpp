@@ -215,6 +215,12 @@ Case decode(Bytes& in) {
   if (c.defect == Defect::DecodeTooManyRows) c.Lq = 17;
   if (c.defect == Defect::LseWithoutStat) c.lse = true;
   if (c.norm == Norm::Sigmoid && c.lse) c.defect = Defect::LseWithoutStat;  // no row statistic
+  if (c.scale && (cosine(c.norm) || c.mod == Mod::Tapa) && c.defect == Defect::None) {
+    if (c.entry == Entry::Merge)
+      c.scale.reset();  // merge() has no scale: its parts would refuse it
+    else if (c.entry == Entry::Attention || c.entry == Entry::Decode || c.entry == Entry::Varlen)
+      c.defect = Defect::ScaleRefused;
+  }
   if (c.defect == Defect::ScaleRefused && !c.scale) c.scale = 0.5f;
   if (c.defect == Defect::PolicySize && c.entry == Entry::Moba) c.norm = Norm::Sinks;
   // Queries at huge positions would ask for huge position tables: keep them near.
@@ -360,9 +366,13 @@ void call_one(const Case& c, const Spec& spec) {
                     " what reference::attention " + (ref_ok ? "accepted" : "rejected"));
   if (rejected(c, ok, o, lse)) return;
   same_for_threads(c, o, lse, fast);
+  Buf<double> mass(c.B, c.Hq, c.Lq, c.Dv);
+  if (c.norm == Norm::Sigmoid)
+    ak::reference::attention(spec, q.view(), k.view(), ones_like(v).view(), mass.view(), opt);
   compare(c, decode ? "decode" : "attention", o, ref, c.lse ? &lse : nullptr,
           c.lse ? &ref_lse : nullptr, visible_keys(spec.mask, c.B, c.Hq, c.Lq, c.Lk, off),
-          v.max_abs(), conditioning(c, q.max_abs(), k.max_abs(), reach_of(c.Lq, c.Lk, off)));
+          v.max_abs(), conditioning(c, q.max_abs(), k.max_abs(), reach_of(c.Lq, c.Lk, off)),
+          c.norm == Norm::Sigmoid ? row_mass(mass) : std::vector<double>{});
 }
 
 void run_call(const Case& c) {
@@ -438,9 +448,14 @@ void merge_one(const Case& c0, const Whole& whole, const Part& part_norm,
                              opt.with_lse(ref_lse.ptr(c.lse)));
   });
   if (!ok || !ref_ok) violated(c, "merge or the reference rejected a valid call");
+  Buf<double> mass(c.B, c.Hq, c.Lq, c.Dv);
+  if (c.norm == Norm::Sigmoid)
+    ak::reference::attention(ak::make_spec(mask, whole), q.view(), k.view(), ones_like(v).view(),
+                             mass.view(), opt);
   compare(c, "merge of " + std::to_string(n) + " parts", out, ref, c.lse ? &lse : nullptr,
           c.lse ? &ref_lse : nullptr, visible, v.max_abs(),
-          conditioning(c, q.max_abs(), k.max_abs(), reach_of(c.Lq, c.Lk, off)));
+          conditioning(c, q.max_abs(), k.max_abs(), reach_of(c.Lq, c.Lk, off)),
+          c.norm == Norm::Sigmoid ? row_mass(mass) : std::vector<double>{});
 }
 
 void run_merge(const Case& c) {
@@ -534,7 +549,8 @@ void varlen_one(const Case& c, const Spec& spec, const Packing& pk) {
     return;
   }
   // The reference, sequence by sequence; the call is valid when every sequence is.
-  Buf<double> ref(1, c.Hq, TQ, c.Dv);
+  Buf<double> ref(1, c.Hq, TQ, c.Dv), mass(1, c.Hq, TQ, c.Dv);
+  Buf<float> ones = ones_like(v);
   std::vector<Index> visible(static_cast<std::size_t>(rows));
   bool ref_ok = true;
   Index need = 1;
@@ -548,6 +564,9 @@ void varlen_one(const Case& c, const Spec& spec, const Packing& pk) {
                                    seq_rows(v.view(), k0, nk), seq_rows(ref.view(), q0, nq),
                                    opt.with_lse(part.ptr(c.lse)));
         });
+    if (ref_ok && c.norm == Norm::Sigmoid)
+      ak::reference::attention(spec, seq_rows(q.view(), q0, nq), seq_rows(k.view(), k0, nk),
+                               seq_rows(ones.view(), k0, nk), seq_rows(mass.view(), q0, nq), opt);
     const std::vector<Index> n = visible_keys(spec.mask, 1, c.Hq, nq, nk, off);
     for (Index h = 0; h < c.Hq; ++h)
       for (Index r = 0; r < nq; ++r) {
@@ -564,7 +583,8 @@ void varlen_one(const Case& c, const Spec& spec, const Packing& pk) {
   if (rejected(c, ok, o, lse)) return;
   same_for_threads(c, o, lse, fast);
   compare(c, "attention_varlen", o, ref, c.lse ? &lse : nullptr, c.lse ? &ref_lse : nullptr,
-          visible, v.max_abs(), conditioning(c, q.max_abs(), k.max_abs(), need));
+          visible, v.max_abs(), conditioning(c, q.max_abs(), k.max_abs(), need),
+          c.norm == Norm::Sigmoid ? row_mass(mass) : std::vector<double>{});
 }
 
 void run_varlen(const Case& c) {

@@ -151,7 +151,7 @@ void paged_one(const Case& c0, const Spec& spec) {
       }
     return;
   }
-  Buf<double> ref(B, c.Hq, c.Lq, c.Dv);
+  Buf<double> ref(B, c.Hq, c.Lq, c.Dv), mass(B, c.Hq, c.Lq, c.Dv);
   std::vector<Index> visible;
   bool ref_ok = true;
   Index need = 1;
@@ -163,6 +163,10 @@ void paged_one(const Case& c0, const Spec& spec) {
                    vs[static_cast<std::size_t>(b)].view(), batch_of(ref.view(), b),
                    opt.with_lse(c.lse ? ref_lse.x.data() + b * c.Hq * c.Lq : nullptr));
              });
+    if (ref_ok && c.norm == Norm::Sigmoid)
+      ak::reference::attention(spec, batch_of(q.view(), b), ks[static_cast<std::size_t>(b)].view(),
+                               ones_like(vs[static_cast<std::size_t>(b)]).view(),
+                               batch_of(mass.view(), b), opt);
     const std::vector<Index> nb = visible_keys(spec.mask, 1, c.Hq, c.Lq, n, off);
     visible.insert(visible.end(), nb.begin(), nb.end());
     need = std::max(need, reach_of(c.Lq, n, off));
@@ -180,7 +184,8 @@ void paged_one(const Case& c0, const Spec& spec) {
   }
   compare(c, "attention_paged (page size " + std::to_string(ps) + ")", o, ref,
           c.lse ? &lse : nullptr, c.lse ? &ref_lse : nullptr, visible, vmax,
-          conditioning(c, q.max_abs(), kmax, need));
+          conditioning(c, q.max_abs(), kmax, need),
+          c.norm == Norm::Sigmoid ? row_mass(mass) : std::vector<double>{});
 }
 
 void run_paged(const Case& c) {
