@@ -131,8 +131,9 @@ Problem make_problem(const View<Q>& q, const View<K>& k, const View<V>& v, const
 }
 
 /// Lets each policy of `spec` that carries data of its own (a BlockMask built for other
-/// sizes) check it against the call: validate(q_len, kv_len, q_offset, batch, q_heads).
-/// A row-statistics buffer is refused for a normalizer that has none.
+/// sizes) check it against the call: validate(q_len, kv_len, q_offset, batch, q_heads), and
+/// the Position K's head count (validate_kv_heads). A row-statistics buffer is refused for
+/// a normalizer that has none.
 template <class Spec>
 void validate_policies(const Spec& spec, const Problem& p, const Options& options) {
   using Normalizer = typename Spec::Normalizer;
@@ -156,6 +157,7 @@ void validate_policies(const Spec& spec, const Problem& p, const Options& option
   check(spec.mask);
   check(spec.normalizer);
   check(spec.position);
+  detail::validate_kv_heads_of(spec.position, p.kv_heads);
 }
 
 }  // namespace attnkit

@@ -6,6 +6,7 @@
 // Built for every SIMD path: exp2, max and the product handle NaN and inf differently.
 #include <Eigen/Core>
 #include <attnkit/kernel/attention.hpp>
+#include <attnkit/kernel/decode.hpp>
 #include <attnkit/mask/causal.hpp>
 #include <attnkit/mask/full.hpp>
 #include <attnkit/reference/attention.hpp>
@@ -270,4 +271,125 @@ TEST_CASE("reference::attention: masked keys are never read, whatever they hold"
   }
   ak::reference::attention(spec, q.cview(), k.cview(), v.cview(), poisoned.view, options);
   CHECK(ak::test::max_abs_diff(clean.view, poisoned.view) == 0.0);
+}
+
+namespace {
+
+// Whether every element of row r of head 0 is NaN, and whether every other row is finite and
+// within f32 tolerance of the reference.
+template <class O>
+bool row_all_nan(const O& o, Index r) {
+  for (Index c = 0; c < o.dim; ++c)
+    if (!std::isnan(double(o.row(0, 0, r)[c]))) return false;
+  return true;
+}
+bool others_match(const Tensor<float>& o, const Tensor<double>& ref, Index skip) {
+  for (Index r = 0; r < o.view.seq; ++r)
+    for (Index c = 0; r != skip && c < o.view.dim; ++c) {
+      const double x = o.view.row(0, 0, r)[c], y = ref.view.row(0, 0, r)[c];
+      if (!(std::abs(x - y) <= tol::kF32)) return false;
+    }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("attention: a row whose visible logits all overflow f32 to -inf is NaN, not empty",
+          "[attention][nonfinite]") {
+  // q = 1e20, k = -1e20: every logit of row 4 is -4e40, -inf in f32. The row saw keys, so it
+  // is not "no key" (a zero row that a merge drops); f32 cannot weigh them, so its output is
+  // NaN. Its LSE stays -inf: the row's mass is below anything f32 holds, so a merge with a
+  // part holding a finite LSE weighs it 0, exactly as f64 would. The reference, whose logits
+  // go through f32's range too, agrees; other rows are untouched.
+  const bool causal = GENERATE(false, true);
+  const Index L = 20, D = 16, row = 4;
+  Tensor<float> q(Layout::Bhsd, 1, 1, L, D), k(Layout::Bhsd, 1, 1, L, D),
+      v(Layout::Bhsd, 1, 1, L, D);
+  q.randomize(1);
+  k.randomize(2);
+  v.randomize(3);
+  for (Index r = 0; r < L; ++r)  // the other rows small: their logits are O(1)
+    for (Index c = 0; c < D; ++c)
+      q.view.row(0, 0, r)[c] = r == row ? 1e20f : q.view.row(0, 0, r)[c] * 1e-20f;
+  for (Index j = 0; j < L; ++j)
+    for (Index c = 0; c < D; ++c) k.view.row(0, 0, j)[c] = -1e20f;
+  Run run(1, 1, L, D);
+  if (causal)
+    run_both(ak::make_spec(ak::Causal{}), q, k, v, run, 2);
+  else
+    run_both(ak::make_spec(ak::Full{}), q, k, v, run, 2);
+  CHECK(row_all_nan(run.o.view, row));
+  CHECK(row_all_nan(run.ref.view, row));
+  CHECK(run.lse[row] == -kInf);
+  CHECK(run.lse_ref[row] == -kInf);
+  CHECK(others_match(run.o, run.ref, row));
+}
+
+TEST_CASE("decode: logits that all overflow to -inf give NaN; chunks that do give way to others",
+          "[decode][nonfinite]") {
+  // One overflowing query over 1100 keys (three split-KV chunks), on the row engine (Lq = 1)
+  // and on query tiles (Lq = 5). Every key at -1e20: the row is NaN (LSE -inf), in decode()
+  // and attention() as in the reference. Only keys [0, 600) at -1e20: chunk 0 is all -inf for
+  // that row, but the merge weighs it 0 against the finite chunks -- the answer f64 gives,
+  // whatever the chunking.
+  const Index q_len = GENERATE(Index{1}, Index{5});
+  const Index L = 1100, D = 32;
+  for (const Index overflowing : {L, Index{600}}) {
+    INFO("Lq " << q_len << ", keys at -1e20: " << overflowing);
+    Tensor<float> q(Layout::Bhsd, 1, 1, q_len, D), k(Layout::Bhsd, 1, 1, L, D),
+        v(Layout::Bhsd, 1, 1, L, D), o(Layout::Bhsd, 1, 1, q_len, D),
+        o_attention(Layout::Bhsd, 1, 1, q_len, D);
+    Tensor<double> ref(Layout::Bhsd, 1, 1, q_len, D);
+    q.randomize(1);
+    k.randomize(2);
+    v.randomize(3);
+    for (Index r = 0; r < q_len; ++r)  // the other rows small: their logits are O(1)
+      for (Index c = 0; c < D; ++c)
+        q.view.row(0, 0, r)[c] = r == 0 ? 1e20f : q.view.row(0, 0, r)[c] * 1e-20f;
+    for (Index j = 0; j < L; ++j)  // the other keys small: row 0's finite logits are O(1)
+      for (Index c = 0; c < D; ++c)
+        k.view.row(0, 0, j)[c] = j < overflowing ? -1e20f : k.view.row(0, 0, j)[c] * 1e-20f;
+    std::vector<float> lse(q_len), lse_attention(q_len), lse_ref(q_len);
+    const auto spec = ak::make_spec(ak::Causal{});
+    ak::decode(spec, q.cview(), k.cview(), v.cview(), o.view, ak::Options{}.with_lse(lse.data()));
+    ak::attention(spec, q.cview(), k.cview(), v.cview(), o_attention.view,
+                  ak::Options{}.with_lse(lse_attention.data()));
+    ak::reference::attention(spec, q.cview(), k.cview(), v.cview(), ref.view,
+                             ak::Options{}.with_lse(lse_ref.data()));
+    if (overflowing == L) {
+      CHECK(row_all_nan(o.view, 0));
+      CHECK(row_all_nan(o_attention.view, 0));
+      CHECK(row_all_nan(ref.view, 0));
+      CHECK(lse[0] == -kInf);
+      CHECK(lse_attention[0] == -kInf);
+      CHECK(lse_ref[0] == -kInf);
+      CHECK(others_match(o, ref, 0));
+    } else {
+      CHECK(others_match(o, ref, -1));
+      CHECK(others_match(o_attention, ref, -1));
+      CHECK(std::abs(double(lse[0]) - double(lse_ref[0])) <= tol::kLseF32);
+    }
+  }
+}
+
+TEST_CASE("merge: parts that all saw keys they could not weigh give NaN, not an empty row",
+          "[merge][nonfinite]") {
+  // Two parts, each with LSE -inf: a NaN row (keys seen, every logit -inf) and a zero row (no
+  // key). The merged row is NaN; two zero rows merge to a zero row with LSE -inf.
+  const Index D = 4;
+  std::vector<float> nan_row(D, kNaN), zero_row(D, 0.f), out(D, 7.f);
+  const std::vector<float> stat{-kInf};
+  const auto part = [&](std::vector<float>& x) {
+    return ak::bhsd(static_cast<const float*>(x.data()), 1, 1, 1, D);
+  };
+  float merged = 0.f;
+  using Parts = std::vector<ak::View<const float>>;
+  ak::merge(ak::Softmax{}, Parts{part(zero_row), part(nan_row)}, {stat.data(), stat.data()},
+            ak::bhsd(out.data(), 1, 1, 1, D), &merged);
+  for (const float x : out) CHECK(std::isnan(x));
+  CHECK(merged == -kInf);
+  ak::merge(ak::Softmax{}, Parts{part(zero_row), part(zero_row)}, {stat.data(), stat.data()},
+            ak::bhsd(out.data(), 1, 1, 1, D), &merged);
+  for (const float x : out) CHECK(x == 0.f);
+  CHECK(merged == -kInf);
 }

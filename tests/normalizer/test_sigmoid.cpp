@@ -172,3 +172,23 @@ TEST_CASE("Sigmoid: validate refuses a per-head bias that does not cover the hea
   CHECK_NOTHROW(ak::Sigmoid{}.validate(4, 4, 0, 1, 16));      // no per-head bias: any heads
   CHECK_NOTHROW(ak::Sigmoid{-1.f}.validate(4, 4, 0, 1, 16));
 }
+
+TEST_CASE("Sigmoid: a bias that is NaN or infinite throws naming the bias", "[sigmoid][errors]") {
+  using Catch::Matchers::ContainsSubstring;
+  using Catch::Matchers::MessageMatches;
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const float bad : {kNaN, inf, -inf}) {
+    INFO("bias " << bad);
+    CHECK_THROWS_MATCHES(
+        ak::Sigmoid{bad}, ak::Error,
+        MessageMatches(ContainsSubstring("Sigmoid.bias") && ContainsSubstring("finite")));
+    CHECK_THROWS_MATCHES(ak::Sigmoid::per_head({0.f, bad}), ak::Error,
+                         MessageMatches(ContainsSubstring("Sigmoid.head_bias[1]")));
+    ak::Sigmoid set_later;  // the members are public: validate() checks them too
+    set_later.bias = bad;
+    CHECK_THROWS_MATCHES(set_later.validate(4, 4, 0, 1, 2), ak::Error,
+                         MessageMatches(ContainsSubstring("Sigmoid.bias")));
+  }
+  CHECK_NOTHROW(ak::Sigmoid{-1e30f});
+  CHECK_NOTHROW(ak::Sigmoid::per_head({0.f, -3.f}).validate(4, 4, 0, 1, 2));
+}

@@ -264,3 +264,27 @@ TEST_CASE("visible_key_counts: no rows gives an empty vector; no keys gives zero
   CHECK(zeros.size() == 10);
   CHECK(std::all_of(zeros.begin(), zeros.end(), [](float x) { return x == 0.f; }));
 }
+
+TEST_CASE("SoftplusL1: key counts that are NaN, infinite or negative throw naming the count",
+          "[softplus_l1][errors]") {
+  const auto message_of = [](auto&& call) -> std::string {
+    try {
+      call();
+    } catch (const ak::Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  for (const float bad :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), -1.f}) {
+    INFO("count " << bad);
+    CHECK(message_of([&] {
+            ak::SoftplusL1::with_key_counts({4.f, bad});
+          }).find("SoftplusL1.key_counts[1]") != std::string::npos);
+    ak::SoftplusL1 set_later;  // the members are public: validate() checks them too
+    set_later.key_counts = {4.f, bad};
+    CHECK(message_of([&] { set_later.validate(2, 8, 0, 1, 1); }).find("SoftplusL1.key_counts[1]") !=
+          std::string::npos);
+  }
+  CHECK_NOTHROW(ak::SoftplusL1::with_key_counts({0.f, 3.f}).validate(2, 8, 0, 1, 1));
+}

@@ -365,3 +365,53 @@ TEST_CASE("Fope: bad inputs throw Error before anything is written", "[position]
   CHECK_THROWS_AS(ak::apply_position(fope, q64.view, ak::Role::Query), ak::Error);
   CHECK(q64.memory == before);
 }
+
+TEST_CASE("Fope: K with other KV heads than the coefficient sets throws before writing",
+          "[position][fope][errors]") {
+  // Two coefficient sets for 4 query heads. K with 1 KV head would turn query heads 2, 3 (set
+  // 1) against keys turned with set 0; K with 4 would read sets that do not exist.
+  using T = ak::test::Tensor<float>;
+  using ak::test::Layout;
+  ak::FopeConfig c{32, 64, 0};
+  c.kv_heads = 2;
+  c.q_heads = 4;
+  const auto spec = ak::make_spec(ak::Causal{}, ak::Fope::drawn(c, 0.3, 5));
+  T q(Layout::Bhsd, 1, 4, 8, 32), o(Layout::Bhsd, 1, 4, 8, 32);
+  q.randomize(1);
+  for (const Index kv_heads : {Index{1}, Index{4}}) {
+    INFO("K with " << kv_heads << " heads");
+    T k(Layout::Bhsd, 1, kv_heads, 16, 32), v(Layout::Bhsd, 1, kv_heads, 16, 32);
+    k.randomize(2);
+    v.randomize(3);
+    std::fill(o.memory.begin(), o.memory.end(), 7.f);
+    CHECK_THROWS_MATCHES(ak::attention(spec, q.cview(), k.cview(), v.cview(), o.view), ak::Error,
+                         MessageMatches(ContainsSubstring("Fope: the call's KV heads") &&
+                                        ContainsSubstring("FopeConfig.kv_heads = 2")));
+    CHECK_THROWS_AS(ak::reference::attention(spec, q.cview(), k.cview(), v.cview(), o.view),
+                    ak::Error);
+    CHECK(std::all_of(o.memory.begin(), o.memory.end(), [](float x) { return x == 7.f; }));
+  }
+  T k(Layout::Bhsd, 1, 2, 16, 32), v(Layout::Bhsd, 1, 2, 16, 32);
+  k.randomize(2);
+  v.randomize(3);
+  CHECK_NOTHROW(ak::attention(spec, q.cview(), k.cview(), v.cview(), o.view));
+}
+
+TEST_CASE("Fope: negative query positions (more queries than keys) match the f64 reference",
+          "[position][fope][reference]") {
+  // The kernel reads the table's row of -t with sin' negated; the reference sums the series
+  // at t itself.
+  ak::FopeConfig cfg{64, 128, 100};
+  cfg.kv_heads = 2;
+  cfg.q_heads = 4;
+  const ak::Fope fope = ak::Fope::drawn(cfg, 0.3, 12);
+  ak::test::Case c;
+  c.q_heads = 4;
+  c.kv_heads = 2;
+  c.dim = 64;
+  c.q_len = 90;  // bottom-right: queries at -50 .. 39
+  c.kv_len = 40;
+  const auto r = ak::test::run_case(ak::make_spec(ak::Full{}, fope), c);
+  CHECK(r.out_err <= tol::kF32);
+  CHECK(r.lse_err <= tol::kLseF32);
+}

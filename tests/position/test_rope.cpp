@@ -574,7 +574,7 @@ TEST_CASE("Rope: positions outside the table and bad ids throw before writing",
   const auto full = ak::make_spec(ak::Full{}, rope);
   // Queries 61..64 over 64 keys: the last query position is past max_len = 64.
   check_attention_refuses(causal, 4, 8, 64, Index{61}, "the last query position");
-  check_attention_refuses(full, 4, 8, 64, Index{-1}, "q_offset");
+  check_attention_refuses(full, 4, 8, 64, Index{-64}, "q_offset");  // -64 .. -61: |t| < 64
   check_attention_refuses(causal, 4, 65, 64, Index{0}, "the last key position");
   check_attention_refuses(causal, 4, 8, 32, std::nullopt, "RopeTable.rotary_dim");  // 64 > 32
   std::vector<Index> q_ids(8, 3), k_ids(16, 5);  // B = 2: [B * Lq], [B * Lk]
@@ -583,7 +583,7 @@ TEST_CASE("Rope: positions outside the table and bad ids throw before writing",
   check_attention_refuses(ak::make_spec(rope.with_positions(bad, k_ids)), 4, 8, 64, std::nullopt,
                           "Rope.q_positions[...]");
   bad = k_ids;
-  bad[15] = -1;
+  bad[15] = -64;
   check_attention_refuses(ak::make_spec(rope.with_positions(q_ids, bad)), 4, 8, 64, std::nullopt,
                           "Rope.k_positions[...]");
   check_attention_refuses(ak::make_spec(rope.with_positions({1, 2, 3}, k_ids)), 4, 8, 64,
@@ -592,7 +592,7 @@ TEST_CASE("Rope: positions outside the table and bad ids throw before writing",
                           "Rope.k_positions.size()");
 
   check_apply_refuses(rope, 4, 64, Role::Query, 61, "the last query position");
-  check_apply_refuses(rope, 4, 64, Role::Query, -1, "q_offset");
+  check_apply_refuses(rope, 4, 64, Role::Query, -64, "q_offset");
   check_apply_refuses(rope, 65, 64, Role::Key, 0, "the last key position");
   check_apply_refuses(rope, 4, 32, Role::Key, 0, "RopeTable.rotary_dim");
   check_apply_refuses(rope.with_positions({1, 2, 3}, {}), 4, 64, Role::Query, 0,
@@ -691,6 +691,80 @@ TEST_CASE("apply_position: Rope keys at an offset inside and past the table", "[
   ak::apply_position(rope, at_60.view, Role::Key, 60);  // 60..63: the last rows of the table
   CHECK_THROWS_MATCHES(ak::apply_position(rope, k.view, Role::Key, 61), ak::Error,
                        MessageMatches(ContainsSubstring("the last key position")));
-  CHECK_THROWS_MATCHES(ak::apply_position(rope, k.view, Role::Key, -1), ak::Error,
+  CHECK_THROWS_MATCHES(ak::apply_position(rope, k.view, Role::Key, -64), ak::Error,
                        MessageMatches(ContainsSubstring("the first key position")));
+}
+
+TEST_CASE("Rope: q_i . k_j depends only on i - j for negative query positions too",
+          "[position][rope]") {
+  // Queries at -40 .. -33 over keys 0 .. 15: a varlen sequence with more queries than keys
+  // puts its first queries before key 0. Every query row holds the same x, every key row y.
+  const RopePairing pairing = GENERATE(RopePairing::NeoX, RopePairing::GptJ);
+  const Index dim = 32, q_len = 8, q_offset = -40, kv_len = 16;
+  const Rope rope(RopeTable(dim, 10000, 64, RopeScaling::yarn(4, 32)), pairing);
+  Tensor<float> x(Layout::Bhsd, 1, 1, 1, dim), y(Layout::Bhsd, 1, 1, 1, dim);
+  x.randomize(13);
+  y.randomize(14);
+  Tensor<float> q(Layout::Bhsd, 1, 1, q_len, dim), k(Layout::Bhsd, 1, 1, kv_len, dim);
+  for (Index s = 0; s < q_len; ++s) std::copy_n(x.view.row(0, 0, 0), dim, q.view.row(0, 0, s));
+  for (Index s = 0; s < kv_len; ++s) std::copy_n(y.view.row(0, 0, 0), dim, k.view.row(0, 0, s));
+  ak::apply_position(rope, q.view, Role::Query, q_offset);
+  ak::apply_position(rope, k.view, Role::Key);
+  // x turned at position i dotted with y turned at j, one row each.
+  const auto dot_at = [&](Index i, Index j) {
+    std::vector<float> a(x.view.row(0, 0, 0), x.view.row(0, 0, 0) + dim);
+    std::vector<float> b(y.view.row(0, 0, 0), y.view.row(0, 0, 0) + dim);
+    ak::apply_position(rope, ak::bhsd(a.data(), 1, 1, 1, dim), Role::Query, i);
+    ak::apply_position(rope, ak::bhsd(b.data(), 1, 1, 1, dim), Role::Key, j);
+    return dot(a.data(), b.data(), dim);
+  };
+  // Each pair below has i - j = delta, as do positions (63 + delta, 63), inside the table.
+  for (const Index delta : {Index{-40}, Index{-45}, Index{-55}}) {
+    const double expected = dot_at(63 + delta, 63);
+    for (Index r = 0; r < q_len; ++r) {
+      const Index j = r + q_offset - delta;  // key position: i - j = delta
+      if (j < 0 || j >= kv_len) continue;
+      INFO("delta " << delta << " query position " << r + q_offset << " key " << j);
+      CHECK_THAT(dot(q.view.row(0, 0, r), k.view.row(0, 0, j), dim), WithinAbs(expected, kDotAbs));
+    }
+  }
+  // A negative position turns backwards: (-21, 0) is (0, 21), and not (21, 0).
+  CHECK_THAT(dot_at(-21, 0), WithinAbs(dot_at(0, 21), kDotAbs));
+  CHECK(std::abs(dot_at(-21, 0) - dot_at(21, 0)) > 100 * kDotAbs);
+}
+
+TEST_CASE("Rope: more queries than keys (negative query positions) matches the reference",
+          "[position][rope][attention][reference]") {
+  const RopePairing pairing = GENERATE(RopePairing::NeoX, RopePairing::GptJ);
+  const Rope rope(RopeTable(64, 10000, 128, RopeScaling::llama3(8, 64)), pairing);
+  Case c;
+  c.batch = 2;
+  c.q_heads = 4;
+  c.kv_heads = 2;
+  c.q_len = 70;  // bottom-right: queries at -40 .. 29
+  c.kv_len = 30;
+  const auto full = ak::test::run_case<float>(ak::make_spec(ak::Full{}, rope), c);
+  CHECK(full.out_err <= tol::kF32);
+  CHECK(full.lse_err <= tol::kLseF32);
+  const auto causal = ak::test::run_case<float>(ak::make_spec(ak::Causal{}, rope), c);
+  CHECK(causal.out_err <= tol::kF32);
+  CHECK(causal.empty_rows_exact);
+  // Ids shifted by +50 for queries and keys alike give the same attention: only i - j counts.
+  std::vector<Index> q_ids, k_ids;
+  for (Index b = 0; b < c.batch; ++b) {
+    for (Index r = 0; r < c.q_len; ++r) q_ids.push_back(r - 40 + 50);
+    for (Index j = 0; j < c.kv_len; ++j) k_ids.push_back(j + 50);
+  }
+  Tensor<float> q(Layout::Bshd, c.batch, c.q_heads, c.q_len, c.dim),
+      k(Layout::Bshd, c.batch, c.kv_heads, c.kv_len, c.dim),
+      v(Layout::Bshd, c.batch, c.kv_heads, c.kv_len, c.dim),
+      o(Layout::Bshd, c.batch, c.q_heads, c.q_len, c.dim),
+      shifted(Layout::Bshd, c.batch, c.q_heads, c.q_len, c.dim);
+  q.randomize(1);
+  k.randomize(2);
+  v.randomize(3);
+  ak::attention(ak::make_spec(ak::Full{}, rope), q.cview(), k.cview(), v.cview(), o.view);
+  ak::attention(ak::make_spec(ak::Full{}, rope.with_positions(q_ids, k_ids)), q.cview(), k.cview(),
+                v.cview(), shifted.view);
+  CHECK(ak::test::max_abs_diff(o.view, shifted.view) <= tol::kF32);
 }

@@ -238,3 +238,33 @@ TEST_CASE("NoPosition: is the default Position and declares the Position slot",
   STATIC_REQUIRE(std::is_same_v<ak::NoPosition::slot, ak::PositionSlot>);
   STATIC_REQUIRE(std::is_empty_v<ak::NoPosition>);
 }
+
+TEST_CASE("reference::attention: logits beyond f32's range are infinite, as in the kernel",
+          "[reference][nonfinite]") {
+  // The kernel forms q . k in f32, so a product beyond FLT_MAX is +-inf there; the reference
+  // takes it so too. One key, logit -4e40 (-inf): the query saw a key it cannot weigh, NaN
+  // with LSE -inf (not a zero row, "no key"). A second key at logit 0 takes all the weight.
+  // Logit +4e40 (+inf): NaN, LSE NaN, as for any +inf logit.
+  const Dense q(1, 1, 1, 2, {2e20, 2e20}), far(1, 1, 1, 2, {-1e20, -1e20}),
+      near(1, 1, 2, 2, {-1e20, -1e20, 0.0, 0.0}), up(1, 1, 1, 2, {1e20, 1e20}),
+      v1(1, 1, 1, 2, {4.0, 8.0}), v2(1, 1, 2, 2, {4.0, 8.0, 1.0, 2.0});
+  Dense o(1, 1, 1, 2);
+  float lse = 0.f;
+  const auto options = ak::Options{}.with_scale(1.f).with_lse(&lse);
+  ak::reference::attention(kFull, q.cview(), far.cview(), v1.cview(), o.view, options);
+  CHECK(std::isnan(o.at(0, 0, 0, 0)));
+  CHECK(std::isnan(o.at(0, 0, 0, 1)));
+  CHECK(lse == kNegInf);
+  ak::reference::attention(kFull, q.cview(), near.cview(), v2.cview(), o.view, options);
+  CHECK_THAT(o.at(0, 0, 0, 0), WithinAbs(1.0, kHand));
+  CHECK_THAT(o.at(0, 0, 0, 1), WithinAbs(2.0, kHand));
+  CHECK_THAT(double(lse), WithinAbs(0.0, kLseStored));
+  ak::reference::attention(kFull, q.cview(), up.cview(), v1.cview(), o.view, options);
+  CHECK(std::isnan(o.at(0, 0, 0, 0)));
+  CHECK(std::isnan(lse));
+  // A query that sees no key is still the zero row with LSE -inf.
+  ak::reference::attention(kCausal, q.cview(), far.cview(), v1.cview(), o.view,
+                           options.with_q_offset(-1));
+  CHECK(o.at(0, 0, 0, 0) == 0.0);
+  CHECK(lse == kNegInf);
+}

@@ -610,3 +610,14 @@ TEST_CASE("Remapped: a gathered attention call equals the reference at true posi
   CHECK(ak::test::max_abs_diff(o.view, expected.view) <= tol::kF32);
   CHECK(ak::test::max_lse_diff(lse, lse_expected) <= tol::kLseF32);
 }
+
+TEST_CASE("AhaRoutes: sizes whose product overflows Index throw instead of wrapping",
+          "[select][aha][errors]") {
+  // 2^32 * 2^32 * 1 wraps to 0, the size of an empty route vector: without checked arithmetic
+  // the routes were accepted (and the product is undefined behaviour).
+  const Index big = Index{1} << 32;
+  CHECK_THROWS_AS(AhaRoutes(big, big, 1, {}), ak::Error);
+  CHECK_THROWS_AS(AhaRoutes(1, big, big, {}), ak::Error);
+  CHECK_THROWS_AS(AhaRoutes::from_gates({}, big, big, 1), ak::Error);
+  CHECK_NOTHROW(AhaRoutes(big, 0, big, {}));  // a zero size: the product is 0, no overflow
+}

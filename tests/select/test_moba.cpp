@@ -230,3 +230,27 @@ TEST_CASE("moba_attention: bad arguments throw before anything is written", "[se
   run(routes, 8, {});  // and the good call does write
   CHECK_THAT(double(o.view.row(0, 0, 0)[0]), !WithinAbs(7.0, 0.0));
 }
+
+TEST_CASE("moba_attention: routes whose topk overflows the route sizes throw",
+          "[select][moba][errors]") {
+  // 1 * 2 * 40 * 2^60 = 5 * 2^64 wraps to 0, the size of an empty blocks vector; every row sits
+  // before every key, so no row's list is checked. Without checked arithmetic these routes
+  // passed the check (undefined behaviour) and the call failed later, or worse.
+  const Case c{2, 1, 40, 40, 32, 8, 3, Index{-100}};
+  const Inputs in(c, Layout::Bhsd, 53);
+  auto routes = ak::route_topk_blocks(in.q.cview(), in.k.cview(), c.block, c.topk, c.q_offset);
+  routes.topk = Index{1} << 60;
+  routes.blocks.clear();
+  Tensor<float> o(Layout::Bhsd, 1, c.hq, c.lq, c.d);
+  CHECK_THROWS_AS(ak::moba_attention(ak::make_spec(), in.q.cview(), in.k.cview(), in.v.cview(),
+                                     o.view, routes, c.block, ak::Options{}.with_q_offset(-100)),
+                  ak::Error);
+}
+
+TEST_CASE("route_topk_blocks: a topk whose route sizes overflow Index throws",
+          "[select][moba][errors]") {
+  const Case c{2, 1, 40, 40, 32, 8, 3, std::nullopt};
+  const Inputs in(c, Layout::Bhsd, 54);
+  CHECK_THROWS_AS(ak::route_topk_blocks(in.q.cview(), in.k.cview(), c.block, Index{1} << 60),
+                  ak::Error);
+}

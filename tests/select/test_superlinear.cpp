@@ -252,3 +252,30 @@ TEST_CASE("superlinear_attention: bad arguments throw before anything is written
   run(sel, {});  // and the good call does write
   CHECK_THAT(double(o.view.row(0, 0, 0)[0]), !WithinAbs(7.0, 0.0));
 }
+
+TEST_CASE("superlinear_attention: a selection whose topk overflows its sizes throws",
+          "[select][superlinear][errors]") {
+  // 1 * 2 * 40 * 2^60 = 5 * 2^64 wraps to 0, the size of an empty anchors vector; every row
+  // sits before every key, so no row's anchors are checked. Without checked arithmetic this
+  // selection passed the check (undefined behaviour) and the call failed later, or worse.
+  const Case c{2, 1, 40, 40, 32, 3, 4, 2, Index{-100}};
+  const Inputs in(c, Layout::Bhsd, 55);
+  auto sel = ak::superlinear_spans(in.r.cview(), in.k.cview(), params_for(c),
+                                   ak::Options{}.with_q_offset(-100));
+  sel.topk = Index{1} << 60;
+  sel.anchors.clear();
+  Tensor<float> o(Layout::Bhsd, 1, c.hq, c.lq, c.d);
+  CHECK_THROWS_AS(
+      ak::superlinear_attention(ak::make_spec(), in.q.cview(), in.k.cview(), in.v.cview(), o.view,
+                                sel, ak::Options{}.with_q_offset(-100)),
+      ak::Error);
+}
+
+TEST_CASE("superlinear_spans: a topk whose selection sizes overflow Index throws",
+          "[select][superlinear][errors]") {
+  const Case c{2, 1, 40, 40, 32, 3, 4, 2, std::nullopt};
+  const Inputs in(c, Layout::Bhsd, 56);
+  ak::SuperlinearParams params = params_for(c);
+  params.topk = Index{1} << 60;
+  CHECK_THROWS_AS(ak::superlinear_spans(in.r.cview(), in.k.cview(), params), ak::Error);
+}

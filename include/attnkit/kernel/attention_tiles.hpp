@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <limits>
 #include <vector>
 
 #include "attnkit/detail/pack.hpp"
@@ -86,7 +87,7 @@ class AttentionTiles {
                 float* stat) {
     compute(b, h, q0, nq, keys);
     const Index lanes = simd::round_up(nq);
-    finalize_rows(lanes);
+    finalize_rows(b, h, q0, nq, lanes, keys);
     for (Index r = 0; r < nq; ++r)
       for (Index c = 0; c < p_.value_dim; ++c) out[r * ld + c] = acc_[r * dv_pad_ + c] * factor_[r];
     if (stat != nullptr) store_row_stats(stat, nq, lanes);
@@ -337,11 +338,20 @@ class AttentionTiles {
     }
   }
 
-  // factor_ = each row's finalize factor.
-  void finalize_rows(Index lanes) {
+  // factor_ = each row's finalize factor. A row with an LSE whose factor is 0 ("saw no key")
+  // but which the mask lets see keys in `keys` had all their logits at -inf: products that
+  // overflow f32 (q = 1e20, k = -1e20). f32 cannot weigh them: its output becomes NaN, its
+  // LSE stays -inf (a merge weighs it 0 beside a part with a finite LSE, as f64 would). Only
+  // such rows ask the mask again: nothing per key.
+  void finalize_rows(Index b, Index h, Index q0, Index nq, Index lanes, Range keys) {
     for (Index c = 0; c < lanes; c += simd::kWidth)
       simd::store(factor_ + c,
                   spec_.normalizer.finalize(states_[static_cast<std::size_t>(c / simd::kWidth)]));
+    if constexpr (row_stat_kind<Normalizer>() == RowStat::LogSumExp)
+      for (Index r = 0; r < nq; ++r)
+        if (factor_[r] == 0.f &&
+            visible_key_count(spec_.mask, b, h, q0 + r + p_.q_offset, p_.kv_len, keys) > 0)
+          factor_[r] = std::numeric_limits<float>::quiet_NaN();
   }
 
   // stat[0, nq) = the rows' statistics.
@@ -351,7 +361,7 @@ class AttentionTiles {
   }
 
   void write_output(Index b, Index h, Index q0, Index nq, Index lanes) {
-    finalize_rows(lanes);
+    finalize_rows(b, h, q0, nq, lanes, Range{0, p_.kv_len});
     if (lse_ != nullptr) store_row_stats(lse_ + (b * p_.q_heads + h) * p_.q_len + q0, nq, lanes);
     for (Index r = 0; r < nq; ++r) {
       const float* acc = acc_ + r * dv_pad_;

@@ -42,6 +42,13 @@ float sink_of(const N& n, Index h) {
     return -std::numeric_limits<float>::infinity();
 }
 
+template <class T>
+bool row_has_nan(const T* row, Index n) {
+  for (Index c = 0; c < n; ++c)
+    if (std::isnan(double(row[c]))) return true;
+  return false;
+}
+
 }  // namespace detail
 
 /// out[B, H, Lq, Dv] = the merge of parts[k][B, H, Lq, Dv] with their row statistics
@@ -99,6 +106,10 @@ void merge(const Normalizer& normalizer, const std::vector<View<P>>& parts,
           double sum = m == kNegInf || std::isnan(m) ? 0.0 : std::exp(sink - m);
           for (std::size_t k = 0; k < parts.size(); ++k)
             sum += (weight[k] = m == kNegInf ? 0.0 : std::exp(double(stats[k][row]) - m));
+          // Every part -inf: a NaN row among them saw keys whose f32 logits were all -inf
+          // (attention() gives it LSE -inf), so the merged row is NaN, not "no key".
+          for (std::size_t k = 0; m == kNegInf && k < parts.size(); ++k)
+            if (detail::row_has_nan(parts[k].row(b, h, r), out.dim)) weight[k] = std::nan("");
           total = m == kNegInf ? kNegInf : m + std::log(sum);
           for (double& w : weight) w = sum > 0 ? w / sum : w;  // NaN stays NaN
         } else if constexpr (kStat == RowStat::Sum) {

@@ -16,24 +16,28 @@
 namespace attnkit {
 
 /// The number of keys j in [0, kv_len) with mask.keep(b, h, i, j), i the absolute query
-/// position (query row + q_offset).
+/// position (query row + q_offset); `within` (default: all keys) counts only keys there.
 template <class Mask>
-Index visible_key_count(const Mask& mask, Index b, Index h, Index i, Index kv_len) {
+Index visible_key_count(const Mask& mask, Index b, Index h, Index i, Index kv_len,
+                        Range within = {0, -1}) {
   Index count = 0;
   if constexpr (detail::has_runs<Mask>::value) {
+    const Index lo = std::max<Index>(within.begin, 0);
+    const Index hi = within.end < 0 ? kv_len : std::min(within.end, kv_len);
     for (const Range& r : mask.runs(b, h, i))
-      count += std::max<Index>(0, std::min(r.end, kv_len) - std::max<Index>(r.begin, 0));
+      count += std::max<Index>(0, std::min(r.end, hi) - std::max(r.begin, lo));
   } else {
     constexpr Index kTile = 256;
-    detail::for_each_key_tile(mask, b, h, Range{i, i + 1}, kv_len, kTile,
-                              [&](Range kv, TileKind kind) {
-                                if (kind == TileKind::Full) {
-                                  count += kv.end - kv.begin;
-                                  return;
-                                }
-                                for (Index j = kv.begin; j < kv.end; ++j)
-                                  count += mask.keep(b, h, i, j) ? 1 : 0;
-                              });
+    detail::for_each_key_tile(
+        mask, b, h, Range{i, i + 1}, kv_len, kTile,
+        [&](Range kv, TileKind kind) {
+          if (kind == TileKind::Full) {
+            count += kv.end - kv.begin;
+            return;
+          }
+          for (Index j = kv.begin; j < kv.end; ++j) count += mask.keep(b, h, i, j) ? 1 : 0;
+        },
+        within);
   }
   return count;
 }

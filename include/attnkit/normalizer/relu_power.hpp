@@ -1,5 +1,6 @@
-// ReluPower{alpha, bias} (reconstructed; see MECHANISMS.md): a_ij = ReLU(s_ij - b)^alpha /
-// sum_j ReLU(s_ij - b)^alpha, an l1-normalized power of the shifted logits. The weights
+// ReluPower{alpha, bias} (reconstructed; docs/mechanisms.md "ReluPower"):
+//   a_ij = ReLU(s_ij - b)^alpha / sum_j ReLU(s_ij - b)^alpha,
+// an l1-normalized power of the shifted logits. The weights
 // need no running maximum (kRescales = false): they are summed as they come, and the row
 // sum is the row statistic (RowStat::Sum, written through Options::lse). A row whose
 // weights are all 0 (nothing visible, or every logit <= b) gives 0, never NaN.

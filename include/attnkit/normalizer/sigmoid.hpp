@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <utility>
@@ -31,13 +32,24 @@ struct Sigmoid {
   std::vector<float> head_bias;  // [q_heads], when not empty: overrides `bias`
 
   Sigmoid() = default;
-  /// One bias for every head and call.
-  explicit Sigmoid(float b) : bias(b) {}
-  /// One bias per query head (must cover every head of the calls it is used in).
+  /// One bias for every head and call. Throws Error unless it is finite.
+  explicit Sigmoid(float b) : bias(b) { check_biases(); }
+  /// One bias per query head (must cover every head of the calls it is used in). Throws
+  /// Error unless every bias is finite.
   static Sigmoid per_head(std::vector<float> biases) {
     Sigmoid s;
     s.head_bias = std::move(biases);
+    s.check_biases();
     return s;
+  }
+
+  /// Throws Error naming the first bias that is not finite (a NaN makes every row NaN, an
+  /// infinite one every weight 0 or 1).
+  void check_biases() const {
+    if (bias) detail::require(std::isfinite(*bias), "Sigmoid.bias", "finite", *bias);
+    for (std::size_t h = 0; h < head_bias.size(); ++h)
+      detail::require(std::isfinite(head_bias[h]), detail::cat("Sigmoid.head_bias[", h, "]"),
+                      "finite", head_bias[h]);
   }
 
   /// The bias of the rows of ctx.head.
@@ -73,9 +85,11 @@ struct Sigmoid {
     return std::nan("");
   }
 
-  /// Throws Error when a per-head bias does not cover the call's heads.
+  /// Throws Error when a bias is not finite (the members are public) or a per-head bias does
+  /// not cover the call's heads.
   void validate(Index /*q_len*/, Index /*kv_len*/, Index /*q_offset*/, Index /*batch*/,
                 Index q_heads) const {
+    check_biases();
     detail::require(head_bias.empty() || static_cast<Index>(head_bias.size()) == q_heads,
                     "Sigmoid.head_bias.size()", detail::cat("q_heads = ", q_heads),
                     head_bias.size());

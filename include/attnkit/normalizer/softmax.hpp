@@ -4,6 +4,9 @@
 // Masked logits are -inf and weigh 0; a query with no visible key finalizes to 0, LSE -inf.
 // A NaN or +inf logit among a query's visible keys makes that query's output and LSE NaN:
 // "no key" (LSE -inf) is never reported for a row that saw a key, so a merge cannot drop it.
+// Visible keys whose logits are all -inf (f32 products that overflowed) cannot be weighed:
+// the kernel, which knows from the mask that the row saw keys, makes its output NaN and
+// keeps LSE -inf (beside any finite part their weight is 0, in f64 too).
 // Optional sink logits, one per query head (gpt-oss; all 0 is "softmax off by one"): the
 // sink adds exp(sink - m) to the denominator and nothing to the output. It is compared with
 // the scaled logits as it is (it is not multiplied by the scale); the online state starts at
@@ -98,7 +101,8 @@ struct Softmax {
 
   /// Reference rule in double for one query of head ctx.head: logits s[n] (masked = -inf)
   /// -> weights in place; returns the LSE (sink included). A NaN or +inf logit makes every
-  /// weight and the LSE NaN.
+  /// weight and the LSE NaN; a row whose visible keys (ctx.visible_keys) all have logit -inf
+  /// gets NaN weights and LSE -inf.
   double reference_row(double* s, Index n, const RowContext& ctx) const {
     const double neg_inf = -std::numeric_limits<double>::infinity();
     const double nan = std::numeric_limits<double>::quiet_NaN();
@@ -109,7 +113,8 @@ struct Softmax {
     const double sink = sinks.empty() ? neg_inf : double(sinks[static_cast<std::size_t>(ctx.head)]);
     const double m = std::max(n > 0 ? *std::max_element(s, s + n) : neg_inf, sink);
     if (m == neg_inf) {
-      std::fill(s, s + n, 0.0);
+      const bool saw_keys = ctx.visible_keys != nullptr && ctx.visible_keys[0] > 0.f;
+      std::fill(s, s + n, saw_keys ? nan : 0.0);
       return neg_inf;
     }
     double l = sink == neg_inf ? 0.0 : std::exp(sink - m);

@@ -1,4 +1,4 @@
-// SoftplusL1 -- LSSA (Gao & Spratling 2025; MECHANISMS.md "Softplus / l1"):
+// SoftplusL1 -- LSSA (Gao & Spratling 2025; docs/mechanisms.md "LSSA"):
 //   w_ij = softplus(log(d) * log(N_i) * cos(q_i, k_j)),   a_ij = w_ij / sum_j w_ij,
 // over the keys query i sees, N_i of them: the logit scale grows with the context the query
 // has, which keeps the attention entropy nearly constant as the context grows (the paper's
@@ -40,10 +40,21 @@ struct SoftplusL1 {
 
   SoftplusL1() = default;
   /// LSSA with given key counts N_i, indexed like the row statistics (for split-KV parts).
+  /// Throws Error unless every count is finite and >= 0.
   static SoftplusL1 with_key_counts(std::vector<float> counts) {
     SoftplusL1 s;
     s.key_counts = std::move(counts);
+    s.check_key_counts();
     return s;
+  }
+
+  /// Throws Error naming the first key count that is NaN, infinite or negative (a NaN makes
+  /// its row NaN, a negative one a finite but wrong row).
+  void check_key_counts() const {
+    for (std::size_t r = 0; r < key_counts.size(); ++r)
+      detail::require(std::isfinite(key_counts[r]) && key_counts[r] >= 0.f,
+                      detail::cat("SoftplusL1.key_counts[", r, "]"), "finite and >= 0",
+                      key_counts[r]);
   }
 
   struct State {
@@ -109,13 +120,15 @@ struct SoftplusL1 {
     return l;
   }
 
-  /// Throws Error when given key counts do not cover the call's rows.
+  /// Throws Error when given key counts do not cover the call's rows or one is not finite
+  /// and >= 0 (the members are public).
   void validate(Index q_len, Index /*kv_len*/, Index /*q_offset*/, Index batch,
                 Index q_heads) const {
     const Index rows = batch * q_heads * q_len;  // Problem checked the product
     detail::require(key_counts.empty() || static_cast<Index>(key_counts.size()) == rows,
                     "SoftplusL1.key_counts.size()",
                     detail::cat("empty or batch * q_heads * q_len = ", rows), key_counts.size());
+    check_key_counts();
   }
 };
 

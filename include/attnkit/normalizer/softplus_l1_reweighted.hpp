@@ -1,4 +1,4 @@
-// SoftplusL1Reweighted -- LSSAR (Gao & Spratling 2025; MECHANISMS.md "Re-weighting"): the
+// SoftplusL1Reweighted -- LSSAR (Gao & Spratling 2025; docs/mechanisms.md "LSSAR"): the
 // LSSA weights a_ij (softplus_l1.hpp) sharpened by a power p (default 15):
 //   r_ij = ReLU(N_i a_ij - 1)^p,   a'_ij = r_ij / sum_j r_ij,
 // which keeps only the keys weighted above the uniform 1/N_i. a_ij needs the row sum first,
@@ -16,7 +16,7 @@
 // Split-KV cannot merge LSSAR in one round (the ReLU needs the whole row's sum): round one
 // runs SoftplusL1 on each part and merges the row sums; round two runs second_round(sums)
 // on each part -- one pass, no fallback, LSE statistic -- and merge_reweighted() combines the
-// parts and applies the fallback from round one's result (kernel/merge.hpp).
+// parts and applies the fallback from round one's result (kernel/merge_reweighted.hpp).
 #pragma once
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Fope: Fourier position embedding (Hua et al. 2024; MECHANISMS.md "FoPE") as a Position
+// Fope: Fourier position embedding (Hua et al. 2024; docs/mechanisms.md "FoPE") as a Position
 // policy. RoPE's frequencies omega_m = base^(-2m/d) over the d/2 NeoX pairs (m, m + d/2);
 // those below 2 pi / train_len are clipped to zero frequency. Pair p of head h at position t
 // is turned by cos'/sin' = Fourier series over the kept frequencies f:
@@ -13,7 +13,6 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -22,6 +21,7 @@
 
 #include "attnkit/detail/checked.hpp"
 #include "attnkit/error.hpp"
+#include "attnkit/position/position_ids.hpp"
 #include "attnkit/position/row_at.hpp"
 #include "attnkit/slots.hpp"
 #include "attnkit/tensor.hpp"
@@ -182,13 +182,13 @@ class FopeTable {
 ///    draws xavier-normal with gain sigma, an effective spread sigma sqrt(2 / (fan_in +
 ///    fan_out)); to match it pass that value as sigma. Trained coefficients
 ///    (with_coefficients) make this moot.
-///  - Positions: absolute (query row r at r + q_offset, key j at j) or ids per batch, as Rope.
+///  - Positions: absolute (query row r at r + q_offset, key j at j) or ids per batch, in
+///    (-max_len, max_len), as Rope (position/position_ids.hpp): cos' is even in t, sin' odd.
 /// The table is shared, so copying a Fope (or a spec) copies no table.
-struct Fope {
+struct Fope : PositionIds<Fope> {
   using slot = PositionSlot;
 
   std::shared_ptr<const FopeTable> table;
-  std::vector<Index> q_positions, k_positions;  // [B * Lq], [B * Lk]; empty: absolute
 
   explicit Fope(std::shared_ptr<const FopeTable> t) : table(std::move(t)) {
     detail::require(table != nullptr, "Fope.table", "a table", "nullptr");
@@ -219,53 +219,34 @@ struct Fope {
     return Fope(std::make_shared<const FopeTable>(c, std::move(cos_coef), std::move(sin_coef)));
   }
 
-  /// The same embedding at explicit positions: q_ids[b * Lq + r], k_ids[b * Lk + j].
-  Fope with_positions(std::vector<Index> q_ids, std::vector<Index> k_ids) const {
-    Fope r = *this;
-    r.q_positions = std::move(q_ids);
-    r.k_positions = std::move(k_ids);
-    return r;
-  }
-
-  Index position_of(const RowAt& at) const {
-    const std::vector<Index>& ids = at.role == Role::Query ? q_positions : k_positions;
-    return ids.empty() ? at.position : ids[static_cast<std::size_t>(at.batch * at.len + at.row)];
-  }
   /// The coefficient set of a row: its KV head.
   Index coefficient_head(const RowAt& at) const {
     const FopeConfig& c = table->config();
     return at.role == Role::Query ? at.head / (c.q_heads / c.kv_heads) : at.head;
   }
 
-  /// Turns x[0, d) in place with the table's cos' / sin' of the row's head and position. A
-  /// head past the coefficients (K with more heads than kv_heads, which validate() cannot
-  /// see) makes the row NaN rather than read past the table.
-  void apply(float* x, Index dim, const RowAt& at) const {
-    const Index h = coefficient_head(at), t = position_of(at);
-    if (h >= table->config().kv_heads) {
-      for (Index c = 0; c < dim; ++c) x[c] = std::numeric_limits<float>::quiet_NaN();
-      return;
-    }
-    turn(x, table->pairs(), table->cos_at(h, t), table->sin_at(h, t));
+  /// Turns x[0, d) in place with the table's cos' / sin' of the row's head and position (a
+  /// negative one: the table's row of -t, sin' negated). validate() and validate_kv_heads()
+  /// keep the head within the coefficient sets.
+  void apply(float* x, Index /*dim*/, const RowAt& at) const {
+    const Index h = coefficient_head(at);
+    const TableRow t = table_row(position_of(at));
+    turn(x, table->pairs(), table->cos_at(h, t.at), table->sin_at(h, t.at), t.sign);
   }
 
   /// The same in double: the series recomputed from C, S and omega, without the table.
-  void reference_apply(double* x, Index dim, const RowAt& at) const {
+  void reference_apply(double* x, Index /*dim*/, const RowAt& at) const {
     const Index h = coefficient_head(at), pairs = table->pairs();
-    if (h >= table->config().kv_heads) {
-      for (Index c = 0; c < dim; ++c) x[c] = std::numeric_limits<double>::quiet_NaN();
-      return;
-    }
     std::vector<double> basis(2 * std::size_t(table->kept())), row(2 * std::size_t(pairs));
     table->fill_basis(double(position_of(at)), basis.data());
     table->series(h, basis.data(), row.data());
-    turn(x, pairs, row.data(), row.data() + pairs);
+    turn(x, pairs, row.data(), row.data() + pairs, 1.0);
   }
 
   /// Throws Error when a position falls outside the table, ids do not cover the call, or the
-  /// call's query heads are not config.q_heads. apply_position() on keys passes its KV head
-  /// count with q_len = 0: kv_heads is accepted then. (K's head count is not passed to
-  /// validate(); it must be config.kv_heads.)
+  /// call's query heads are not config.q_heads. A KvCache appending keys passes its KV head
+  /// count with q_len = 0: kv_heads is accepted then. (K's head count comes to
+  /// validate_kv_heads().)
   void validate(Index q_len, Index kv_len, Index q_offset, Index batch, Index q_heads) const {
     const FopeConfig& c = table->config();
     detail::require(q_heads == c.q_heads || (q_len == 0 && q_heads == c.kv_heads),
@@ -273,16 +254,15 @@ struct Fope {
                     detail::cat("FopeConfig.q_heads = ", c.q_heads, " (or kv_heads = ", c.kv_heads,
                                 " for keys alone)"),
                     q_heads);
-    check_ids(q_positions, "Fope.q_positions", batch * q_len);
-    check_ids(k_positions, "Fope.k_positions", batch * kv_len);
-    const auto range = detail::cat("in [0, max_len = ", c.max_len, ")");
-    if (q_positions.empty() && q_len > 0) {
-      detail::require(q_offset >= 0, "Fope: the first query position (q_offset)", range, q_offset);
-      detail::require(q_offset + q_len - 1 < c.max_len, "Fope: the last query position", range,
-                      q_offset + q_len - 1);
-    }
-    if (k_positions.empty() && kv_len > 0)
-      detail::require(kv_len - 1 < c.max_len, "Fope: the last key position", range, kv_len - 1);
+    check_positions("Fope", Role::Query, batch, q_len, q_offset, c.max_len);
+    check_positions("Fope", Role::Key, batch, kv_len, 0, c.max_len);
+  }
+
+  /// Throws Error unless K has config.kv_heads heads: one coefficient set per KV head (fewer
+  /// would turn a group's queries and keys with different sets, more would read past them).
+  void validate_kv_heads(Index kv_heads) const {
+    detail::require(kv_heads == table->config().kv_heads, "Fope: the call's KV heads",
+                    detail::cat("FopeConfig.kv_heads = ", table->config().kv_heads), kv_heads);
   }
 
   /// The checks of validate() for the rows of one role alone (apply_position): `heads` query
@@ -292,18 +272,10 @@ struct Fope {
     const bool query = role == Role::Query;
     detail::require(heads == (query ? c.q_heads : c.kv_heads),
                     query ? "Fope: the call's query heads" : "Fope: the keys' heads",
-                    query ? "FopeConfig.q_heads = " + std::to_string(c.q_heads)
-                          : "FopeConfig.kv_heads = " + std::to_string(c.kv_heads),
+                    detail::cat(query ? "FopeConfig.q_heads = " : "FopeConfig.kv_heads = ",
+                                query ? c.q_heads : c.kv_heads),
                     heads);
-    const std::vector<Index>& ids = query ? q_positions : k_positions;
-    check_ids(ids, query ? "Fope.q_positions" : "Fope.k_positions", batch * len);
-    if (!ids.empty() || len == 0) return;
-    const auto range = detail::cat("in [0, max_len = ", c.max_len, ")");
-    const char* who = query ? "query" : "key";
-    detail::require(offset >= 0, detail::cat("Fope: the first ", who, " position (offset)"), range,
-                    offset);
-    detail::require(offset + len - 1 < c.max_len, detail::cat("Fope: the last ", who, " position"),
-                    range, offset + len - 1);
+    check_positions("Fope", role, batch, len, offset, c.max_len);
   }
 
   /// Throws Error unless the head is the table's d.
@@ -313,11 +285,12 @@ struct Fope {
   }
 
  private:
-  // x[m] = x_m c - x_{m+P} s, x[m+P] = x_{m+P} c + x_m s for the NeoX pairs (m, m + P).
+  // x[m] = x_m c - x_{m+P} s, x[m+P] = x_{m+P} c + x_m s for the NeoX pairs (m, m + P), with
+  // s = sign * sin_p[m] (-1 for a negative position read from the table's row of -t).
   template <class T, class C>
-  static void turn(T* x, Index pairs, const C* cos_p, const C* sin_p) {
+  static void turn(T* x, Index pairs, const C* cos_p, const C* sin_p, T sign) {
     for (Index m = 0; m < pairs; ++m) {
-      const T c = static_cast<T>(cos_p[m]), s = static_cast<T>(sin_p[m]);
+      const T c = static_cast<T>(cos_p[m]), s = sign * static_cast<T>(sin_p[m]);
       const T xa = x[m], xb = x[m + pairs];
       x[m] = xa * c - xb * s;
       x[m + pairs] = xb * c + xa * s;
@@ -329,16 +302,6 @@ struct Fope {
   static double standard_normal(std::mt19937_64& rng) {
     const double u1 = double((rng() >> 11) + 1) * 0x1p-53, u2 = double(rng() >> 11) * 0x1p-53;
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-  }
-
-  void check_ids(const std::vector<Index>& ids, const char* name, Index rows) const {
-    if (ids.empty()) return;
-    const Index max_len = table->config().max_len;
-    detail::require(static_cast<Index>(ids.size()) == rows, detail::cat(name, ".size()"),
-                    detail::cat("batch * length = ", rows), ids.size());
-    for (const Index id : ids)
-      detail::require(id >= 0 && id < max_len, detail::cat(name, "[...]"),
-                      detail::cat("in [0, max_len = ", max_len, ")"), id);
   }
 };
 

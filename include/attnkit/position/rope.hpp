@@ -1,13 +1,13 @@
-// Rope: rotary position embedding as a Position policy (MECHANISMS.md "RoPE"). Pair m of the
+// Rope: rotary position embedding as a Position policy (docs/mechanisms.md "RoPE"). Pair m of the
 // first rotary_dim dimensions of q (at position i) and k (at position j) turns by i theta_m
 // and j theta_m, so q_i . k_j depends on i - j only. Pairings:
 //   NeoX (Hugging Face "rotate_half", Llama, GPT-NeoX): pair m is (m, m + rotary_dim / 2);
 //   GptJ (the original paper, GPT-J, interleaved): pair m is (2m, 2m + 1).
 // They are the same rotation up to a permutation of the dimensions. Dimensions past
-// rotary_dim pass through (partial rotary). Positions: absolute by default (a query row r sits
-// at r + q_offset, key j at j), or explicit ids per batch (packed or padded sequences):
-// with_positions(q_ids [B * Lq], k_ids [B * Lk]). Every position must be in [0, max_len) of
-// the table. The table is shared, so copying a Rope (or a spec) copies no table.
+// rotary_dim pass through (partial rotary). Positions (position/position_ids.hpp): absolute
+// by default (a query row r sits at r + q_offset, key j at j), or explicit ids per batch
+// (with_positions); every position must be in (-max_len, max_len), a negative one turning
+// backwards. The table is shared, so copying a Rope (or a spec) copies no table.
 #pragma once
 
 #include <cmath>
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "attnkit/error.hpp"
+#include "attnkit/position/position_ids.hpp"
 #include "attnkit/position/rope_table.hpp"
 #include "attnkit/position/row_at.hpp"
 #include "attnkit/slots.hpp"
@@ -27,12 +28,11 @@ namespace attnkit {
 
 enum class RopePairing { NeoX, GptJ };
 
-struct Rope {
+struct Rope : PositionIds<Rope> {
   using slot = PositionSlot;
 
   std::shared_ptr<const RopeTable> table;
   RopePairing pairing = RopePairing::NeoX;
-  std::vector<Index> q_positions, k_positions;  // [B * Lq], [B * Lk]; empty: absolute
 
   explicit Rope(RopeTable t, RopePairing p = RopePairing::NeoX)
       : table(std::make_shared<const RopeTable>(std::move(t))), pairing(p) {}
@@ -40,26 +40,14 @@ struct Rope {
     detail::require(table != nullptr, "Rope.table", "a table", "nullptr");
   }
 
-  /// The same rotation at explicit positions: q_ids[b * Lq + r], k_ids[b * Lk + j].
-  Rope with_positions(std::vector<Index> q_ids, std::vector<Index> k_ids) const {
-    Rope r = *this;
-    r.q_positions = std::move(q_ids);
-    r.k_positions = std::move(k_ids);
-    return r;
-  }
-
-  Index position_of(const RowAt& at) const {
-    const std::vector<Index>& ids = at.role == Role::Query ? q_positions : k_positions;
-    return ids.empty() ? at.position : ids[static_cast<std::size_t>(at.batch * at.len + at.row)];
-  }
-
-  /// Rotates x[0, rotary_dim) in place with the table's cos / sin at the row's position.
+  /// Rotates x[0, rotary_dim) in place with the table's cos / sin at the row's position (a
+  /// negative one: the table's row of -t, sines negated).
   void apply(float* x, Index /*dim*/, const RowAt& at) const {
-    const Index t = position_of(at), pairs = table->pairs();
-    const float* c = table->cos_at(t);
-    const float* s = table->sin_at(t);
+    const TableRow t = table_row(position_of(at));
+    const float* c = table->cos_at(t.at);
+    const float* s = table->sin_at(t.at);
     rotate(
-        x, pairs, [&](Index m) { return c[m]; }, [&](Index m) { return s[m]; });
+        x, table->pairs(), [&](Index m) { return c[m]; }, [&](Index m) { return t.sign * s[m]; });
   }
 
   /// The same in double, with the angle position * inv_freq formed in double.
@@ -81,19 +69,7 @@ struct Rope {
   /// The same for the rows of one role alone (apply_position): `len` rows per batch at
   /// positions offset .. offset + len - 1, or at the role's ids.
   void validate_role(Role role, Index batch, Index len, Index offset, Index /*heads*/) const {
-    const bool query = role == Role::Query;
-    const std::vector<Index>& ids = query ? q_positions : k_positions;
-    check_ids(ids, query ? "Rope.q_positions" : "Rope.k_positions", batch * len);
-    if (!ids.empty() || len == 0) return;
-    const Index max_len = table->max_len();
-    const auto range = detail::cat("in [0, max_len = ", max_len, ")");
-    const char* who = query ? "query" : "key";
-    const char* offset_name = query ? "q_offset" : "offset";
-    detail::require(offset >= 0,
-                    detail::cat("Rope: the first ", who, " position (", offset_name, ")"), range,
-                    offset);
-    detail::require(offset + len - 1 < max_len, detail::cat("Rope: the last ", who, " position"),
-                    range, offset + len - 1);
+    check_positions("Rope", role, batch, len, offset, table->max_len());
   }
 
   /// Throws Error when the rotated dimensions do not fit the head.
@@ -114,15 +90,6 @@ struct Rope {
       x[a] = xa * c - xb * s;
       x[b] = xb * c + xa * s;
     }
-  }
-
-  void check_ids(const std::vector<Index>& ids, const char* name, Index rows) const {
-    if (ids.empty()) return;
-    detail::require(static_cast<Index>(ids.size()) == rows, detail::cat(name, ".size()"),
-                    detail::cat("batch * length = ", rows), ids.size());
-    for (const Index id : ids)
-      detail::require(id >= 0 && id < table->max_len(), detail::cat(name, "[...]"),
-                      detail::cat("in [0, max_len = ", table->max_len(), ")"), id);
   }
 };
 

@@ -1,5 +1,5 @@
 // RopeTable: the frequencies of rotary position embedding and their cos / sin at every
-// position up to max_len (MECHANISMS.md "RoPE"; formulas as in Hugging Face transformers'
+// position up to max_len (docs/mechanisms.md "RoPE"; formulas as in Hugging Face transformers'
 // modeling_rope_utils.py). Pair m of the rotary_dim rotated dimensions turns by the angle
 // position * inv_freq[m], inv_freq[m] = base^(-2m / rotary_dim), changed by the scaling:
 //   Linear{s}:  inv_freq / s (position interpolation);

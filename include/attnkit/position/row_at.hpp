@@ -4,6 +4,8 @@
 //   void reference_apply(double* x, Index dim, const RowAt& at) const -- the reference's
 //   validate(q_len, kv_len, q_offset, batch, q_heads)                 -- positions in range
 //   validate_role(Role, batch, len, offset, heads)  (optional)        -- the same, one role
+//   validate_head_dim(Index head_dim)  (optional)                     -- d fits the table
+//   validate_kv_heads(Index kv_heads)  (optional)                     -- K's head count
 // The kernel applies it once per query row when the query tile is packed, and once per key
 // row per call (into an f32 copy of K that every query tile then reads in place).
 // A Position may instead own the logit product (TAPA: two half-width products and a term in
@@ -49,6 +51,19 @@ template <class P>
 struct has_validate_role<P, std::void_t<decltype(std::declval<const P&>().validate_role(
                                 Role::Query, Index{}, Index{}, Index{}, Index{}))>>
     : std::true_type {};
+
+template <class P, class = void>
+struct has_validate_kv_heads : std::false_type {};
+template <class P>
+struct has_validate_kv_heads<
+    P, std::void_t<decltype(std::declval<const P&>().validate_kv_heads(Index{}))>>
+    : std::true_type {};
+
+/// Lets a Position policy with per-KV-head data (Fope) check the call's KV head count.
+template <class P>
+void validate_kv_heads_of(const P& policy, Index kv_heads) {
+  if constexpr (has_validate_kv_heads<P>::value) policy.validate_kv_heads(kv_heads);
+}
 
 /// Whether a Position policy transforms q and k rows (RoPE, FoPE).
 template <class P>

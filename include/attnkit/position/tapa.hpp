@@ -1,4 +1,4 @@
-// Tapa{alpha, theta} -- TAPA (Wang et al. 2025, eq. 9-13; MECHANISMS.md "TAPA"): each head
+// Tapa{alpha, theta} -- TAPA (Wang et al. 2025, eq. 9-13; docs/mechanisms.md "TAPA"): each head
 // vector splits into an amplitude part (its first a = round(theta d) dims) and a phase part
 // (the other d - a), and
 //   logit_ij = (q_A . k_A / sqrt(a)) * cos(2 pi |i - j|^alpha * q_P . k_P / sqrt(d - a)),

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -21,7 +22,8 @@ namespace attnkit::reference {
 namespace detail {
 
 // scale * q . k in double -- or cos(q, k) = q . k / (|q| |k|) (0 for a zero row) when the
-// normalizer asks for cosine logits -- then the Score's element rule.
+// normalizer asks for cosine logits -- then the Score's element rule. A product beyond f32's
+// range is +-inf, as the kernel's f32 product is (the normalizer says what that means).
 template <class Spec, class Q, class K>
 double logit(const Spec& spec, const Q* q, const K* k, const Problem& p, Index b, Index h, Index i,
              Index j) {
@@ -37,6 +39,7 @@ double logit(const Spec& spec, const Q* q, const K* k, const Problem& p, Index b
     s = spec.position.reference_logit(q, k, p.head_dim, i, j);
   if constexpr (attnkit::detail::cosine_logits<typename Spec::Normalizer>())
     s = qq == 0.0 || kk == 0.0 ? 0.0 : dot / (std::sqrt(qq) * std::sqrt(kk));
+  if (std::fabs(s) > double(FLT_MAX)) s = std::copysign(HUGE_VAL, s);
   if constexpr (attnkit::detail::has_modify<typename Spec::Score>::value)
     return spec.score.modify(s, b, h, i, j);
   else

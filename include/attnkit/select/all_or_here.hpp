@@ -1,4 +1,4 @@
-// All-or-Here attention (AHA; MECHANISMS.md "Routed -- All-or-Here"): per (batch, token,
+// All-or-Here attention (AHA; docs/mechanisms.md "All-or-Here"): per (batch, token,
 // head) a route chooses full causal attention or a sliding window of the last `window` keys
 // (default 256, the query's own key included), in one call. A route is given as a boolean
 // or as gate logits g with a threshold (full where sigmoid(g) > 0.5 by default: the seed's
@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "attnkit/detail/checked.hpp"
 #include "attnkit/error.hpp"
 #include "attnkit/kernel/attention.hpp"
 #include "attnkit/mask/causal.hpp"
@@ -37,11 +38,15 @@ struct AhaRoutes {
   std::vector<unsigned char> full;  // [batch, len, heads]
 
   AhaRoutes() = default;
+  /// Throws Error unless the sizes are >= 0, their product fits in Index and routes holds it.
   AhaRoutes(Index b, Index l, Index h, std::vector<unsigned char> routes)
       : batch(b), len(l), heads(h), full(std::move(routes)) {
-    detail::require(b >= 0 && l >= 0 && h >= 0 && Index(full.size()) == b * l * h,
-                    "AhaRoutes.full.size()", detail::cat("batch * len * heads = ", b * l * h),
-                    full.size());
+    Index n = 0;
+    detail::require(b >= 0 && l >= 0 && h >= 0 && detail::checked_product({b, l, h}, &n),
+                    "AhaRoutes [batch, len, heads]", "sizes >= 0 whose product fits in Index",
+                    detail::cat("[", b, ", ", l, ", ", h, "]"));
+    detail::require(Index(full.size()) == n, "AhaRoutes.full.size()",
+                    detail::cat("batch * len * heads = ", n), full.size());
   }
 
   /// Routes from gate logits g [batch, len, heads]: full where sigmoid(g) > threshold.
@@ -76,14 +81,7 @@ template <class Spec, class Q, class K, class V, class O>
 void all_or_here(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
                  const View<O>& o, const AhaRoutes& routes, Index window = 256,
                  const Options& options = {}) {
-  static_assert(std::is_same_v<typename Spec::Mask, Full>,
-                "all_or_here(): the routes choose the mask; give a spec without one");
-  static_assert(std::is_same_v<typename Spec::Position, NoPosition>,
-                "all_or_here(): gathered calls see gathered indices: NoPosition only");
-  static_assert(
-      std::is_same_v<typename Spec::Score, Dot> || std::is_same_v<typename Spec::Score, Softcap>,
-      "all_or_here(): gathered calls see gathered indices: a position-free Score "
-      "(Dot, Softcap) only");
+  select::check_gathered_spec<Spec>();
   const Problem p = make_problem(q, k, v, o, options);
   validate_policies(spec, p, options);
   detail::require(routes.batch == p.batch && routes.len == p.q_len && routes.heads == p.q_heads,

@@ -3,7 +3,7 @@
 // sees one (batch, head) of the whole problem: head_view() is that head as a 1 x 1 view of
 // the caller's memory (no copy), gather_rows() copies chosen rows of it, scatter_rows()
 // writes result rows back, for_head() gives the normalizer its head's parameters. The masks of such
-// calls are Remapped (mask/remap.hpp).
+// calls are Remapped (mask/remap.hpp); check_gathered_spec() is what every driver asks of a spec.
 #pragma once
 
 #include <algorithm>
@@ -11,11 +11,33 @@
 #include <type_traits>
 #include <vector>
 
+#include "attnkit/mask/full.hpp"
 #include "attnkit/normalizer/sigmoid.hpp"
 #include "attnkit/normalizer/softmax.hpp"
+#include "attnkit/position/no_position.hpp"
+#include "attnkit/score/dot.hpp"
+#include "attnkit/score/softcap.hpp"
 #include "attnkit/tensor.hpp"
 
 namespace attnkit::select {
+
+/// The compile-time checks of the gathered drivers (all_or_here, moba_attention,
+/// stripe_attention, superlinear_attention) on their spec. A gathered call sees gathered
+/// indices (its row r is not query r + q_offset, its key j not key j): the driver's selection
+/// is the mask, and a Position or a Score that reads positions (Alibi) would see wrong ones.
+template <class Spec>
+constexpr void check_gathered_spec() {
+  static_assert(std::is_same_v<typename Spec::Mask, Full>,
+                "gathered driver: the selection (routes, spans, stripes) is the mask; give a "
+                "spec with Mask Full");
+  static_assert(std::is_same_v<typename Spec::Position, NoPosition>,
+                "gathered driver: gathered calls see gathered indices: Position NoPosition only "
+                "(apply RoPE to q and k before)");
+  static_assert(
+      std::is_same_v<typename Spec::Score, Dot> || std::is_same_v<typename Spec::Score, Softcap>,
+      "gathered driver: gathered calls see gathered indices: a position-free Score "
+      "(Dot, Softcap) only, not one that reads positions (Alibi)");
+}
 
 /// Head h of batch b of v as a [1, 1, seq, dim] view of the same memory.
 template <class T>

@@ -1,4 +1,4 @@
-// MoBA, mixture of block attention (Lu et al. 2025, Moonshot; MECHANISMS.md "Routed -- MoBA"):
+// MoBA, mixture of block attention (Lu et al. 2025, Moonshot; docs/mechanisms.md "MoBA"):
 // keys are cut into blocks of `block` positions; query i scores block b by q_i . mean(K_b)
 // and attends, causally, to the top-k blocks -- its own block always among them and counted
 // toward k, future blocks never. route_topk_blocks() makes the routes (BlockRoutes);
@@ -18,6 +18,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "attnkit/detail/checked.hpp"
 #include "attnkit/detail/view_checks.hpp"
 #include "attnkit/error.hpp"
 #include "attnkit/kernel/attention.hpp"
@@ -77,6 +78,9 @@ BlockRoutes route_topk_blocks(const View<Q>& q, const View<K>& k, Index block = 
   require(k.heads >= 1 && q.heads % k.heads == 0, "q.heads", "a multiple of k.heads", q.heads);
   require(block >= 1 && block <= (Index{1} << 60), "block", "1 to 2^60", block);
   require(topk >= 1, "topk", ">= 1", topk);
+  Index cells = 0;
+  require(detail::checked_product({q.batch, q.heads, q.seq, topk}, &cells), "topk",
+          "small enough that [B, Hq, Lq, topk] fits in Index", topk);
   const Index offset = q_offset.value_or(k.seq - q.seq);
   require(offset >= -Problem::kMaxOffset && offset <= Problem::kMaxOffset, "q_offset",
           "within +-2^62", offset);
@@ -84,7 +88,7 @@ BlockRoutes route_topk_blocks(const View<Q>& q, const View<K>& k, Index block = 
   BlockRoutes routes;
   routes.batch = q.batch, routes.heads = q.heads, routes.q_len = q.seq, routes.kv_len = k.seq;
   routes.q_offset = offset, routes.block = block, routes.topk = topk;
-  routes.blocks.assign(static_cast<std::size_t>(q.batch * q.heads * q.seq * topk), -1);
+  routes.blocks.assign(static_cast<std::size_t>(cells), -1);
   routes.counts.assign(static_cast<std::size_t>(q.batch * q.heads * q.seq), 0);
   const Index n_blocks = routes.num_blocks(), dim = q.dim, group = q.heads / k.heads;
   std::vector<double> means(static_cast<std::size_t>(n_blocks * dim));  // [n_blocks, D]
@@ -141,9 +145,9 @@ inline void check_routes(const BlockRoutes& routes, const Problem& p, Index bloc
   require(routes.q_offset == p.q_offset, "BlockRoutes.q_offset",
           detail::cat("the call's q_offset = ", p.q_offset), routes.q_offset);
   require(routes.block == block, "BlockRoutes.block", detail::cat("block = ", block), routes.block);
-  require(routes.topk >= 1 &&
-              routes.blocks.size() ==
-                  static_cast<std::size_t>(p.batch * p.q_heads * p.q_len * routes.topk) &&
+  Index cells = 0;  // [B, Hq, Lq] fits (make_problem checked the views), topk may not
+  require(routes.topk >= 1 && checked_product({p.batch, p.q_heads, p.q_len, routes.topk}, &cells) &&
+              routes.blocks.size() == static_cast<std::size_t>(cells) &&
               routes.counts.size() == static_cast<std::size_t>(p.batch * p.q_heads * p.q_len),
           "BlockRoutes sizes", "[B, Hq, Lq, topk] blocks and [B, Hq, Lq] counts", "others");
   const Index n_blocks = routes.num_blocks();
@@ -177,13 +181,7 @@ void moba_attention(const Spec& spec, const View<Q>& q, const View<K>& k, const 
   using Score = typename Spec::Score;
   static_assert(std::is_same_v<typename Spec::Normalizer, Softmax>,
                 "moba_attention(): parts merge by their LSE: Softmax only");
-  static_assert(std::is_same_v<typename Spec::Mask, Full>,
-                "moba_attention(): the routes choose the mask; give a spec without one");
-  static_assert(std::is_same_v<typename Spec::Position, NoPosition>,
-                "moba_attention(): gathered calls see gathered indices: NoPosition only");
-  static_assert(std::is_same_v<Score, Dot> || std::is_same_v<Score, Softcap>,
-                "moba_attention(): gathered calls see gathered indices: a position-free Score "
-                "(Dot, Softcap) only");
+  select::check_gathered_spec<Spec>();
   const Problem p = make_problem(q, k, v, o, options);
   validate_policies(spec, p, options);
   detail::require(spec.normalizer.sinks.empty(), "Softmax.sinks", "empty (no sinks in MoBA)",

@@ -1,4 +1,4 @@
-// Stripe sparsity (AnchorAttention, 2025; MECHANISMS.md "Stripe"): the queries are cut into
+// Stripe sparsity (AnchorAttention, 2025; docs/mechanisms.md "Stripes"): the queries are cut into
 // big blocks of block * step rows. Each query sees three regions: the initial tokens
 // [0, init), its big block's local region (from `local` keys before the big block's first
 // query up to the query itself, causal) and the kept columns of the middle region between
@@ -179,17 +179,15 @@ StripeSelection anchor_stripes(const View<Q>& q, const View<K>& k, const StripeP
 }
 
 /// o[B, Hq, Lq, Dv] = attention of q over the columns `selection` gives each query (init,
-/// kept, local; causal), for q, k, v, o as in attention(). The spec gives the Score and
-/// Normalizer (its Mask must be Full, its Position NoPosition); options as for attention()
-/// and as when the selection was made (the same q_offset). Throws before writing anything.
+/// kept, local; causal), for q, k, v, o as in attention(). The spec gives the Score (Dot or
+/// Softcap) and Normalizer (its Mask must be Full, its Position NoPosition); options as for
+/// attention() and as when the selection was made (the same q_offset). Throws before writing
+/// anything.
 template <class Spec, class Q, class K, class V, class O>
 void stripe_attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
                       const View<O>& o, const StripeSelection& selection,
                       const Options& options = {}) {
-  static_assert(std::is_same_v<typename Spec::Mask, Full>,
-                "stripe_attention(): the selection is the mask; give a spec without one");
-  static_assert(std::is_same_v<typename Spec::Position, NoPosition>,
-                "stripe_attention(): gathered calls see gathered indices: NoPosition only");
+  select::check_gathered_spec<Spec>();
   const Problem p = make_problem(q, k, v, o, options);
   validate_policies(spec, p, options);
   selection.validate(p.batch, p.q_heads, p.q_len, p.kv_len, p.q_offset);

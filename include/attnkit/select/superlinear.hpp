@@ -1,4 +1,4 @@
-// Superlinear span attention (MECHANISMS.md "Routed -- Superlinear (seed)"): each query
+// Superlinear span attention (docs/mechanisms.md "Superlinear"): each query
 // searches ~L^p anchor positions (p = 1/2), a routing query scores the key at each anchor,
 // the top-k spans around the best anchors plus an optional local window are attended with an
 // exact softmax: O(L^(1+p) d) for the search, O(L k span d) for the attention.
@@ -27,6 +27,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "attnkit/detail/checked.hpp"
 #include "attnkit/detail/parallel.hpp"
 #include "attnkit/error.hpp"
 #include "attnkit/kernel/attention.hpp"
@@ -37,6 +38,7 @@
 #include "attnkit/score/dot.hpp"
 #include "attnkit/score/softcap.hpp"
 #include "attnkit/select/detail/span_rows.hpp"
+#include "attnkit/select/gather.hpp"
 #include "attnkit/select/superlinear_spans.hpp"
 #include "attnkit/spec.hpp"
 
@@ -54,10 +56,11 @@ inline void check_spans(const SpanSelection& sel, const Problem& p) {
   require(sel.topk >= 1 && sel.span >= 1 && sel.span <= (Index{1} << 40) && sel.window >= 0 &&
               sel.window <= (Index{1} << 40),
           "SpanSelection topk / span / window", ">= 1 / 1 to 2^40 / 0 to 2^40", "others");
-  require(
-      sel.anchors.size() == static_cast<std::size_t>(p.batch * p.q_heads * p.q_len * sel.topk) &&
-          sel.counts.size() == static_cast<std::size_t>(p.batch * p.q_heads * p.q_len),
-      "SpanSelection sizes", "[B, Hq, Lq, topk] anchors and [B, Hq, Lq] counts", "others");
+  Index cells = 0;  // [B, Hq, Lq] fits (make_problem checked the views), topk may not
+  require(checked_product({p.batch, p.q_heads, p.q_len, sel.topk}, &cells) &&
+              sel.anchors.size() == static_cast<std::size_t>(cells) &&
+              sel.counts.size() == static_cast<std::size_t>(p.batch * p.q_heads * p.q_len),
+          "SpanSelection sizes", "[B, Hq, Lq, topk] anchors and [B, Hq, Lq] counts", "others");
   for (Index b = 0; b < p.batch; ++b)
     for (Index h = 0; h < p.q_heads; ++h)
       for (Index i = 0; i < p.q_len; ++i) {
@@ -85,15 +88,9 @@ template <class Spec, class Q, class K, class V, class O>
 void superlinear_attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
                            const View<O>& o, const SpanSelection& sel,
                            const Options& options = {}) {
-  using Score = typename Spec::Score;
   static_assert(std::is_same_v<typename Spec::Normalizer, Softmax>,
                 "superlinear_attention(): an exact softmax over the spans: Softmax only");
-  static_assert(std::is_same_v<typename Spec::Mask, Full>,
-                "superlinear_attention(): the spans choose the mask; give a spec without one");
-  static_assert(std::is_same_v<typename Spec::Position, NoPosition>,
-                "superlinear_attention(): no Position policy (apply RoPE to q and k before)");
-  static_assert(std::is_same_v<Score, Dot> || std::is_same_v<Score, Softcap>,
-                "superlinear_attention(): Score Dot or Softcap only");
+  select::check_gathered_spec<Spec>();
   static_assert(!std::is_const_v<O>, "superlinear_attention(): the output view must be writable");
   const Problem p = make_problem(q, k, v, o, options);
   validate_policies(spec, p, options);
@@ -104,22 +101,26 @@ void superlinear_attention(const Spec& spec, const View<Q>& q, const View<K>& k,
   const detail::F32Rows4<K> keys(k);
   const detail::F32Rows4<V> values(v);
   const float softcap = detail::softcap_of(spec.score);
-  // Keys of one row, at most (spans are merged and clipped to [0, Lk)).
-  const Index capacity =
-      std::min(p.kv_len, std::min(sel.topk, p.kv_len + 1) * sel.span + sel.window);
+  // Keys of one row, at most (spans are merged and clipped to [0, Lk)), and its key runs (a
+  // row's anchors are distinct keys: at most min(topk, Lk), then the window).
+  const Index anchors = std::min(sel.topk, p.kv_len), max_runs = anchors + 1;
+  Index capacity = 0;
+  if (!detail::checked_mul(anchors, sel.span, &capacity) ||
+      !detail::checked_add(capacity, sel.window, &capacity) || capacity > p.kv_len)
+    capacity = p.kv_len;
   constexpr Index kChunk = 64;  // query rows per work item
   const Index chunks = (p.q_len + kChunk - 1) / kChunk, items = p.batch * p.q_heads * chunks;
   const int threads = detail::threads_for(p.threads, items);
   struct Scratch {  // one thread's, allocated before the parallel region
     detail::SpanScratch rows;
     std::vector<float> out;   // [Dv] one row's output in f32
-    std::vector<Range> runs;  // [topk + 1] one row's key runs
+    std::vector<Range> runs;  // [max_runs] one row's key runs
   };
   std::vector<Scratch> scratch;
   for (int t = 0; t < threads; ++t)
     scratch.push_back({detail::SpanScratch(capacity, p.head_dim, p.value_dim),
                        std::vector<float>(static_cast<std::size_t>(p.value_dim)),
-                       std::vector<Range>(static_cast<std::size_t>(sel.topk + 1))});
+                       std::vector<Range>(static_cast<std::size_t>(max_runs))});
 
   const auto run_item = [&](Scratch& mine, Index item) {
     const Index bh = item / chunks, i0 = item % chunks * kChunk, b = bh / p.q_heads,

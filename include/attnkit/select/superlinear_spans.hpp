@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "attnkit/detail/checked.hpp"
 #include "attnkit/detail/parallel.hpp"
 #include "attnkit/detail/view_checks.hpp"
 #include "attnkit/error.hpp"
@@ -105,7 +106,11 @@ SpanSelection superlinear_spans(const View<R>& routing_q, const View<K>& k,
   require(k.heads >= 1 && r.heads % k.heads == 0, "routing_q.heads", "a multiple of k.heads",
           r.heads);
   require(params.p > 0.0 && params.p <= 1.0, "SuperlinearParams.p", "in (0, 1]", params.p);
-  require(params.topk >= 1, "SuperlinearParams.topk", ">= 1", params.topk);
+  Index cells = 0;
+  require(
+      params.topk >= 1 && detail::checked_product({r.batch, r.heads, r.seq, params.topk}, &cells),
+      "SuperlinearParams.topk", ">= 1, small enough that [B, Hq, Lq, topk] fits in Index",
+      params.topk);
   require(params.span >= 1 && params.span <= (Index{1} << 40), "SuperlinearParams.span",
           "1 to 2^40", params.span);
   require(params.window >= 0 && params.window <= (Index{1} << 40), "SuperlinearParams.window",
@@ -120,7 +125,7 @@ SpanSelection superlinear_spans(const View<R>& routing_q, const View<K>& k,
   sel.batch = r.batch, sel.heads = r.heads, sel.q_len = r.seq, sel.kv_len = k.seq;
   sel.q_offset = offset, sel.topk = params.topk, sel.span = params.span;
   sel.window = params.window;
-  sel.anchors.assign(static_cast<std::size_t>(r.batch * r.heads * r.seq * params.topk), -1);
+  sel.anchors.assign(static_cast<std::size_t>(cells), -1);
   sel.counts.assign(static_cast<std::size_t>(r.batch * r.heads * r.seq), 0);
   const Index last_pos = offset + r.seq - 1;  // the farthest anchor is at most this far back
   const std::vector<Index> offsets = anchor_offsets(params.p, std::max<Index>(last_pos, 0));

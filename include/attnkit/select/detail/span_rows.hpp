@@ -51,7 +51,8 @@ struct SpanScratch {
 };
 
 /// out[Dv] = softmax(cap(q . K_j)) V_j over the keys j of `runs` (ascending, disjoint, inside
-/// [0, Lk)); q is already scaled. Returns the natural LSE, -inf (and out = 0) for no key.
+/// [0, Lk)); q is already scaled. Returns the natural LSE, -inf (and out = 0) for no key, -inf
+/// and out = NaN for keys whose logits are all -inf.
 /// `softcap` <= 0 means no cap. scratch.s holds at least the number of keys.
 template <class KeyRow, class ValueRow>
 float span_attend(const float* q, Index head_dim, const Range* runs, int run_count,
@@ -75,7 +76,11 @@ float span_attend(const float* q, Index head_dim, const Range* runs, int run_cou
   std::fill(s + n, s + padded, kNegInf);  // padding weighs exp2(-inf) = 0
   simd::Vec m_v(kNegInf);
   for (Index c = 0; c < padded; c += w) m_v = simd::max(m_v, simd::load(s + c));
-  const float m = simd::reduce_max(m_v);  // finite: every logit is
+  const float m = simd::reduce_max(m_v);
+  if (m == kNegInf) {  // keys seen, every logit -inf (f32 products that overflowed): as attention()
+    std::fill(out, out + value_dim, std::numeric_limits<float>::quiet_NaN());
+    return kNegInf;
+  }
   simd::Vec l_v(0.f);
   const simd::Vec neg_m(-m * kLog2e), log2e(kLog2e);
   for (Index c = 0; c < padded; c += w) {
