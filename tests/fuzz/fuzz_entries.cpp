@@ -114,7 +114,7 @@ Case decode(Bytes& in) {
   const bool full_mask = c.entry == Entry::Moba || c.entry == Entry::AllOrHere;
   c.left = full_mask ? kReach : kLefts[mask % std::size(kLefts)];
   c.right = full_mask ? kReach : kRights[(mask >> 3) % std::size(kRights)];
-  const bool mixed = softmax_like(norm) && (mod == Mod::Dot || mod == Mod::Softcap) &&
+  const bool mixed = softmax_like(norm) && mod == Mod::Dot &&
                      (c.entry == Entry::Attention || c.entry == Entry::Decode ||
                       c.entry == Entry::Paged || c.entry == Entry::Cache);
   c.profile =

@@ -25,8 +25,8 @@ using f16 = Eigen::half;
 enum class Entry { Attention, Decode, Merge, Varlen, Paged, Cache, Moba, AllOrHere, kCount };
 enum class Norm { Softmax, Sinks, Sigmoid, ReluPower, SoftplusL1, Lssar, kCount };
 enum class Mod { Dot, Softcap, Alibi, Rope, Fope, Tapa, kCount };  // score or position
-// Storage of q, k, v and o. Mixed types run with Softmax and the row engine's scores (Dot,
-// Softcap) only, to bound the instantiations; everything else is f32.
+// Storage of q, k, v and o. Mixed types run with Softmax and Dot only (fuzz_attention.cpp
+// runs Softcap in bf16 and f16), to bound the instantiations; everything else is f32.
 enum class Profile { F32, Bf16F16, F16Bf16, Bf16Kv, kCount };
 
 constexpr Index kReach = ak::SlidingWindow::kMaxReach;

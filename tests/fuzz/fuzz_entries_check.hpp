@@ -306,15 +306,17 @@ void with_types(Profile p, F f) {
 }
 
 template <class Spec>
-constexpr bool kMixable = std::is_same_v<typename Spec::Normalizer, ak::Softmax>&&
-                              std::is_same_v<typename Spec::Position, ak::NoPosition> &&
-                          (std::is_same_v<typename Spec::Score, ak::Dot> ||
-                           std::is_same_v<typename Spec::Score, ak::Softcap>);
+constexpr bool mixable() {
+  using Score = typename Spec::Score;
+  using Position = typename Spec::Position;
+  return std::is_same_v<typename Spec::Normalizer, ak::Softmax> &&
+         std::is_same_v<Position, ak::NoPosition> && std::is_same_v<Score, ak::Dot>;
+}
 
 // Calls f(Types) with the case's storage types when the spec takes mixed storage, else f32.
 template <class Spec, class F>
 void with_storage(const Case& c, F f) {
-  if constexpr (kMixable<Spec>)
+  if constexpr (mixable<Spec>())
     with_types(c.profile, f);
   else
     f(Types<float, float, float, float>{});

@@ -192,7 +192,7 @@ void run_paged(const Case& c) {
   const bool made = with_spec(c, c.Hq, 1, [&](const auto& spec) {
     using Spec = std::decay_t<decltype(spec)>;
     if constexpr (kPageable<Spec>) {
-      if constexpr (kMixable<Spec> && std::is_same_v<typename Spec::Score, ak::Dot>)
+      if constexpr (mixable<Spec>())
         with_types(c.profile, [&](auto types) { paged_one<decltype(types)>(c, spec); });
       else
         paged_one<Types<float, float, float, float>>(c, spec);

@@ -226,7 +226,7 @@ ENTRY_SEEDS = {
     'attention-mixed-row-engine': E(profile='bf16/f16/bf16->f32', heads=(2, 4), Lq=3, Lk=1100,
                                     lse=True, threads=2),
     'attention-mixed-split-kv': E(profile='f16/bf16/f32->f16', Lq=12, Lk=1024, bshd='1010'),
-    'attention-mixed-tiles': E(profile='f32/bf16/bf16->f32', mod='softcap', Lq=24, Lk=60,
+    'attention-mixed-tiles': E(profile='f32/bf16/bf16->f32', Lq=24, Lk=60,
                                bshd='0101', lse=True),
     # decode(): the row engine (softmax, Dot or Softcap, <= 4 rows), query tiles, chunks.
     'decode-row-engine-gqa': E(entry='decode', heads=(2, 4), Lq=1, Lk=502, lse=True,
