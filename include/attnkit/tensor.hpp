@@ -5,6 +5,8 @@
 
 #include <array>
 #include <cstddef>
+#include <initializer_list>
+#include <string>
 #include <type_traits>
 
 #include "attnkit/detail/checked.hpp"

@@ -12,6 +12,7 @@
 #include <attnkit/cache/paged_kv.hpp>
 #include <attnkit/kernel/attention.hpp>
 #include <attnkit/kernel/decode.hpp>
+#include <attnkit/mask/block_mask.hpp>
 #include <attnkit/mask/causal.hpp>
 #include <attnkit/mask/combine.hpp>
 #include <attnkit/mask/sinks.hpp>
@@ -440,4 +441,33 @@ TEST_CASE("paged: bad inputs throw before anything is written", "[paged]") {
     CHECK(paged.free_pages() == 0);
     CHECK(paged.block_table(s).size() == 4);
   }
+}
+
+// A BlockMask carries the sizes it was laid out for. attention_paged() checks them against
+// each sequence on both of its paths, as attention() does on the contiguous sequence, and
+// writes nothing when they differ; the per-page path (Sigmoid, ReluPower) once skipped it.
+TEST_CASE("paged: a block mask laid out for other sizes is refused on every path", "[paged]") {
+  const Sequences<float> seqs({40}, 13);
+  PagedKv<float> paged(4, kHkv, 16, kD, kDv);
+  append_interleaved(paged, seqs, 40);
+  Tensor<float> q(Layout::Bhsd, 1, kHq, 1, kD), o(Layout::Bhsd, 1, kHq, 1, kDv);
+  q.randomize(14);
+  const auto right = ak::make_block_mask(Causal{}, 1, 40, 16, 16);
+  const auto wrong = ak::make_block_mask(Causal{}, 1, 64, 16, 16);  // kv_len 64, not 40
+  CHECK_THROWS_MATCHES(
+      ak::attention(ak::make_spec(wrong), q.cview(), seqs.keys(0), seqs.values(0), o.view),
+      ak::Error, MessageMatches(ContainsSubstring("BlockMask.kv_len")));
+  const auto refused = [&](const std::string& name, const auto& normalizer) {
+    INFO(name);
+    std::fill(o.memory.begin(), o.memory.end(), 42.f);
+    const std::vector<float> before = o.memory;
+    CHECK_THROWS_MATCHES(
+        ak::attention_paged(ak::make_spec(wrong, normalizer), q.cview(), paged, o.view), ak::Error,
+        MessageMatches(ContainsSubstring("BlockMask.kv_len")));
+    CHECK(std::memcmp(o.memory.data(), before.data(), before.size() * sizeof(float)) == 0);
+    CHECK_NOTHROW(ak::attention_paged(ak::make_spec(right, normalizer), q.cview(), paged, o.view));
+  };
+  refused("Softmax (row engine)", ak::Softmax{});
+  refused("Sigmoid (one call per page)", ak::Sigmoid{});
+  refused("ReluPower (one call per page)", ak::ReluPower{1.5f, 0.3f});
 }

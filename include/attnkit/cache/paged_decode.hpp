@@ -53,31 +53,32 @@ void merge_sequences(const N& normalizer, const std::vector<float>& part_out,
   }
 }
 
+/// The Problem of attention_paged(q, paged, ..., options) but for the key count and query
+/// offset, which are each sequence's own (kv_len and q_offset left 0).
+template <class Q, class T>
+Problem paged_problem(const View<Q>& q, const PagedKv<T>& paged, const Options& options) {
+  Problem p;
+  p.batch = paged.sequences();
+  p.q_heads = q.heads;
+  p.kv_heads = paged.kv_heads();
+  p.q_len = q.seq;
+  p.head_dim = q.dim;
+  p.value_dim = paged.value_dim();
+  p.scale = scale_for(options, q.dim);
+  p.threads = options.threads;
+  return p;
+}
+
 /// paged_decode_rows(spec, q, paged, o, options, q_offset): q_offset[b] is the position of sequence
-/// b's first query row. Inputs are validated by the caller; the policies are checked here per
-/// sequence, before any output is written.
+/// b's first query row. Inputs and policies are validated by the caller (attention_paged(),
+/// for each sequence).
 template <class Spec, class Q, class T, class O>
 void paged_decode_rows(const Spec& spec, const View<Q>& q, const PagedKv<T>& paged,
                        const View<O>& o, const Options& options,
                        const std::vector<Index>& q_offset) {
   const Index B = paged.sequences(), Hq = q.heads, Lq = q.seq, Dv = paged.value_dim();
   const Index Hkv = paged.kv_heads(), group = Hq / Hkv, rows = Hq * Lq;
-  Problem p;
-  p.batch = B;
-  p.q_heads = Hq;
-  p.kv_heads = Hkv;
-  p.q_len = Lq;
-  p.head_dim = q.dim;
-  p.value_dim = Dv;
-  p.scale = scale_for(options, q.dim);
-  p.threads = options.threads;
-  for (Index b = 0; b < B; ++b) {  // the policies see each sequence's own length and offset
-    Problem pb = p;
-    pb.kv_len = paged.length(b);
-    pb.q_offset = q_offset[static_cast<std::size_t>(b)];
-    pb.validate();
-    validate_policies(spec, pb, options);
-  }
+  const Problem p = paged_problem(q, paged, options);
 
   // Items (b, c): chunk c of sequence b, every KV group, so that each page is read whole.
   // Sequence b's chunks are slots first_slot[b] .. first_slot[b + 1] - 1 (one for an empty

@@ -4,78 +4,22 @@
 // page_size positions per page, in order) and a length. append(seq, k, v) takes new pages
 // from a free list; assign(seq, pages, length) installs a block table chosen elsewhere (the
 // page contents are then written through key_page() / value_page()); release(seq) returns a
-// sequence's pages.
-//
-// attention_paged(spec, q, paged, o, options) reads the pages in place, never gathering a
-// sequence first, in one of two ways:
-// - Softmax decode (q_len <= kMaxDecodeQueries, a spec the row engine takes: see
-//   decode_rows_fit() in kernel/decode_rows.hpp) runs cache/paged_decode.hpp: split-KV
-//   items (sequence, 512-position chunk) hand the row engine each page's rows in place, at
-//   their true positions, every KV group of a page in turn; no call per page. With 16-key
-//   pages it takes 1.3-1.5x the time of decode() on contiguous K/V with GQA (Hkv 8), 1.0x
-//   without (bench_decode, AVX-512; with K/V in cache 64-key pages cost 1.05x).
-// - Everything else: for sequence b and the p-th page of its block table, K and V are
-//   strided views of that page in the pool (no copy) and one attention() call gives a partial
-//   result and row statistic; the call's mask sees true key positions through Remapped
-//   (k_positions = page start + j, pointers into one shared iota array; query rows at their
-//   true positions q_offset_b + r), so every mask behaves as on the contiguous sequence.
-// Either way merge() then combines the parts of each sequence in order -- exact (merge() is
-// exact for one-pass normalizers), and independent of the thread count.
-//
-// Cost of the per-page path. Decode-sized calls (q_len <= kMaxDecodeQueries) run the
-// (sequence, page) items in parallel, one OpenMP loop over all of them, with threads = 1
-// inside each attention() call: a page is the split-KV chunk. Larger calls run the items one
-// after another, each attention() call using the requested threads. The price of reading in
-// place is: scratch of pages_b x Hq x Lq x (Dv + 1) floats per sequence for the partial
-// results (for prefill that is pages_b times the output: small pages and long prompts make
-// it large -- prefill wants pages of 256 keys or more), one merge per row in f64 over its
-// pages (O(pages x Dv) per row), and one kernel call per page (its fixed setup cost: with
-// 16-key pages, softmax decode this way took 10x the contiguous time, hence the row engine
-// path above). Compared with gathering, no K/V byte is copied: decode reads every K/V byte
-// once.
-//
-// Positions: score mods and Position policies would see page-local indices, so the spec must
-// be position-free: no Position (store keys rotated: KvCache's way 1, queries turned by
-// apply_position at their positions) and no Alibi (static_assert); a user's own score mod
-// that reads positions sees page-local ones.
+// sequence's pages. attention_paged() (cache/attention_paged.hpp) comes with this header.
 #pragma once
 
 #include <algorithm>
-#include <cmath>
 #include <cstddef>
-#include <cstdint>
-#include <exception>
-#include <string>
 #include <type_traits>
 #include <vector>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
+#include "attnkit/cache/attention_paged.hpp"
 #include "attnkit/cache/kv_storage.hpp"
-#include "attnkit/cache/paged_decode.hpp"
-#include "attnkit/detail/checked.hpp"
 #include "attnkit/detail/traits.hpp"
-#include "attnkit/detail/view_checks.hpp"
 #include "attnkit/error.hpp"
-#include "attnkit/kernel/attention.hpp"
-#include "attnkit/kernel/merge.hpp"
-#include "attnkit/kernel/split_kv.hpp"
-#include "attnkit/mask/remap.hpp"
-#include "attnkit/mask/visible_keys.hpp"
-#include "attnkit/normalizer/row_context.hpp"
-#include "attnkit/normalizer/sigmoid.hpp"
-#include "attnkit/normalizer/softmax.hpp"
-#include "attnkit/normalizer/softplus_l1.hpp"
-#include "attnkit/options.hpp"
-#include "attnkit/position/no_position.hpp"
-#include "attnkit/spec.hpp"
+#include "attnkit/problem.hpp"
 #include "attnkit/tensor.hpp"
 
 namespace attnkit {
-
-struct Alibi;  // score/alibi.hpp: refused by attention_paged() (it reads positions)
 
 template <class T>
 class PagedKv {
@@ -246,189 +190,5 @@ class PagedKv {
   std::vector<std::vector<Index>> tables_;  // per sequence: its pages in order
   std::vector<Index> lengths_;              // per sequence
 };
-
-namespace detail {
-
-// The normalizer the pages of one sequence (length kv_len, query rows at q_offset + r) run
-// with: a softmax sink is added once, by the merge; a sigmoid with the default bias gets the
-// whole sequence's -log Lk; SoftplusL1 gets each row's key count N_i over the whole sequence
-// (a page's own counts would differ). The others, as given.
-template <class Mask>
-Softmax page_normalizer(const Softmax&, const Mask&, Index, Index, Index, Index, Index) {
-  return Softmax{};
-}
-template <class Mask>
-Sigmoid page_normalizer(const Sigmoid& s, const Mask&, Index, Index, Index, Index kv_len, Index) {
-  if (!s.head_bias.empty() || s.bias) return s;
-  return Sigmoid{kv_len > 0 ? -std::log(static_cast<float>(kv_len)) : 0.f};
-}
-template <class Mask>
-SoftplusL1 page_normalizer(const SoftplusL1& s, const Mask& mask, Index b, Index q_heads,
-                           Index q_len, Index kv_len, Index q_offset) {
-  const Index rows = q_heads * q_len;
-  if (!s.key_counts.empty()) {  // given for the whole call [B * Hq * Lq]: this sequence's
-    detail::require(static_cast<Index>(s.key_counts.size()) >= (b + 1) * rows,
-                    "SoftplusL1.key_counts.size()", "q.batch * q.heads * q.seq",
-                    s.key_counts.size());
-    const auto first = s.key_counts.begin() + b * rows;
-    return SoftplusL1::with_key_counts(std::vector<float>(first, first + rows));
-  }
-  return SoftplusL1::with_key_counts(
-      visible_key_counts(remap(mask, nullptr, nullptr, 0, b), 1, q_heads, q_len, kv_len, q_offset));
-}
-template <class N, class Mask>
-const N& page_normalizer(const N& n, const Mask&, Index, Index, Index, Index, Index) {
-  return n;
-}
-
-// Threads of the loop over (sequence, page) items: as requested (0: all), at most one per item.
-inline int paged_kv_threads(int requested, Index items) {
-#ifdef _OPENMP
-  const int t = requested > 0 ? requested : omp_get_max_threads();
-#else
-  (void)requested;
-  const int t = 1;
-#endif
-  return static_cast<int>(std::min<Index>(t, std::max<Index>(items, 1)));
-}
-
-}  // namespace detail
-
-/// o[B, Hq, Lq, Dv] = attention of q[B, Hq, Lq, D] over the sequences of `paged` (B =
-/// paged.sequences(); sequence b has its own length Lk_b), read page by page in place (see
-/// the top of this file). Query row r of sequence b is at position options.q_offset + r, by
-/// default Lk_b - Lq + r (the queries are the sequence's last tokens). options.lse receives
-/// [B, Hq, Lq] row statistics. A sequence of length 0 gives zero rows (the empty statistic).
-/// Throws Error before writing anything on bad shapes or overlapping buffers.
-template <class Spec, class Q, class T, class O>
-void attention_paged(const Spec& spec, const View<Q>& q, const PagedKv<T>& paged, const View<O>& o,
-                     const Options& options = {}) {
-  using Normalizer = typename Spec::Normalizer;
-  static_assert(!std::is_const_v<O>, "attention_paged(): the output view must be writable");
-  static_assert(detail::passes<Normalizer>() == 1,
-                "attention_paged(): this normalizer makes more than one pass over the keys "
-                "(LSSAR): its pages cannot be merged in one round");
-  static_assert(std::is_same_v<typename Spec::Position, NoPosition>,
-                "attention_paged(): a Position policy would see page-local key indices: store "
-                "the keys rotated and turn the queries with apply_position()");
-  static_assert(!std::is_same_v<typename Spec::Score, Alibi>,
-                "attention_paged(): Alibi would see page-local key indices");
-  using detail::require;
-  using detail::require_dim;
-  detail::check_view(q, "q");
-  detail::check_view(o, "o");
-  detail::check_rows_distinct(o, "o");
-  const Index B = paged.sequences(), Hq = q.heads, Lq = q.seq, Dv = paged.value_dim();
-  require_dim(q.batch, B, "q.batch", "PagedKv.sequences()");
-  require_dim(q.dim, paged.head_dim(), "q.dim", "PagedKv.head_dim");
-  require(Hq >= 1 && Hq % paged.kv_heads() == 0, "q.heads",
-          detail::cat("a multiple of PagedKv.kv_heads = ", paged.kv_heads()), Hq);
-  require_dim(o.batch, B, "o.batch", "q.batch");
-  require_dim(o.heads, Hq, "o.heads", "q.heads");
-  require_dim(o.seq, Lq, "o.seq", "q.seq");
-  require_dim(o.dim, Dv, "o.dim", "PagedKv.value_dim");
-  const detail::ByteSpan out_span = detail::byte_span(o);
-  detail::require_disjoint(out_span, "o", detail::byte_span(q), "q");
-  for (Index b = 0; b < B; ++b)
-    for (Index pg = 0; pg < static_cast<Index>(paged.block_table(b).size()); ++pg) {
-      detail::require_disjoint(out_span, "o", detail::byte_span(paged.sequence_keys(b, pg)),
-                               "the pool");
-      detail::require_disjoint(out_span, "o", detail::byte_span(paged.sequence_values(b, pg)),
-                               "the pool");
-    }
-  constexpr bool kStat = detail::row_stat_kind<Normalizer>() != RowStat::None;
-  require(kStat || options.lse == nullptr, "lse", "nullptr (this normalizer has no row statistic)",
-          "a buffer");
-  if (options.lse != nullptr && B * Hq * Lq > 0) {
-    const auto begin = reinterpret_cast<std::uintptr_t>(options.lse);
-    const detail::ByteSpan lse_span{
-        begin, begin + static_cast<std::uintptr_t>(B * Hq * Lq) * sizeof(float)};
-    detail::require_disjoint(out_span, "o", lse_span, "options.lse");
-    detail::require_disjoint(detail::byte_span(q), "q", lse_span, "options.lse");
-  }
-  if constexpr (detail::has_sinks<Normalizer>::value)
-    require(spec.normalizer.sinks.empty() || static_cast<Index>(spec.normalizer.sinks.size()) == Hq,
-            "Softmax.sinks.size()", detail::cat("q.heads = ", Hq), spec.normalizer.sinks.size());
-  if (B * Hq * Lq == 0) return;
-
-  // Query offsets per sequence, and one iota of positions covering every query and key.
-  std::vector<Index> q_off(static_cast<std::size_t>(B));
-  Index lo = 0, hi = 0;
-  for (Index b = 0; b < B; ++b) {
-    const Index off = options.q_offset ? *options.q_offset : paged.length(b) - Lq;
-    q_off[static_cast<std::size_t>(b)] = off;
-    lo = std::min(lo, off);
-    hi = std::max({hi, off + Lq, paged.length(b)});
-  }
-  if constexpr (detail::decode_rows_fit<Spec>()) {  // softmax decode: no call per page
-    if (Lq <= kMaxDecodeQueries)
-      return detail::paged_decode_rows(spec, q, paged, o, options, q_off);
-  }
-  std::vector<Index> iota(static_cast<std::size_t>(hi - lo));
-  for (Index x = lo; x < hi; ++x) iota[static_cast<std::size_t>(x - lo)] = x;
-  const auto at = [&](Index position) { return iota.data() + (position - lo); };
-
-  // The items: (sequence, page), each with its slot of partial results.
-  struct Item {
-    Index b, page, slot;
-  };
-  std::vector<Item> items;
-  std::vector<Index> first_slot(static_cast<std::size_t>(B) + 1, 0);
-  for (Index b = 0; b < B; ++b) {
-    const Index n = static_cast<Index>(paged.block_table(b).size());
-    for (Index pg = 0; pg < n; ++pg)
-      items.push_back({b, pg, first_slot[static_cast<std::size_t>(b)] + pg});
-    first_slot[static_cast<std::size_t>(b) + 1] =
-        first_slot[static_cast<std::size_t>(b)] + std::max<Index>(n, 1);
-  }
-  const Index slots = first_slot[static_cast<std::size_t>(B)], part_rows = Hq * Lq;
-  std::vector<float> part_out(static_cast<std::size_t>(slots * part_rows * Dv), 0.f);
-  std::vector<float> part_stat(kStat ? static_cast<std::size_t>(slots * part_rows) : 0,
-                               detail::row_stat_kind<Normalizer>() == RowStat::Sum
-                                   ? 0.f
-                                   : -std::numeric_limits<float>::infinity());
-
-  const bool parallel = Lq <= kMaxDecodeQueries;
-  const int threads =
-      parallel ? detail::paged_kv_threads(options.threads, static_cast<Index>(items.size())) : 1;
-  std::vector<Normalizer> norms;  // per sequence, before any thread starts
-  norms.reserve(static_cast<std::size_t>(B));
-  for (Index b = 0; b < B; ++b)
-    norms.push_back(detail::page_normalizer(spec.normalizer, spec.mask, b, Hq, Lq, paged.length(b),
-                                            q_off[static_cast<std::size_t>(b)]));
-  const auto run_item = [&](const Item& it) {
-    const View<const T> k = paged.sequence_keys(it.b, it.page);
-    const View<const T> v = paged.sequence_values(it.b, it.page);
-    using Mask = typename Spec::Mask;
-    const auto remapped = remap(spec.mask, at(q_off[static_cast<std::size_t>(it.b)]),
-                                at(it.page * paged.page_size()), k.seq, it.b);
-    const AttentionSpec<typename Spec::Score, Remapped<Mask>, Normalizer, NoPosition> call_spec{
-        spec.score, remapped, norms[static_cast<std::size_t>(it.b)], NoPosition{}};
-    const View<const Q> qb = strided(static_cast<const Q*>(q.row(it.b, 0, 0)), {1, Hq, Lq, q.dim},
-                                     {q.batch_stride, q.head_stride, q.seq_stride});
-    float* out = part_out.data() + it.slot * part_rows * Dv;
-    Options call = options.with_q_offset(0).with_threads(parallel ? 1 : options.threads);
-    call.lse = kStat ? part_stat.data() + it.slot * part_rows : nullptr;
-    attention(call_spec, qb, k, v, bhsd(out, 1, Hq, Lq, Dv), call);
-  };
-
-  std::exception_ptr error;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
-#endif
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    try {
-      run_item(items[i]);
-    } catch (...) {
-#ifdef _OPENMP
-#pragma omp critical(attnkit_paged_error)
-#endif
-      if (!error) error = std::current_exception();
-    }
-  }
-  if (error) std::rethrow_exception(error);
-
-  detail::merge_sequences(spec.normalizer, part_out, part_stat, first_slot, o, options.lse);
-}
 
 }  // namespace attnkit

@@ -17,9 +17,12 @@
 #include "attnkit/detail/scratch.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/gemm/tile_gemm.hpp"
-#include "attnkit/kernel/key_schedule.hpp"
 #include "attnkit/kernel/tile_config.hpp"
 #include "attnkit/kernel/tile_mask.hpp"
+#include "attnkit/kernel/tile_narrow.hpp"
+#include "attnkit/kernel/tile_output.hpp"
+#include "attnkit/kernel/value_guard.hpp"
+#include "attnkit/mask/key_schedule.hpp"
 #include "attnkit/mask/tile_kind.hpp"
 #include "attnkit/mask/visible_keys.hpp"
 #include "attnkit/normalizer/row_context.hpp"
@@ -90,7 +93,7 @@ class AttentionTiles {
     finalize_rows(b, h, q0, nq, lanes, keys);
     for (Index r = 0; r < nq; ++r)
       for (Index c = 0; c < p_.value_dim; ++c) out[r * ld + c] = acc_[r * dv_pad_ + c] * factor_[r];
-    if (stat != nullptr) store_row_stats(stat, nq, lanes);
+    if (stat != nullptr) store_row_stats(spec_.normalizer, states_.data(), stat, nq, lanes);
   }
 
   /// Queries per tile up to which the products run row by row (a dot product per key and
@@ -108,7 +111,7 @@ class AttentionTiles {
     pack_queries(b, h, q0, nq, lanes);  // qt_ [D, kBq]
     narrow_ = nq <= kNarrow && !kOwnsProduct;
     nq_ = nq;
-    if (narrow_) pack_query_rows(nq);  // qr_ [nq, D]
+    if (narrow_) narrow::pack_query_rows(qt_, kBq, nq, p_.head_dim, qr_);  // qr_ [nq, D]
     begin_rows(b, h, q0, nq, q_pos.begin);
     std::fill(acc_, acc_ + nq * dv_pad_, 0.f);  // acc_ [kBq, dv_pad]
 
@@ -196,7 +199,7 @@ class AttentionTiles {
     }
     (void)i0;
     if (narrow_)
-      dot_rows(keys, nk, nq_, lanes);
+      narrow::dot_rows(keys, nk, nq_, lanes, qr_, p_.head_dim, s_, kBq);
     else
       gemm::gemm(nk, lanes, p_.head_dim, {keys.data, keys.ld, 1}, qt_, kBq, s_, kBq, false);
     if constexpr (kCosine) {
@@ -261,15 +264,15 @@ class AttentionTiles {
   void accumulate_values(Index b, Index h, Index hk, Index i0, Index k0, Index nk, Index nq,
                          TileKind kind) {
     const F32Rows values = f32_rows(v_, v_direct_, b, hk, k0, nk, vp_, dv_pad_);
-    if (kind == TileKind::Full || rows_finite(values, 0, nk)) {
+    if (kind == TileKind::Full || rows_finite(values, 0, nk, dv_pad_)) {
       weighted_sum(values, 0, nk, nq);
       return;
     }
     Index run = 0;  // first key of the current run of finite value rows
     for (Index jj = 0; jj < nk; ++jj) {
-      if (rows_finite(values, jj, jj + 1)) continue;
+      if (rows_finite(values, jj, jj + 1, dv_pad_)) continue;
       weighted_sum(values, run, jj, nq);
-      add_to_visible_rows(values, b, h, i0, k0, jj, nq);
+      add_to_visible_rows(spec_.mask, values, b, h, i0, k0, jj, nq, s_, kBq, acc_, dv_pad_);
       run = jj + 1;
     }
     weighted_sum(values, run, nk, nq);
@@ -282,60 +285,7 @@ class AttentionTiles {
                  values.ld, acc_, dv_pad_, true);
       return;
     }
-    const Index dv = p_.value_dim, whole = dv / simd::kWidth * simd::kWidth;
-    for (Index jj = j0; jj < j1; ++jj) {
-      const float* value = values.data + jj * values.ld;
-      for (Index r = 0; r < nq; ++r) {
-        const float w = s_[jj * kBq + r];
-        const simd::Vec wv(w);
-        float* acc = acc_ + r * dv_pad_;
-        for (Index c = 0; c < whole; c += simd::kWidth)
-          simd::store(acc + c, simd::fma(wv, simd::load(value + c), simd::load(acc + c)));
-        for (Index c = whole; c < dv; ++c) acc[c] += w * value[c];
-      }
-    }
-  }
-
-  // qr_[nq, D] = the packed queries (qt_) in rows, for the narrow products.
-  void pack_query_rows(Index nq) {
-    for (Index r = 0; r < nq; ++r)
-      for (Index c = 0; c < p_.head_dim; ++c) qr_[r * p_.head_dim + c] = qt_[c * kBq + r];
-  }
-
-  // s_[nk, lanes] = K[k0:k0+nk] . q_r for each query row r (padding lanes 0), vectorized over
-  // the head dimension: no GEMM lane is wasted when a tile holds one to kNarrow queries.
-  void dot_rows(const F32Rows& keys, Index nk, Index nq, Index lanes) {
-    const Index d = p_.head_dim;
-    for (Index jj = 0; jj < nk; ++jj) {
-      const float* key = keys.data + jj * keys.ld;
-      float* row = s_ + jj * kBq;
-      for (Index r = 0; r < lanes; ++r) row[r] = 0.f;
-      for (Index r = 0; r < nq; ++r) row[r] = simd::dot(key, qr_ + r * d, d);
-    }
-  }
-
-  // True when every element of value rows [j0, j1) is finite: x - x is 0 exactly for finite
-  // x and NaN for inf or NaN, and NaN survives the sum.
-  bool rows_finite(const F32Rows& values, Index j0, Index j1) const {
-    simd::Vec sum(0.f);
-    for (Index jj = j0; jj < j1; ++jj)
-      for (Index c = 0; c < dv_pad_; c += simd::kWidth) {
-        const simd::Vec x = simd::load(values.data + jj * values.ld + c);
-        sum = sum + (x - x);
-      }
-    return simd::reduce_add(sum) == 0.f;
-  }
-
-  // acc_[r] += P[r, jj] * values[jj] for the query rows r whose mask keeps key k0 + jj.
-  void add_to_visible_rows(const F32Rows& values, Index b, Index h, Index i0, Index k0, Index jj,
-                           Index nq) {
-    const float* value = values.data + jj * values.ld;
-    for (Index r = 0; r < nq; ++r) {
-      if (!spec_.mask.keep(b, h, i0 + r, k0 + jj)) continue;
-      const float w = s_[jj * kBq + r];
-      float* acc = acc_ + r * dv_pad_;
-      for (Index c = 0; c < dv_pad_; ++c) acc[c] += w * value[c];
-    }
+    narrow::weighted_sum(s_, kBq, values, j0, j1, nq, p_.value_dim, acc_, dv_pad_);
   }
 
   // factor_ = each row's finalize factor. A row with an LSE whose factor is 0 ("saw no key")
@@ -344,9 +294,7 @@ class AttentionTiles {
   // LSE stays -inf (a merge weighs it 0 beside a part with a finite LSE, as f64 would). Only
   // such rows ask the mask again: nothing per key.
   void finalize_rows(Index b, Index h, Index q0, Index nq, Index lanes, Range keys) {
-    for (Index c = 0; c < lanes; c += simd::kWidth)
-      simd::store(factor_ + c,
-                  spec_.normalizer.finalize(states_[static_cast<std::size_t>(c / simd::kWidth)]));
+    finalize_factors(spec_.normalizer, states_.data(), lanes, factor_);
     if constexpr (row_stat_kind<Normalizer>() == RowStat::LogSumExp)
       for (Index r = 0; r < nq; ++r)
         if (factor_[r] == 0.f &&
@@ -354,29 +302,12 @@ class AttentionTiles {
           factor_[r] = std::numeric_limits<float>::quiet_NaN();
   }
 
-  // stat[0, nq) = the rows' statistics.
-  void store_row_stats(float* stat, Index nq, Index lanes) {
-    for (Index c = 0; c < lanes; c += simd::kWidth)
-      store_row_stat(states_[static_cast<std::size_t>(c / simd::kWidth)], stat + c, nq - c);
-  }
-
   void write_output(Index b, Index h, Index q0, Index nq, Index lanes) {
     finalize_rows(b, h, q0, nq, lanes, Range{0, p_.kv_len});
-    if (lse_ != nullptr) store_row_stats(lse_ + (b * p_.q_heads + h) * p_.q_len + q0, nq, lanes);
-    for (Index r = 0; r < nq; ++r) {
-      const float* acc = acc_ + r * dv_pad_;
-      O* out = o_.row(b, h, q0 + r);
-      for (Index c = 0; c < p_.value_dim; ++c) out[c] = static_cast<O>(acc[c] * factor_[r]);
-    }
-  }
-
-  void store_row_stat(const State& st, float* at, Index valid) {
-    alignas(64) float lanes[simd::kWidth];
-    if constexpr (row_stat_kind<Normalizer>() != RowStat::None)  // attention() refuses a buffer
-      simd::store(lanes, row_stat(spec_.normalizer, st));
-    else
-      return;
-    std::copy(lanes, lanes + std::min<Index>(valid, simd::kWidth), at);
+    if (lse_ != nullptr)
+      store_row_stats(spec_.normalizer, states_.data(), lse_ + (b * p_.q_heads + h) * p_.q_len + q0,
+                      nq, lanes);
+    write_rows(acc_, dv_pad_, factor_, o_, b, h, q0, nq, p_.value_dim);
   }
 
   const Spec& spec_;

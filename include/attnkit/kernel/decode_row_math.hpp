@@ -5,6 +5,7 @@
 // compiled once per storage pair, however many specs a program decodes with.
 #pragma once
 
+#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <cstddef>

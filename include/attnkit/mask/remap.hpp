@@ -19,7 +19,7 @@
 #include <cstddef>
 
 #include "attnkit/detail/traits.hpp"
-#include "attnkit/kernel/key_schedule.hpp"
+#include "attnkit/mask/combine.hpp"
 #include "attnkit/mask/key_ranges.hpp"
 #include "attnkit/mask/tile_kind.hpp"
 #include "attnkit/slots.hpp"

@@ -11,7 +11,7 @@
 #include "attnkit/detail/checked.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/error.hpp"
-#include "attnkit/kernel/key_schedule.hpp"
+#include "attnkit/mask/key_schedule.hpp"
 
 namespace attnkit {
 

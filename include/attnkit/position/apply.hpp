@@ -8,10 +8,7 @@
 #include <type_traits>
 #include <vector>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
+#include "attnkit/detail/parallel.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/detail/view_checks.hpp"
 #include "attnkit/error.hpp"
@@ -57,23 +54,20 @@ void apply_position(const Policy& policy, const View<T>& x, Role role, Index off
 namespace detail {
 
 /// The keys of a call transformed once, in f32, BHSD-contiguous [B, Hkv, Lk, D]: what the
-/// kernel reads in place instead of k. Rows are shared out over `threads`.
+/// kernel reads in place instead of k. Rows are shared out over `threads`, 64 at a time (a
+/// row is a short transform).
 template <class Policy, class T>
 std::vector<float> transformed_keys(const Policy& policy, const View<T>& k, int threads) {
   std::vector<float> out(static_cast<std::size_t>(k.batch * k.heads * k.seq * k.dim));
   const Index rows = k.batch * k.heads * k.seq;
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
-#endif
-  for (Index row = 0; row < rows; ++row) {
+  parallel_for(threads, rows, 64, [&](Index row) {
     const Index s = row % k.seq, bh = row / k.seq;
     const Index b = bh / k.heads, h = bh % k.heads;
     const T* src = k.row(b, h, s);
     float* dst = out.data() + row * k.dim;
     for (Index c = 0; c < k.dim; ++c) dst[c] = static_cast<float>(src[c]);
     policy.apply(dst, k.dim, RowAt{b, h, s, k.seq, s, Role::Key});
-  }
-  (void)threads;
+  });
   return out;
 }
 

@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "attnkit/detail/parallel.hpp"
 #include "attnkit/error.hpp"
 #include "attnkit/kernel/attention.hpp"
 #include "attnkit/mask/causal.hpp"
@@ -159,17 +160,11 @@ StripeSelection anchor_stripes(const View<Q>& q, const View<K>& k, const StripeP
   sel.q_offset = p.q_offset;
   const Index groups = sel.big_blocks(), items = p.batch * p.q_heads * groups;
   std::vector<std::vector<Index>> kept(static_cast<std::size_t>(items));
-  const int threads = static_cast<int>(
-      std::min<Index>(detail::thread_count(options.threads), std::max<Index>(items, 1)));
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
-#endif
-  for (Index it = 0; it < items; ++it) {
+  detail::parallel_for(detail::threads_for(options.threads, items), items, 1, [&](Index it) {
     const Index g = it % groups, bh = it / groups;
     detail::select_stripes(q, k, p, params, bh / p.q_heads, bh % p.q_heads, sel.rows(g),
                            sel.middle(g), kept[std::size_t(it)]);
-  }
-  (void)threads;
+  });
   sel.offsets.assign(1, 0);
   for (const auto& cols : kept) {
     sel.columns.insert(sel.columns.end(), cols.begin(), cols.end());
@@ -245,18 +240,12 @@ StripeRecall stripe_recall(const View<Q>& q, const View<K>& k, const StripeSelec
   StripeRecall out;
   out.per_row.assign(std::size_t(p.batch * p.q_heads * p.q_len), 1.0);
   const Index rows = p.batch * p.q_heads * p.q_len;
-  const int threads = static_cast<int>(
-      std::min<Index>(detail::thread_count(options.threads), std::max<Index>(rows, 1)));
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 16) num_threads(threads) if (threads > 1)
-#endif
-  for (Index row = 0; row < rows; ++row) {
+  detail::parallel_for(detail::threads_for(options.threads, rows), rows, 16, [&](Index row) {
     const Index r = row % p.q_len, bh = row / p.q_len, b = bh / p.q_heads, h = bh % p.q_heads;
     const Index i = r + p.q_offset;
     out.per_row[std::size_t(row)] = detail::recall_of_row(
         q.row(b, h, r), k, p, b, [&](Index j) { return selection.keep(b, h, i, j); }, h, i);
-  }
-  (void)threads;
+  });
   double total = 0;
   for (const double x : out.per_row) {
     total += x;

@@ -1,0 +1,40 @@
+// The value guard of the tile engine (kernel/attention_tiles.hpp). A masked pair weighs 0, but
+// 0 * inf and 0 * NaN are NaN: on a Partial tile a value row that is not finite (garbage past
+// a KV cache's length, a poisoned future key) would leak into rows that cannot see it. These
+// find such rows and add each one only to the rows whose mask keeps it.
+#pragma once
+
+#include "attnkit/detail/pack.hpp"
+#include "attnkit/simd/simd.hpp"
+#include "attnkit/tensor.hpp"
+
+namespace attnkit::detail {
+
+// True when every element of value rows [j0, j1) (dv_pad floats each) is finite: x - x is 0
+// exactly for finite x and NaN for inf or NaN, and NaN survives the sum.
+inline bool rows_finite(const F32Rows& values, Index j0, Index j1, Index dv_pad) {
+  simd::Vec sum(0.f);
+  for (Index jj = j0; jj < j1; ++jj)
+    for (Index c = 0; c < dv_pad; c += simd::kWidth) {
+      const simd::Vec x = simd::load(values.data + jj * values.ld + c);
+      sum = sum + (x - x);
+    }
+  return simd::reduce_add(sum) == 0.f;
+}
+
+// acc[r] (rows dv_pad apart) += P[r, jj] * values[jj] for the query rows r < nq (at positions
+// i0 + r) whose mask keeps key k0 + jj; P is read transposed from s (rows ld apart).
+template <class Mask>
+void add_to_visible_rows(const Mask& mask, const F32Rows& values, Index b, Index h, Index i0,
+                         Index k0, Index jj, Index nq, const float* s, Index ld, float* acc_rows,
+                         Index dv_pad) {
+  const float* value = values.data + jj * values.ld;
+  for (Index r = 0; r < nq; ++r) {
+    if (!mask.keep(b, h, i0 + r, k0 + jj)) continue;
+    const float w = s[jj * ld + r];
+    float* acc = acc_rows + r * dv_pad;
+    for (Index c = 0; c < dv_pad; ++c) acc[c] += w * value[c];
+  }
+}
+
+}  // namespace attnkit::detail
