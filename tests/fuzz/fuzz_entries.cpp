@@ -51,7 +51,8 @@ const Heads kHeads[] = {{1, 1}, {1, 2}, {2, 2}, {2, 4}, {1, 4}, {3, 3}, {1, 3}, 
 const Index kLefts[] = {kReach, kReach, 0, 1, 3, 16, 100, 700};
 const Index kRights[] = {0, 0, kReach, 2};  // 0: causal, kReach: every later key too
 const int kThreads[] = {1, 2, 0, 3};
-const Index kFarOffsets[] = {Index{1} << 40, -(Index{1} << 40), Index{1} << 62, -(Index{1} << 62)};
+const Index kFarOffsets[] = {Index{1} << 40, -(Index{1} << 40), Index{1} << 62,
+                             std::numeric_limits<Index>::max()};  // the last: an Error
 const float kMags[] = {1.f, 0.5f, 2.f, 4.f};
 const float kCaps[] = {1.f, 5.f, 30.f, 0.5f};
 const float kSinkLogits[] = {0.f, 2.f, -3.f, 8.f, kNegInf, -1.f, 5.f, 1.f};
@@ -141,7 +142,7 @@ Case decode(Bytes& in) {
   const std::uint8_t scale = in.next(), offset = in.next();
   if (scale >= 192) c.scale = scale & 1 ? 0.5f : -0.25f;
   if (offset >= 192) c.q_offset = c.Lk - c.Lq + (offset % 9) - 4;  // around the default
-  // Far positions (valid: |q_offset| <= 2^62), for the pages' position iota.
+  // Far positions (valid up to |q_offset| = 2^62, past it an Error), for the pages' iota.
   if (offset >= 252 && c.entry == Entry::Paged) c.q_offset = kFarOffsets[offset % 4];
   const std::uint8_t mags = in.next();
   c.q_mag = kMags[mags % 4];

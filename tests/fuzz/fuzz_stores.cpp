@@ -167,6 +167,7 @@ void paged_one(const Case& c0, const Spec& spec) {
       ak::reference::attention(spec, batch_of(q.view(), b), ks[static_cast<std::size_t>(b)].view(),
                                ones_like(vs[static_cast<std::size_t>(b)]).view(),
                                batch_of(mass.view(), b), opt);
+    if (!ref_ok) break;  // a q_offset past 2^62: no positions to count
     const std::vector<Index> nb = visible_keys(spec.mask, 1, c.Hq, c.Lq, n, off);
     visible.insert(visible.end(), nb.begin(), nb.end());
     need = std::max(need, reach_of(c.Lq, n, off));

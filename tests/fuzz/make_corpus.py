@@ -194,7 +194,7 @@ def encode_entry(entry='attention', norm='softmax', mod='dot', left='max', right
     b += bytes([D - 1, Dv - 1, int(bshd[::-1], 2), int(lse) | ENTRY_THREADS.index(threads) << 1])
     b.append(0 if scale is None else 193 if scale == 0.5 else 192)
     if isinstance(q_offset, str):  # far: attention_paged only
-        b.append(252 + ['2^40', '-2^40', '2^62', '-2^62'].index(q_offset))
+        b.append(252 + ['2^40', '-2^40', '2^62', 'max'].index(q_offset))
     else:
         b.append(0 if q_offset is None else at_least(192, (q_offset + 4) % 9, 9))  # Lk - Lq +
     b.append(sum(ENTRY_MAGS.index(m) << 2 * i for i, m in enumerate(mags)))
