@@ -28,25 +28,20 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <limits>
-#include <numeric>
 #include <random>
-#include <sstream>
 #include <string>
 #include <type_traits>
 #include <vector>
 
-#include "support/attnkit_test.hpp"
+#include "support/error_checks.hpp"
+#include "support/sequences.hpp"
+#include "support/test_names.hpp"
 
-namespace ak = attnkit;
 using ak::Causal;
-using ak::Index;
 using ak::PagedKv;
 using ak::Sinks;
 using ak::SlidingWindow;
-using ak::test::Layout;
-using ak::test::Tensor;
-namespace tol = ak::test::tol;
+using ak::test::check_error;
 using Catch::Matchers::ContainsSubstring;
 using Catch::Matchers::MessageMatches;
 
@@ -56,30 +51,9 @@ constexpr Index kHkv = 2, kHq = 4, kD = 32, kDv = 24;
 
 // Sequences stored contiguously: K [1, Hkv, Lk_b, D], V [..., Dv] per sequence, in T.
 template <class T>
-struct Sequences {
-  std::vector<Index> lengths;
-  std::vector<std::vector<T>> k, v;
-  Sequences(std::vector<Index> lens, std::uint32_t seed) : lengths(std::move(lens)) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> dist;
-    for (const Index n : lengths) {
-      k.emplace_back(static_cast<std::size_t>(kHkv * n * kD));
-      v.emplace_back(static_cast<std::size_t>(kHkv * n * kDv));
-      for (T& x : k.back()) x = T(dist(rng));
-      for (T& x : v.back()) x = T(dist(rng));
-    }
-  }
-  Index count() const { return static_cast<Index>(lengths.size()); }
-  ak::View<const T> keys(Index b, Index from = 0, Index n = -1) const {
-    const Index len = lengths[static_cast<std::size_t>(b)];
-    return ak::strided(k[static_cast<std::size_t>(b)].data() + from * kD,
-                       {1, kHkv, n < 0 ? len - from : n, kD}, {kHkv * len * kD, len * kD, kD});
-  }
-  ak::View<const T> values(Index b, Index from = 0, Index n = -1) const {
-    const Index len = lengths[static_cast<std::size_t>(b)];
-    return ak::strided(v[static_cast<std::size_t>(b)].data() + from * kDv,
-                       {1, kHkv, n < 0 ? len - from : n, kDv}, {kHkv * len * kDv, len * kDv, kDv});
-  }
+struct Sequences : ak::test::Sequences<T> {
+  Sequences(std::vector<Index> lens, std::uint32_t seed)
+      : ak::test::Sequences<T>(std::move(lens), kHkv, kD, kDv, seed) {}
 };
 
 // Appends each sequence in pieces of `step` tokens, sequences interleaved (so their pages
@@ -97,40 +71,6 @@ void append_interleaved(PagedKv<P>& paged, const Sequences<T>& seqs, Index step)
       any = true;
     }
     if (!any) return;
-  }
-}
-
-// Installs each sequence on pages drawn in random order (assign()), filled through the page
-// views; the pages past the length hold NaN, which must never be read.
-template <class T, class P>
-void assign_shuffled(PagedKv<P>& paged, const Sequences<T>& seqs, std::uint32_t seed) {
-  std::vector<Index> pool(static_cast<std::size_t>(paged.num_pages()));
-  std::iota(pool.begin(), pool.end(), Index{0});
-  std::shuffle(pool.begin(), pool.end(), std::mt19937(seed));
-  const Index ps = paged.page_size();
-  std::size_t next = 0;
-  for (Index b = 0; b < seqs.count(); ++b) {
-    const Index len = seqs.lengths[static_cast<std::size_t>(b)];
-    const Index n = (len + ps - 1) / ps;
-    std::vector<Index> pages(pool.begin() + static_cast<std::ptrdiff_t>(next),
-                             pool.begin() + static_cast<std::ptrdiff_t>(next + std::size_t(n)));
-    next += static_cast<std::size_t>(n);
-    paged.assign(paged.add_sequence(), pages, len);
-    const ak::View<const T> k = seqs.keys(b), v = seqs.values(b);
-    for (Index p = 0; p < n; ++p) {
-      const ak::View<P> kp = paged.key_page(pages[static_cast<std::size_t>(p)]);
-      const ak::View<P> vp = paged.value_page(pages[static_cast<std::size_t>(p)]);
-      for (Index h = 0; h < kHkv; ++h)
-        for (Index r = 0; r < ps; ++r) {
-          const Index s = p * ps + r;
-          for (Index c = 0; c < kD; ++c)
-            kp.row(0, h, r)[c] =
-                s < len ? P(float(k.row(0, h, s)[c])) : P(std::numeric_limits<float>::quiet_NaN());
-          for (Index c = 0; c < kDv; ++c)
-            vp.row(0, h, r)[c] =
-                s < len ? P(float(v.row(0, h, s)[c])) : P(std::numeric_limits<float>::quiet_NaN());
-        }
-    }
   }
 }
 
@@ -377,32 +317,27 @@ TEST_CASE("paged: bad inputs throw before anything is written", "[paged]") {
 
   SECTION("assign: page index out of range, repeated, owned by another sequence") {
     const Index s = paged.add_sequence();
-    CHECK_THROWS_MATCHES(paged.assign(s, {5}, 3), ak::Error,
-                         MessageMatches(ContainsSubstring("page index in [0, 5)")));
-    CHECK_THROWS_MATCHES(paged.assign(s, {-1}, 3), ak::Error,
-                         MessageMatches(ContainsSubstring("page index")));
-    CHECK_THROWS_MATCHES(paged.assign(s, {4, 4}, 20), ak::Error,
-                         MessageMatches(ContainsSubstring("listed once")));
-    CHECK_THROWS_MATCHES(paged.assign(s, {3}, 3), ak::Error,
-                         MessageMatches(ContainsSubstring("sequence 1")));
-    CHECK_THROWS_MATCHES(paged.assign(s, {4}, 17), ak::Error,
-                         MessageMatches(ContainsSubstring("ceil(length / page_size)")));
+    check_error([&] { paged.assign(s, {5}, 3); }, {"page index in [0, 5)"});
+    check_error([&] { paged.assign(s, {-1}, 3); }, {"page index"});
+    check_error([&] { paged.assign(s, {4, 4}, 20); }, {"listed once"});
+    check_error([&] { paged.assign(s, {3}, 3); }, {"sequence 1"});
+    check_error([&] { paged.assign(s, {4}, 17); }, {"ceil(length / page_size)"});
     CHECK(paged.length(s) == 0);
     CHECK(paged.free_pages() == 1);
     CHECK_THROWS_AS(paged.key_page(5), ak::Error);
   }
   SECTION("append: pool exhausted, bad shapes, bad sequence; the pool is unchanged") {
     const Sequences<float> more({40}, 10);
-    CHECK_THROWS_MATCHES(paged.append(1, more.keys(0), more.values(0)), ak::Error,
-                         MessageMatches(ContainsSubstring("pool exhausted")));
-    CHECK_THROWS_MATCHES(paged.append(1, more.keys(0), more.values(0, 0, 39)), ak::Error,
-                         MessageMatches(ContainsSubstring("v_new.seq")));
+    check_error([&] { paged.append(1, more.keys(0), more.values(0)); }, {"pool exhausted"});
+    check_error([&] { paged.append(1, more.keys(0), more.values(0, 0, 39)); }, {"v_new.seq"});
     CHECK_THROWS_AS(paged.append(2, more.keys(0, 0, 1), more.values(0, 0, 1)), ak::Error);
     std::vector<float> wide(static_cast<std::size_t>(3 * kD));
-    CHECK_THROWS_MATCHES(
-        paged.append(1, ak::bhsd(static_cast<const float*>(wide.data()), 1, 3, 1, kD),
-                     more.values(0, 0, 1)),
-        ak::Error, MessageMatches(ContainsSubstring("k_new.heads")));
+    check_error(
+        [&] {
+          paged.append(1, ak::bhsd(static_cast<const float*>(wide.data()), 1, 3, 1, kD),
+                       more.values(0, 0, 1));
+        },
+        {"k_new.heads"});
     CHECK(paged.length(1) == 10);
     CHECK(paged.free_pages() == 1);
     CHECK(paged.block_table(0) == table0);
@@ -415,21 +350,18 @@ TEST_CASE("paged: bad inputs throw before anything is written", "[paged]") {
     Tensor<float> q(Layout::Bhsd, 2, kHq, 1, kD), q3(Layout::Bhsd, 3, kHq, 1, kD);
     Tensor<float> qh(Layout::Bhsd, 2, 3, 1, kD);
     Tensor<float> o(Layout::Bhsd, 2, kHq, 1, kDv), o_bad(Layout::Bhsd, 2, kHq, 1, kD);
-    std::fill(o.memory.begin(), o.memory.end(), 42.f);
-    std::fill(o_bad.memory.begin(), o_bad.memory.end(), 42.f);
+    o.fill(42.f);
+    o_bad.fill(42.f);
     const auto spec = ak::make_spec(Causal{});
-    CHECK_THROWS_MATCHES(ak::attention_paged(spec, q3.cview(), paged, o.view), ak::Error,
-                         MessageMatches(ContainsSubstring("q.batch")));
-    CHECK_THROWS_MATCHES(ak::attention_paged(spec, qh.cview(), paged, o.view), ak::Error,
-                         MessageMatches(ContainsSubstring("q.heads")));
-    CHECK_THROWS_MATCHES(ak::attention_paged(spec, q.cview(), paged, o_bad.view), ak::Error,
-                         MessageMatches(ContainsSubstring("o.dim")));
-    CHECK_THROWS_MATCHES(
-        ak::attention_paged(ak::make_spec(Causal{}, ak::Softmax::with_sinks({1.f})), q.cview(),
-                            paged, o.view),
-        ak::Error, MessageMatches(ContainsSubstring("sinks")));
-    CHECK(std::all_of(o.memory.begin(), o.memory.end(), [](float x) { return x == 42.f; }));
-    CHECK(std::all_of(o_bad.memory.begin(), o_bad.memory.end(), [](float x) { return x == 42.f; }));
+    check_error([&] { ak::attention_paged(spec, q3.cview(), paged, o.view); }, {"q.batch"});
+    check_error([&] { ak::attention_paged(spec, qh.cview(), paged, o.view); }, {"q.heads"});
+    check_error([&] { ak::attention_paged(spec, q.cview(), paged, o_bad.view); }, {"o.dim"});
+    ak::test::check_refused(
+        [&] {
+          ak::attention_paged(ak::make_spec(Causal{}, ak::Softmax::with_sinks({1.f})), q.cview(),
+                              paged, o.view);
+        },
+        {"sinks"}, {&o.memory, &o_bad.memory});
   }
   SECTION("release returns pages; a new sequence reuses them") {
     paged.release(0);

@@ -22,10 +22,8 @@
 
 namespace ak = attnkit;
 using ak::Index;
-using Catch::Matchers::ContainsSubstring;
 using Catch::Matchers::Equals;
 using Catch::Matchers::MessageMatches;
-using Catch::Matchers::WithinRel;
 
 namespace {
 
@@ -55,7 +53,7 @@ ak::Problem valid_problem() { return Views{}.make(); }
 // Expects `call` to throw attnkit::Error whose message contains `text`.
 void check_error(const std::function<void()>& call, const std::string& text) {
   INFO("expected message: " << text);
-  CHECK_THROWS_MATCHES(call(), ak::Error, MessageMatches(ContainsSubstring(text)));
+  CHECK_THROWS_MATCHES(call(), ak::Error, MessageMatches(Catch::Matchers::ContainsSubstring(text)));
 }
 
 }  // namespace
@@ -79,7 +77,7 @@ TEST_CASE("Problem: the default scale is 1/sqrt(head_dim)", "[problem][defaults]
   w.k = view(1, 1, 3, dim);
   w.v = view(1, 1, 3, 8);
   w.o = view(1, 1, 3, 8);
-  CHECK_THAT(w.make().scale, WithinRel(1.0 / std::sqrt(double(dim)), kScaleRel));
+  CHECK_THAT(w.make().scale, Catch::Matchers::WithinRel(1.0 / std::sqrt(double(dim)), kScaleRel));
 }
 
 TEST_CASE("Problem: the default q_offset is kv_len - q_len (bottom-right)", "[problem][defaults]") {

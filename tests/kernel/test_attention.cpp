@@ -10,14 +10,14 @@
 #include <attnkit/score/softcap.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
-#include <catch2/matchers/catch_matchers_exception.hpp>
-#include <catch2/matchers/catch_matchers_string.hpp>
 #include <cstdio>
 #include <cstring>
 #include <new>
 #include <optional>
 
 #include "support/attention_runner.hpp"
+#include "support/error_checks.hpp"
+#include "support/reference_check.hpp"
 #include "support/test_names.hpp"
 
 #ifdef __linux__
@@ -28,18 +28,12 @@
 namespace {
 
 using ak::test::Case;
-using ak::test::Outcome;
 using ak::test::run_case;
 
 template <class Spec>
 void check(const Spec& spec, const Case& c) {
-  INFO("B=" << c.batch << " Hq=" << c.q_heads << " Hkv=" << c.kv_heads << " Lq=" << c.q_len
-            << " Lk=" << c.kv_len << " D=" << c.dim << " Dv=" << c.value_dim
-            << " layout=" << ak::test::name(c.layout) << " threads=" << c.threads);
-  const Outcome r = run_case(spec, c);
-  CHECK(r.out_err <= tol::kF32);
-  CHECK(r.lse_err <= tol::kLseF32);
-  CHECK(r.padding_intact);
+  INFO(ak::test::describe(c));
+  ak::test::check_outcome(run_case(spec, c));
 }
 
 const auto kFull = ak::make_spec();
@@ -49,8 +43,7 @@ const auto kCausal = ak::make_spec(ak::Causal{});
 
 TEST_CASE("attention: matches the reference for every sequence length", "[attention][grid]") {
   const Index len = GENERATE(1, 7, 63, 64, 65, 200, 1000);
-  Case c;
-  c.q_len = c.kv_len = len;
+  Case c = Case{}.lengths(len, len);
   check(kFull, c);
   check(kCausal, c);
 }
@@ -58,67 +51,42 @@ TEST_CASE("attention: matches the reference for every sequence length", "[attent
 TEST_CASE("attention: matches the reference when Lq != Lk", "[attention][grid]") {
   const auto [lq, lk] = GENERATE(
       table<Index, Index>({{1, 200}, {7, 65}, {65, 7}, {64, 1000}, {200, 63}, {130, 257}}));
-  Case c;
-  c.q_len = lq;
-  c.kv_len = lk;
+  Case c = Case{}.lengths(lq, lk);
   check(kFull, c);
   check(kCausal, c);  // bottom-right: Lq > Lk leaves the first rows with no key
 }
 
 TEST_CASE("attention: matches the reference for every head dimension", "[attention][grid]") {
   const Index dim = GENERATE(32, 64, 80, 96, 128, 256);
-  Case c;
-  c.q_len = 77;
-  c.kv_len = 130;
-  c.dim = dim;
-  c.layout = Layout::Bhsd;
+  Case c = Case{}.lengths(77, 130).dims(dim).laid_out(Layout::Bhsd);
   check(kFull, c);
   check(kCausal, c);
 }
 
 TEST_CASE("attention: value dimension may differ from the key dimension", "[attention][grid]") {
   const auto [d, dv] = GENERATE(table<Index, Index>({{64, 32}, {32, 80}, {128, 72}, {80, 5}}));
-  Case c;
-  c.q_len = 70;
-  c.kv_len = 90;
-  c.dim = d;
-  c.value_dim = dv;
+  Case c = Case{}.lengths(70, 90).dims(d, dv);
   check(kFull, c);
   check(kCausal, c);
 }
 
 TEST_CASE("attention: GQA and MQA share KV heads", "[attention][grid]") {
   const auto [hq, hkv] = GENERATE(table<Index, Index>({{8, 8}, {8, 4}, {8, 2}, {8, 1}, {3, 1}}));
-  Case c;
-  c.batch = 2;
-  c.q_heads = hq;
-  c.kv_heads = hkv;
-  c.q_len = 66;
-  c.kv_len = 100;
-  c.dim = 32;
+  Case c = Case{}.lengths(66, 100).heads(hq, hkv).dims(32).batches(2);
   check(kFull, c);
   check(kCausal, c);
 }
 
 TEST_CASE("attention: layouts BHSD, BSHD and padded strides", "[attention][grid]") {
   const Layout layout = GENERATE(Layout::Bhsd, Layout::Bshd, Layout::Padded);
-  Case c;
-  c.batch = 2;
-  c.q_heads = 4;
-  c.kv_heads = 2;
-  c.q_len = 65;
-  c.kv_len = 129;
-  c.dim = 80;
-  c.layout = layout;
+  Case c = Case{}.lengths(65, 129).heads(4, 2).dims(80).batches(2).laid_out(layout);
   check(kFull, c);
   check(kCausal, c);
 }
 
 TEST_CASE("attention: softcap with and without causal mask", "[attention][softcap]") {
   const float cap = GENERATE(5.f, 30.f);
-  Case c;
-  c.q_len = 100;
-  c.kv_len = 300;
+  Case c = Case{}.lengths(100, 300);
   c.stddev = 3.f;  // logits large enough that the cap bends them
   check(ak::make_spec(ak::Softcap{cap}), c);
   check(ak::make_spec(ak::Causal{}, ak::Softcap{cap}), c);
@@ -127,11 +95,7 @@ TEST_CASE("attention: softcap with and without causal mask", "[attention][softca
 TEST_CASE("attention: one and two threads, any q_offset", "[attention][threads]") {
   const int threads = GENERATE(1, 2);
   const Index offset = GENERATE(-20, 0, 50);
-  Case c;
-  c.q_len = 150;
-  c.kv_len = 180;
-  c.threads = threads;
-  c.q_offset = offset;
+  Case c = Case{}.lengths(150, 180).on_threads(threads).at_offset(offset);
   check(kCausal, c);
 }
 
@@ -149,11 +113,10 @@ TEST_CASE("attention: the thread count does not change a single bit", "[attentio
 
 TEST_CASE("attention: a row with no visible key gives 0 and LSE -inf", "[attention][edge]") {
   // Causal with q_offset = -3: query rows 0..2 sit before key 0 and see nothing.
-  Tensor<float> q(Layout::Bhsd, 1, 1, 10, 32), k(Layout::Bhsd, 1, 1, 10, 32),
-      v(Layout::Bhsd, 1, 1, 10, 32), o(Layout::Bhsd, 1, 1, 10, 32);
-  q.randomize(1);
-  k.randomize(2);
-  v.randomize(3);
+  ak::test::Inputs<float> in(
+      ak::test::Case{}.heads(1, 1).lengths(10, 10).dims(32).laid_out(Layout::Bhsd), 1);
+  Tensor<float>&q = in.q, &k = in.k, &v = in.v;
+  Tensor<float> o(Layout::Bhsd, 1, 1, 10, 32);
   std::vector<float> lse(10);
   ak::attention(kCausal, q.cview(), k.cview(), v.cview(), o.view,
                 ak::Options{}.with_q_offset(-3).with_lse(lse.data()));
@@ -168,7 +131,7 @@ TEST_CASE("attention: no keys at all gives 0 and LSE -inf", "[attention][edge]")
   Tensor<float> q(Layout::Bhsd, 1, 2, 5, 16), k(Layout::Bhsd, 1, 2, 0, 16),
       v(Layout::Bhsd, 1, 2, 0, 16), o(Layout::Bhsd, 1, 2, 5, 16);
   q.randomize(1);
-  o.for_each([](float& x) { x = 42.f; });
+  o.fill(42.f);
   std::vector<float> lse(10, 1.f);
   ak::attention(kFull, q.cview(), k.cview(), v.cview(), o.view, ak::Options{}.with_lse(lse.data()));
   o.for_each([](float& x) { CHECK(x == 0.f); });
@@ -207,16 +170,10 @@ TEST_CASE("attention: huge logits (+-1e4) neither overflow nor lose the referenc
 
 TEST_CASE("attention: bf16 and f16 storage convert to f32 and match the reference",
           "[attention][dtype]") {
-  Case c;
-  c.q_len = 70;
-  c.kv_len = 150;
+  Case c = Case{}.lengths(70, 150);
   // Same rounded inputs on both sides: the kernel computes in f32 from them.
-  const Outcome bf = run_case<Eigen::bfloat16>(kCausal, c);
-  CHECK(bf.out_err <= tol::kF32);
-  CHECK(bf.lse_err <= tol::kLseF32);
-  const Outcome hf = run_case<Eigen::half>(kCausal, c);
-  CHECK(hf.out_err <= tol::kF32);
-  CHECK(hf.lse_err <= tol::kLseF32);
+  ak::test::check_outcome(run_case<Eigen::bfloat16>(kCausal, c));
+  ak::test::check_outcome(run_case<Eigen::half>(kCausal, c));
 }
 
 template <class Out>
@@ -275,11 +232,10 @@ TEST_CASE("attention: Full tiles never evaluate keep() and Empty tiles are skipp
   // 200 queries after 100 earlier keys (Lk = 300). With 64-query and 256-key tiles, the
   // only keep() calls allowed are those on Partial tiles, i.e. near the diagonal.
   const Index Lq = 200, Lk = 300, D = 32;
-  Tensor<float> q(Layout::Bhsd, 1, 1, Lq, D), k(Layout::Bhsd, 1, 1, Lk, D),
-      v(Layout::Bhsd, 1, 1, Lk, D), o(Layout::Bhsd, 1, 1, Lq, D);
-  q.randomize(1);
-  k.randomize(2);
-  v.randomize(3);
+  ak::test::Inputs<float> in(
+      ak::test::Case{}.heads(1, 1).lengths(Lq, Lk).dims(D).laid_out(Layout::Bhsd), 1);
+  Tensor<float>&q = in.q, &k = in.k, &v = in.v;
+  Tensor<float> o(Layout::Bhsd, 1, 1, Lq, D);
   std::atomic<long> calls{0};
   CountingCausal mask;
   mask.keep_calls = &calls;
@@ -313,25 +269,15 @@ TEST_CASE("attention: Full tiles never evaluate keep() and Empty tiles are skipp
 
 TEST_CASE("attention: invalid arguments throw attnkit::Error and leave the output untouched",
           "[attention][errors]") {
-  using Catch::Matchers::ContainsSubstring;
   Tensor<float> q(Layout::Bhsd, 2, 4, 8, 32), k(Layout::Bhsd, 2, 2, 9, 32),
       v(Layout::Bhsd, 2, 2, 9, 32), o(Layout::Bhsd, 2, 4, 8, 32);
   Tensor<float> k_bad_dim(Layout::Bhsd, 2, 2, 9, 16), k_bad_heads(Layout::Bhsd, 2, 3, 9, 32),
       v_bad_len(Layout::Bhsd, 2, 2, 10, 32), o_bad_len(Layout::Bhsd, 2, 4, 7, 32),
       o_bad_dim(Layout::Bhsd, 2, 4, 8, 16), q_bad_batch(Layout::Bhsd, 1, 4, 8, 32);
-  const auto untouched = [](Tensor<float>& t) {
-    t.for_each([](float& x) { x = 42.f; });
-    return [&t] {
-      bool same = true;
-      t.for_each([&](float& x) { same = same && x == 42.f; });
-      return same;
-    };
-  };
-  auto check_throws = [&](auto call, const std::string& names, Tensor<float>& out) {
-    const auto intact = untouched(out);
-    CHECK_THROWS_MATCHES(call(), ak::Error,
-                         Catch::Matchers::MessageMatches(ContainsSubstring(names)));
-    CHECK(intact());
+  auto check_throws = [&](auto call, const char* names, Tensor<float>& out) {
+    out.fill(42.f);
+    ak::test::check_error(call, {names});
+    CHECK(out.holds(42.f));
   };
   const auto K = k.cview();
   const auto V = v.cview();
@@ -339,10 +285,12 @@ TEST_CASE("attention: invalid arguments throw attnkit::Error and leave the outpu
                "k.dim: expected 32", o);
   {  // the LSE buffer is left alone too
     std::vector<float> lse(64, 7.f);
-    CHECK_THROWS_AS(ak::attention(kFull, q.cview(), k_bad_dim.cview(), V, o.view,
-                                  ak::Options{}.with_lse(lse.data())),
-                    ak::Error);
-    CHECK(std::all_of(lse.begin(), lse.end(), [](float x) { return x == 7.f; }));
+    ak::test::check_refused(
+        [&] {
+          ak::attention(kFull, q.cview(), k_bad_dim.cview(), V, o.view,
+                        ak::Options{}.with_lse(lse.data()));
+        },
+        {"k.dim"}, {&lse}, 7.f);
   }
   check_throws(
       [&] {
@@ -419,7 +367,7 @@ TEST_CASE("attention: scratch that cannot be allocated throws std::bad_alloc to 
   const Index D = ak::Problem::kMaxDim, Lq = ak::kMaxDecodeQueries + 1;
   Tensor<float> q(Layout::Bhsd, 1, 1, Lq, D), k(Layout::Bhsd, 1, 1, 1, D),
       v(Layout::Bhsd, 1, 1, 1, D), o(Layout::Bhsd, 1, 1, Lq, D);
-  o.for_each([](float& x) { x = 42.f; });
+  o.fill(42.f);
   long pages = 0;
   {
     std::FILE* statm = std::fopen("/proc/self/statm", "r");
@@ -441,8 +389,6 @@ TEST_CASE("attention: scratch that cannot be allocated throws std::bad_alloc to 
   }
   REQUIRE(setrlimit(RLIMIT_AS, &saved) == 0);
   CHECK(threw_bad_alloc);
-  bool untouched = true;
-  o.for_each([&](float& x) { untouched = untouched && x == 42.f; });
-  CHECK(untouched);
+  CHECK(o.holds(42.f));
 #endif
 }

@@ -17,8 +17,6 @@
 #include <attnkit/reference/attention.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
-#include <catch2/matchers/catch_matchers_exception.hpp>
-#include <catch2/matchers/catch_matchers_string.hpp>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -29,12 +27,13 @@
 #include <vector>
 
 #include "support/attention_runner.hpp"
+#include "support/error_checks.hpp"
+#include "support/reference_check.hpp"
 #include "support/test_names.hpp"
 
 namespace {
 
 using ak::test::Case;
-using ak::test::KernelResult;
 using ak::test::Outcome;
 using ak::test::run_case;
 using ak::test::run_kernel;
@@ -55,12 +54,8 @@ ak::BlockMaskLayout block_layout(const Case& c, Index block_q, Index block_k,
 
 template <class Spec>
 void check(const Spec& spec, const Case& c) {
-  INFO("B=" << c.batch << " Hq=" << c.q_heads << " Hkv=" << c.kv_heads << " Lq=" << c.q_len
-            << " Lk=" << c.kv_len << " q_offset=" << c.offset() << " threads=" << c.threads);
-  const Outcome r = run_case(spec, c);
-  CHECK(r.out_err <= tol::kF32);
-  CHECK(r.lse_err <= tol::kLseF32);
-  CHECK(r.empty_rows_exact);
+  INFO(ak::test::describe(c));
+  ak::test::check_outcome(run_case(spec, c));
 }
 
 double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
@@ -117,8 +112,7 @@ TEST_CASE("attention with BlockMask: matches the reference for ragged lengths",
   const Index len = GENERATE(1, 7, 65, 200, 333);
   const auto [block_q, block_k] =
       GENERATE(table<Index, Index>({{64, 64}, {128, 128}, {48, 80}, {16, 256}}));
-  Case c;
-  c.q_len = c.kv_len = len;
+  Case c = Case{}.lengths(len, len);
   check(ak::make_spec(ak::make_block_mask(ak::Causal{}, block_layout(c, block_q, block_k))), c);
   check(ak::make_spec(ak::make_block_mask(ak::Causal{} & ak::SlidingWindow{50, 0},
                                           block_layout(c, block_q, block_k))),
@@ -133,10 +127,7 @@ TEST_CASE("attention with BlockMask: Lq != Lk at any q_offset", "[attention][blo
                                                                      {1, 200, 199},
                                                                      {130, 257, 127},
                                                                      {64, 1000, 936}}));
-  Case c;
-  c.q_len = lq;
-  c.kv_len = lk;
-  c.q_offset = offset;
+  Case c = Case{}.lengths(lq, lk).at_offset(offset);
   check(ak::make_spec(ak::make_block_mask(ak::Causal{}, block_layout(c, 64, 128))), c);
   check(ak::make_spec(ak::make_block_mask(ak::Causal{} & (ak::Sinks{4} | ak::SlidingWindow{64, 0}),
                                           block_layout(c, 32, 64))),
@@ -147,14 +138,7 @@ TEST_CASE("attention with BlockMask: GQA with per-head and shared masks, batch 2
           "[attention][block_mask][grid]") {
   const auto [hq, hkv] = GENERATE(table<Index, Index>({{4, 4}, {4, 2}, {3, 1}}));
   const int threads = GENERATE(1, 2);
-  Case c;
-  c.batch = 2;
-  c.q_heads = hq;
-  c.kv_heads = hkv;
-  c.q_len = 150;
-  c.kv_len = 170;
-  c.dim = 32;
-  c.threads = threads;
+  Case c = Case{}.lengths(150, 170).heads(hq, hkv).dims(32).batches(2).on_threads(threads);
   // heads = q_heads: each (batch, head) has its own block lists.
   check(
       ak::make_spec(ak::make_block_mask(HeadWindow{}, block_layout(c, 64, 32, /*per_head=*/true))),
@@ -168,58 +152,40 @@ TEST_CASE("attention with BlockMask: GQA with per-head and shared masks, batch 2
 TEST_CASE("attention with BlockMask: bf16 storage and 1 or 2 threads",
           "[attention][block_mask][dtype]") {
   const int threads = GENERATE(1, 2);
-  Case c;
-  c.batch = 2;
-  c.q_heads = 4;
-  c.kv_heads = 2;
-  c.q_len = 100;
-  c.kv_len = 230;
-  c.threads = threads;
+  Case c = Case{}.lengths(100, 230).heads(4, 2).batches(2).on_threads(threads);
   // Same rounded inputs on both sides: the kernel computes in f32 from them.
   const auto spec =
       ak::make_spec(ak::make_block_mask(ak::Causal{} & ak::Chunked{96}, block_layout(c, 64, 64)));
-  const Outcome bf = run_case<Eigen::bfloat16>(spec, c);
-  CHECK(bf.out_err <= tol::kF32);
-  CHECK(bf.lse_err <= tol::kLseF32);
-  const Outcome f = run_case<float>(spec, c);
-  CHECK(f.out_err <= tol::kF32);
-  CHECK(f.lse_err <= tol::kLseF32);
+  ak::test::check_outcome(run_case<Eigen::bfloat16>(spec, c));
+  ak::test::check_outcome(run_case<float>(spec, c));
 }
 
 TEST_CASE("attention with BlockMask: a row that sees nothing gives 0 and LSE -inf",
           "[attention][block_mask][edge]") {
   SECTION("query blocks with no listed block") {
     // 3 query blocks of 8 rows, 2 key blocks of 16: the middle query block lists nothing.
-    Case c;
-    c.q_len = 20;
-    c.kv_len = 30;
+    Case c = Case{}.lengths(20, 30);
     const ak::BlockMask<> bm(block_layout(c, 8, 16), ak::BlockList{{0, 1, 1, 1}, {1}},
                              ak::BlockList{{0, 1, 1, 3}, {0, 0, 1}});
     const Outcome r = run_case(ak::make_spec(bm), c);
     CHECK(r.empty_rows == c.q_heads * 8);
-    CHECK(r.empty_rows_exact);
-    CHECK(r.out_err <= tol::kF32);
+    ak::test::check_outcome(r);
   }
   SECTION("causal rows before key 0 and an element rule that drops a whole row") {
-    Case c;
-    c.q_len = 70;
-    c.kv_len = 50;
-    c.q_offset = -10;  // rows 0..9 sit before key 0
+    // rows 0..9 sit before key 0
+    Case c = Case{}.lengths(70, 50).at_offset(-10);
     const Outcome r =
         run_case(ak::make_spec(ak::make_block_mask(ak::Causal{}, block_layout(c, 16, 16))), c);
     CHECK(r.empty_rows == c.q_heads * 10);
-    CHECK(r.empty_rows_exact);
-    CHECK(r.out_err <= tol::kF32);
+    ak::test::check_outcome(r);
     // A partial block whose rule keeps nothing for some rows: key block 0 (keys 0..3) is the
     // only one listed, with Chunked{4} as its rule, so rows 4..11 (other chunks) see nothing.
-    Case d;
-    d.q_len = d.kv_len = 12;
+    Case d = Case{}.lengths(12, 12);
     const ak::BlockMask<ak::Chunked> chunks(block_layout(d, 12, 4), ak::BlockList{{0, 1}, {0}},
                                             ak::BlockList{{0, 0}, {}}, ak::Chunked{4});
     const Outcome e = run_case(ak::make_spec(chunks), d);
     CHECK(e.empty_rows == d.q_heads * 8);
-    CHECK(e.empty_rows_exact);
-    CHECK(e.out_err <= tol::kF32);
+    ak::test::check_outcome(e);
   }
 }
 
@@ -228,14 +194,11 @@ TEST_CASE("attention with BlockMask: make_block_mask(m) gives the output of m",
   const auto sizes = GENERATE(table<Index, Index>({{64, 128}, {128, 64}, {40, 72}}));
   // Named copies, not a structured binding: C++17 (Clang 14) cannot capture one in a lambda.
   const Index block_q = std::get<0>(sizes), block_k = std::get<1>(sizes);
-  Case c;
+  Case c = Case{}.lengths(300, 420).laid_out(Layout::Bhsd);
   c.q_heads = 2;
-  c.q_len = 300;
-  c.kv_len = 420;
-  c.layout = Layout::Bhsd;
   const auto same = [&](const auto& mask) {
-    const KernelResult direct = run_kernel(ak::make_spec(mask), c);
-    const KernelResult blocked =
+    const ak::test::KernelResult direct = run_kernel(ak::make_spec(mask), c);
+    const ak::test::KernelResult blocked =
         run_kernel(ak::make_spec(ak::make_block_mask(mask, block_layout(c, block_q, block_k))), c);
     CHECK(max_diff(direct.out, blocked.out) <= tol::kF32);
     CHECK(ak::test::max_lse_diff(direct.lse, blocked.lse) <= tol::kLseF32);
@@ -266,15 +229,12 @@ TEST_CASE("attention with BlockMask: bit-identical to Causal and Causal & Chunke
   const Index block_q = GENERATE(64, 128, 256);
   const Index block_k = GENERATE(64, 128, 256);
   const auto [lq, lk] = GENERATE(table<Index, Index>({{700, 700}, {300, 812}, {200, 300}}));
-  Case c;
+  Case c = Case{}.lengths(lq, lk).laid_out(Layout::Bhsd);
   c.q_heads = 1;
-  c.q_len = lq;
-  c.kv_len = lk;
-  c.layout = Layout::Bhsd;
   INFO("block_q=" << block_q << " block_k=" << block_k << " Lq=" << lq << " Lk=" << lk);
   const auto identical = [&](const auto& mask) {
-    const KernelResult direct = run_kernel(ak::make_spec(mask), c);
-    const KernelResult blocked =
+    const ak::test::KernelResult direct = run_kernel(ak::make_spec(mask), c);
+    const ak::test::KernelResult blocked =
         run_kernel(ak::make_spec(ak::make_block_mask(mask, block_layout(c, block_q, block_k))), c);
     CHECK(std::memcmp(direct.out.data(), blocked.out.data(), direct.out.size() * sizeof(float)) ==
           0);
@@ -290,25 +250,16 @@ TEST_CASE("attention with BlockMask: a user-built random pattern matches the ref
   // 10% of the blocks live, half of them partial with a rule of their own; per head and
   // per batch; ragged blocks (32 x 48 over 300 x 500); many query blocks see nothing.
   const int threads = GENERATE(1, 2);
-  Case c;
-  c.batch = 2;
-  c.q_heads = 4;
-  c.kv_heads = 2;
-  c.q_len = 300;
-  c.kv_len = 500;
-  c.q_offset = 37;
-  c.dim = 32;
-  c.threads = threads;
+  Case c =
+      Case{}.lengths(300, 500).heads(4, 2).dims(32).batches(2).on_threads(threads).at_offset(37);
   const ak::BlockMaskLayout l = block_layout(c, 32, 48, /*per_head=*/true);
   const RandomPattern pattern(l, 0.1, 2024);
   const ak::BlockMask<Scattered> bm(l, pattern.partial, pattern.full);
   INFO("sparsity " << bm.sparsity());
   CHECK(bm.sparsity() > 0.85);
   const Outcome r = run_case(ak::make_spec(bm), c);
-  CHECK(r.out_err <= tol::kF32);
-  CHECK(r.lse_err <= tol::kLseF32);
   CHECK(r.empty_rows > 0);
-  CHECK(r.empty_rows_exact);
+  ak::test::check_outcome(r);
 }
 
 namespace {
@@ -338,12 +289,8 @@ TEST_CASE("attention with BlockMask: the rule is never asked about full or unlis
   // tile, and must ask the rule only inside partial blocks -- each such pair exactly once.
   // Query blocks 0-1 list key blocks 0-3 full: a whole Full tile, where keep() never runs.
   const int threads = GENERATE(1, 2);
-  Case c;
+  Case c = Case{}.lengths(200, 700).dims(32).on_threads(threads);
   c.q_heads = 1;
-  c.q_len = 200;
-  c.kv_len = 700;
-  c.dim = 32;
-  c.threads = threads;
   ak::BlockMaskLayout l = block_layout(c, 32, 64);
   RandomPattern pattern(l, 0.5, 7);
   for (Index qb = 0; qb < 2; ++qb)
@@ -387,38 +334,30 @@ TEST_CASE("attention with BlockMask: the rule is never asked about full or unlis
 
 TEST_CASE("attention with BlockMask: a mask laid out for another call throws and writes nothing",
           "[attention][block_mask][errors]") {
-  using Catch::Matchers::ContainsSubstring;
   // The call: batch 2, 4 query heads over 2 KV heads, 40 queries after 60 keys (q_offset 20).
-  Tensor<float> q(Layout::Bhsd, 2, 4, 40, 32), k(Layout::Bhsd, 2, 2, 60, 32),
-      v(Layout::Bhsd, 2, 2, 60, 32), o(Layout::Bhsd, 2, 4, 40, 32);
-  q.randomize(1);
-  k.randomize(2);
-  v.randomize(3);
-  Case c;
-  c.batch = 2;
-  c.q_heads = 4;
-  c.kv_heads = 2;
-  c.q_len = 40;
-  c.kv_len = 60;
-  const auto refused = [&](const auto& spec, const ak::Options& options,
-                           const std::string& message) {
-    o.for_each([](float& x) { x = 42.f; });
-    std::vector<float> lse(static_cast<std::size_t>(c.rows()), 7.f);
-    CHECK_THROWS_MATCHES(
-        ak::attention(spec, q.cview(), k.cview(), v.cview(), o.view, options.with_lse(lse.data())),
-        ak::Error, Catch::Matchers::MessageMatches(ContainsSubstring(message)));
-    bool untouched = true;
-    o.for_each([&](float& x) { untouched = untouched && x == 42.f; });
-    CHECK(untouched);
-    CHECK(std::all_of(lse.begin(), lse.end(), [](float x) { return x == 7.f; }));
+  Case c = Case{}.lengths(40, 60).heads(4, 2).batches(2).dims(32).laid_out(Layout::Bhsd);
+  const ak::test::Inputs<float> in(c, 1);
+  Tensor<float> o(Layout::Bhsd, 2, 4, 40, 32);
+  const auto refused = [&](const auto& spec, const ak::Options& options, const char* message) {
+    o.fill(42.f);
+    std::vector<float> lse(static_cast<std::size_t>(c.rows()), 42.f);
+    ak::test::check_refused(
+        [&] {
+          ak::attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view,
+                        options.with_lse(lse.data()));
+        },
+        {message}, {&o.memory, &lse}, 42.f);
     Tensor<double> ref(Layout::Bhsd, 2, 4, 40, 32);
-    CHECK_THROWS_MATCHES(
-        ak::reference::attention(spec, q.cview(), k.cview(), v.cview(), ref.view, options),
-        ak::Error, Catch::Matchers::MessageMatches(ContainsSubstring(message)));
+    ak::test::check_error(
+        [&] {
+          ak::reference::attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), ref.view,
+                                   options);
+        },
+        {message});
   };
   // Alone and inside a combination (found by review: `Causal & blocks` went unchecked).
   const auto throws = [&](const ak::BlockMaskLayout& l, const ak::Options& options,
-                          const std::string& message) {
+                          const char* message) {
     INFO(message);
     const auto blocks = ak::make_block_mask(ak::Causal{}, l);
     refused(ak::make_spec(blocks), options, message);
@@ -446,8 +385,8 @@ TEST_CASE("attention with BlockMask: a mask laid out for another call throws and
   // The same masks laid out right run.
   CHECK_NOTHROW(
       ak::attention(ak::make_spec(ak::make_block_mask(ak::Causal{}, block_layout(c, 16, 16))),
-                    q.cview(), k.cview(), v.cview(), o.view));
+                    in.q.cview(), in.k.cview(), in.v.cview(), o.view));
   CHECK_NOTHROW(
       ak::attention(ak::make_spec(ak::make_block_mask(ak::Causal{}, block_layout(c, 16, 16, true))),
-                    q.cview(), k.cview(), v.cview(), o.view));
+                    in.q.cview(), in.k.cview(), in.v.cview(), o.view));
 }

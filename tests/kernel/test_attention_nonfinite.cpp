@@ -16,6 +16,7 @@
 #include <limits>
 #include <vector>
 
+#include "support/reference_check.hpp"
 #include "support/test_names.hpp"
 
 namespace {
@@ -114,11 +115,10 @@ TEST_CASE("attention: garbage past a KV cache's valid length never reaches the o
   const bool tiled = GENERATE(false, true);
   const Index B = 1, H = 2, Lq = 70, capacity = 300, valid = 203, D = 32;
   INFO("garbage " << garbage << (tiled ? ", mask with classify()" : ", keep() only"));
-  Tensor<float> q(Layout::Bshd, B, H, Lq, D), k(Layout::Bshd, B, H, capacity, D),
-      v(Layout::Bshd, B, H, capacity, D);
-  q.randomize(1);
-  k.randomize(2);
-  v.randomize(3);
+  ak::test::Inputs<float> in(
+      ak::test::Case{}.batches(B).heads(H, H).lengths(Lq, capacity).dims(D).laid_out(Layout::Bshd),
+      1);
+  Tensor<float>&q = in.q, &k = in.k, &v = in.v;
   for (Index j = valid; j < capacity; ++j)
     for (Index c = 0; c < D; ++c) {
       poison_row(k, j, c, garbage);
@@ -154,11 +154,9 @@ TEST_CASE("attention: a non-finite future key under Causal leaves earlier rows u
                      : where == 1 ? "V"
                                   : "K and V")
                  << ", threads " << threads);
-  Tensor<float> q(Layout::Bshd, B, H, L, D), k(Layout::Bshd, B, H, L, D),
-      v(Layout::Bshd, B, H, L, D);
-  q.randomize(1);
-  k.randomize(2);
-  v.randomize(3);
+  ak::test::Inputs<float> in(
+      ak::test::Case{}.batches(B).heads(H, H).lengths(L, L).dims(D).laid_out(Layout::Bshd), 1);
+  Tensor<float>&q = in.q, &k = in.k, &v = in.v;
   if (where != 1) poison_row(k, j, 5, poison == kInf ? kNaN : poison);  // inf in K: next case
   if (where != 0) poison_row(v, j, 7, poison);
 
@@ -189,11 +187,9 @@ TEST_CASE("attention: a NaN query gives NaN output and LSE in that row only",
           "[attention][nonfinite]") {
   const Index B = 1, H = 3, L = 150, D = 64, bad_row = 77, bad_head = 1;
   const bool causal = GENERATE(false, true);
-  Tensor<float> q(Layout::Bshd, B, H, L, D), k(Layout::Bshd, B, H, L, D),
-      v(Layout::Bshd, B, H, L, D);
-  q.randomize(1);
-  k.randomize(2);
-  v.randomize(3);
+  ak::test::Inputs<float> in(
+      ak::test::Case{}.batches(B).heads(H, H).lengths(L, L).dims(D).laid_out(Layout::Bshd), 1);
+  Tensor<float>&q = in.q, &k = in.k, &v = in.v;
   q.view.row(0, bad_head, bad_row)[3] = kNaN;
   Run run(B, H, L, D);
   if (causal)
@@ -213,11 +209,9 @@ TEST_CASE("attention: an infinite key gives NaN exactly where its logit is +inf 
   // k[j][0] = +inf: the logit of query r is +inf where q[r][0] > 0 (its row is NaN), -inf
   // where q[r][0] < 0 (weight 0: a finite row, as if the key were masked), NaN where 0.
   const Index L = 90, D = 32, j = 40;
-  Tensor<float> q(Layout::Bhsd, 1, 1, L, D), k(Layout::Bhsd, 1, 1, L, D),
-      v(Layout::Bhsd, 1, 1, L, D);
-  q.randomize(1);
-  k.randomize(2);
-  v.randomize(3);
+  ak::test::Inputs<float> in(
+      ak::test::Case{}.heads(1, 1).lengths(L, L).dims(D).laid_out(Layout::Bhsd), 1);
+  Tensor<float>&q = in.q, &k = in.k, &v = in.v;
   q.view.row(0, 0, 11)[0] = 0.f;
   k.view.row(0, 0, j)[0] = kInf;
   Run run(1, 1, L, D);
@@ -236,11 +230,10 @@ TEST_CASE("attention: logits that overflow f32 give NaN, never LSE -inf",
   // q . k = 1e40 overflows f32 (to +inf) but not f64: the reference stays finite, and the
   // fast path must say NaN for that row rather than "saw no key" or a silent value.
   const Index L = 20, D = 16, row = 4;
-  Tensor<float> q(Layout::Bhsd, 1, 1, L, D), k(Layout::Bhsd, 1, 1, L, D),
-      v(Layout::Bhsd, 1, 1, L, D), o(Layout::Bhsd, 1, 1, L, D);
-  q.randomize(1);
-  k.randomize(2);
-  v.randomize(3);
+  ak::test::Inputs<float> in(
+      ak::test::Case{}.heads(1, 1).lengths(L, L).dims(D).laid_out(Layout::Bhsd), 1);
+  Tensor<float>&q = in.q, &k = in.k, &v = in.v;
+  Tensor<float> o(Layout::Bhsd, 1, 1, L, D);
   for (Index c = 0; c < D; ++c) q.view.row(0, 0, row)[c] = 1e20f;
   for (Index c = 0; c < D; ++c) k.view.row(0, 0, 9)[c] = 1e20f;
   std::vector<float> lse(L);
@@ -256,11 +249,9 @@ TEST_CASE("reference::attention: masked keys are never read, whatever they hold"
           "[reference][nonfinite]") {
   // Same inputs with the masked keys clean or poisoned: bit-identical results.
   const Index L = 40, D = 16;
-  Tensor<float> q(Layout::Bhsd, 1, 1, L, D), k(Layout::Bhsd, 1, 1, L, D),
-      v(Layout::Bhsd, 1, 1, L, D);
-  q.randomize(1);
-  k.randomize(2);
-  v.randomize(3);
+  ak::test::Inputs<float> in(
+      ak::test::Case{}.heads(1, 1).lengths(L, L).dims(D).laid_out(Layout::Bhsd), 1);
+  Tensor<float>&q = in.q, &k = in.k, &v = in.v;
   const auto spec = ak::make_spec(ak::Causal{});
   const auto options = ak::Options{}.with_q_offset(-10);  // keys 30.. are every row's future
   Tensor<double> clean(Layout::Bhsd, 1, 1, L, D), poisoned(Layout::Bhsd, 1, 1, L, D);

@@ -19,8 +19,6 @@
 #include <attnkit/normalizer/softplus_l1_reweighted.hpp>
 #include <attnkit/reference/attention.hpp>
 #include <catch2/catch_test_macros.hpp>
-#include <catch2/matchers/catch_matchers_exception.hpp>
-#include <catch2/matchers/catch_matchers_string.hpp>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -28,35 +26,33 @@
 #include <string>
 #include <vector>
 
-#include "support/attention_runner.hpp"
+#include "support/error_checks.hpp"
+#include "support/reference_check.hpp"
 #include "support/test_names.hpp"
 
 using ak::Causal;
 using ak::SlidingWindow;
 using ak::test::Case;
-using ak::test::kNaN;
 using ak::test::kNegInf;
 
 namespace {
 
-// Row sums are sums of up to Lk positive f32 weights: relative tolerance.
-constexpr double kRowSumRel = 1e-5;
 // LSSAR's LSE is log sum_j r_ij^p, up to p log Lk (~75 at p = 15, Lk = 150): f32 rounds it
 // to eps |lse|, on top of the LSE tolerance.
 constexpr double kLssarLseAbs = tol::kLseF32 + 75 * std::numeric_limits<float>::epsilon();
 
-// Random q, k, v of one shape (Bhsd), f32.
-struct Inputs {
-  Tensor<float> q, k, v;
+// One batch of `heads` query heads in Bhsd.
+Case bhsd_case(Index heads, Index kv_heads, Index q_len, Index kv_len, Index d, Index dv) {
+  return Case{}.lengths(q_len, kv_len).heads(heads, kv_heads).dims(d, dv).laid_out(Layout::Bhsd);
+}
+
+// Random q, k, v of one shape (Bhsd), f32, and that shape.
+struct Inputs : ak::test::Inputs<float> {
+  Case shape;
   Inputs(Index heads, Index kv_heads, Index q_len, Index kv_len, Index d, Index dv,
          std::uint32_t seed)
-      : q(Layout::Bhsd, 1, heads, q_len, d),
-        k(Layout::Bhsd, 1, kv_heads, kv_len, d),
-        v(Layout::Bhsd, 1, kv_heads, kv_len, dv) {
-    q.randomize(seed);
-    k.randomize(seed + 1);
-    v.randomize(seed + 2);
-  }
+      : ak::test::Inputs<float>(bhsd_case(heads, kv_heads, q_len, kv_len, d, dv), seed),
+        shape(bhsd_case(heads, kv_heads, q_len, kv_len, d, dv)) {}
 };
 
 // attention()'s output [Hq, Lq, Dv] (row-major) and row statistic.
@@ -326,20 +322,20 @@ TEST_CASE("softplus: key counts from visible_key_counts() give the default resul
 
 TEST_CASE("softplus: bad arguments throw attnkit::Error naming the field and write nothing",
           "[attention][softplus][errors]") {
-  using Catch::Matchers::ContainsSubstring;
-  using Catch::Matchers::MessageMatches;
   const Inputs in(2, 1, 20, 30, 16, 8, 61);
   Tensor<float> o(Layout::Bhsd, 1, 2, 20, 8);
-  o.for_each([](float& x) { x = 42.f; });
+  o.fill(42.f);
   std::vector<float> stat(40, 7.f);
   const auto expect_error = [&](const auto& spec, const ak::Options& options, const char* field) {
     INFO(field);
-    CHECK_THROWS_MATCHES(
-        ak::attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view, options), ak::Error,
-        MessageMatches(ContainsSubstring(field)));
-    CHECK_THROWS_MATCHES(
-        ak::reference::attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view, options),
-        ak::Error, MessageMatches(ContainsSubstring(field)));
+    ak::test::check_error(
+        [&] { ak::attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view, options); },
+        {field});
+    ak::test::check_error(
+        [&] {
+          ak::reference::attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view, options);
+        },
+        {field});
   };
   const auto scaled = ak::Options{}.with_scale(0.5f).with_lse(stat.data());
   expect_error(ak::make_spec(ak::SoftplusL1{}), scaled, "Options.scale");
@@ -361,48 +357,27 @@ TEST_CASE("softplus: bad arguments throw attnkit::Error naming the field and wri
   }
   expect_error(ak::make_spec(ak::SoftplusL1Reweighted{}.second_round({})), plain,
                "SecondRound.row_sums.size()");
-  bool intact = true;
-  o.for_each([&](float& x) { intact = intact && x == 42.f; });
-  CHECK(intact);
-  CHECK(std::all_of(stat.begin(), stat.end(), [](float x) { return x == 7.f; }));
+  CHECK(o.holds(42.f));
+  CHECK(ak::test::all_equal_to(stat, 7.f));
 
-  for (const float p : {0.f, -1.f, kNaN, std::numeric_limits<float>::infinity()}) {
+  for (const float p : {0.f, -1.f, ak::test::kNaN, ak::test::kInf}) {
     INFO("power " << p);
-    CHECK_THROWS_MATCHES(ak::SoftplusL1Reweighted{p}, ak::Error,
-                         MessageMatches(ContainsSubstring("SoftplusL1Reweighted.power")));
+    ak::test::check_error([&] { (void)ak::SoftplusL1Reweighted{p}; },
+                          {"SoftplusL1Reweighted.power"});
   }
   CHECK_NOTHROW(ak::SoftplusL1Reweighted{0.5f});
 }
 
 namespace {
 
-// Kernel vs reference on `in`: output within tol::kF32; statistics within kRowSumRel (row
-// sum) or tol::kLseF32 + eps |lse| (LSE); equal infinities agree.
+// Kernel vs reference on `in` with q_offset, with the named tolerances of
+// support/reference_check.hpp: output within tol::kF32; statistics within tol::kRowSumRel
+// (row sum) or tol::kLseF32 + eps |lse| (LSE); equal infinities agree.
 template <class Spec>
-void check_against_reference(const Spec& spec, const Inputs& in, const ak::Options& options) {
-  const Result got = run(spec, in, options);
-  const ak::View<const float> q = in.q.cview();
-  Tensor<double> want(Layout::Bhsd, 1, q.heads, q.seq, got.dv);
-  std::vector<float> stat(got.stat.size());
-  ak::reference::attention(spec, q, in.k.cview(), in.v.cview(), want.view,
-                           options.with_lse(stat.data()));
-  constexpr bool kSum = ak::detail::row_stat_kind<typename Spec::Normalizer>() == ak::RowStat::Sum;
-  double worst = 0, worst_stat = 0;
-  for (Index row = 0; row < q.heads * q.seq; ++row) {
-    for (Index x = 0; x < got.dv; ++x) {
-      const double d = std::abs(double(got.row(row)[x]) -
-                                want.memory[static_cast<std::size_t>(row * got.dv + x)]);
-      worst = std::isnan(d) ? HUGE_VAL : std::max(worst, d);
-    }
-    const double e = stat[static_cast<std::size_t>(row)],
-                 g = got.stat[static_cast<std::size_t>(row)];
-    double d = e == g ? 0.0 : std::abs(g - e);
-    d /= kSum ? kRowSumRel * std::max(1.0, std::abs(e))
-              : tol::kLseF32 + std::numeric_limits<float>::epsilon() * std::abs(e);
-    worst_stat = std::isnan(d) ? HUGE_VAL : std::max(worst_stat, d);
-  }
-  CHECK(worst <= tol::kF32);
-  CHECK(worst_stat <= 1.0);
+void check_against_reference(const Spec& spec, const Inputs& in, Index q_offset) {
+  Case c = in.shape;
+  c.q_offset = q_offset;
+  ak::test::check_attention_on(spec, c, in);
 }
 
 }  // namespace
@@ -420,12 +395,12 @@ TEST_CASE("softplus: zero key rows have cosine 0 and give finite results",
   {
     INFO("SoftplusL1");
     CHECK(finite(ak::make_spec(Causal{}, ak::SoftplusL1{})));
-    check_against_reference(ak::make_spec(Causal{}, ak::SoftplusL1{}), in, options);
+    check_against_reference(ak::make_spec(Causal{}, ak::SoftplusL1{}), in, 20);
   }
   {
     INFO("SoftplusL1Reweighted");
     CHECK(finite(ak::make_spec(Causal{}, ak::SoftplusL1Reweighted{})));
-    check_against_reference(ak::make_spec(Causal{}, ak::SoftplusL1Reweighted{}), in, options);
+    check_against_reference(ak::make_spec(Causal{}, ak::SoftplusL1Reweighted{}), in, 20);
   }
 }
 
@@ -434,7 +409,7 @@ TEST_CASE("softplus: NaN in one query row gives NaN in that row only",
   const Inputs clean_in(2, 1, 40, 90, 32, 16, 81);
   Inputs in(2, 1, 40, 90, 32, 16, 81);
   const Index h = 1, r = 13, poisoned = h * 40 + r;
-  in.q.view.row(0, h, r)[5] = kNaN;
+  in.q.view.row(0, h, r)[5] = ak::test::kNaN;
   const auto check_one = [&](const char* what, const auto& spec) {
     INFO(what);
     const Result clean = run(spec, clean_in, ak::Options{});
@@ -476,22 +451,14 @@ TEST_CASE("softplus: 1 and 2 threads give identical results", "[attention][softp
 
 TEST_CASE("softplus: f16 storage matches the reference on the same rounded inputs",
           "[attention][softplus][f16]") {
-  // The reference reads the same rounded values: the f32 tolerance holds for the output.
-  // The statistics: run_case compares them absolutely, so the row sum (up to ~Lk) is
-  // compared by the LSSAR statistic only; the LSSA row sums by f32 storage above.
-  Case c;
-  c.q_len = 70;
-  c.kv_len = 150;
-  c.dim = 32;
-  c.q_heads = 4;
-  c.kv_heads = 2;
-  const ak::test::Outcome lssa =
-      ak::test::run_case<Eigen::half>(ak::make_spec(Causal{}, ak::SoftplusL1{}), c);
-  CHECK(lssa.out_err <= tol::kF32);
-  CHECK(lssa.padding_intact);
-  const ak::test::Outcome lssar =
-      ak::test::run_case<Eigen::half>(ak::make_spec(Causal{}, ak::SoftplusL1Reweighted{}), c);
-  CHECK(lssar.out_err <= tol::kF32);
-  CHECK(lssar.lse_err <= kLssarLseAbs);
-  CHECK(lssar.padding_intact);
+  // The reference reads the same rounded values: the f32 tolerance holds for the output, the
+  // LSSA row sums are relative (tol::kRowSumRel), the LSSAR statistic within kLssarLseAbs.
+  Case c = Case{}.lengths(70, 150).heads(4, 2).dims(32);
+  ak::test::check_attention<Eigen::half>("SoftplusL1", ak::make_spec(Causal{}, ak::SoftplusL1{}), c,
+                                         7);
+  ak::test::Tolerance lssar;
+  lssar.lse = kLssarLseAbs;
+  lssar.lse_rel = 0.0;
+  ak::test::check_attention<Eigen::half>(
+      "SoftplusL1Reweighted", ak::make_spec(Causal{}, ak::SoftplusL1Reweighted{}), c, 7, lssar);
 }

@@ -25,76 +25,34 @@
 #include <attnkit/position/fope.hpp>
 #include <attnkit/position/rope.hpp>
 #include <attnkit/position/tapa.hpp>
-#include <attnkit/reference/attention.hpp>
 #include <attnkit/score/alibi.hpp>
 #include <attnkit/score/softcap.hpp>
 #include <catch2/catch_test_macros.hpp>
-#include <catch2/matchers/catch_matchers_exception.hpp>
-#include <catch2/matchers/catch_matchers_string.hpp>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <limits>
-#include <sstream>
 #include <string>
 #include <type_traits>
 #include <vector>
 
-#include "support/attention_runner.hpp"
+#include "support/error_checks.hpp"
+#include "support/reference_check.hpp"
+#include "support/test_names.hpp"
 
-namespace ak = attnkit;
 using ak::Causal;
-using ak::Index;
 using ak::Sinks;
 using ak::SlidingWindow;
 using ak::test::Case;
-using ak::test::Layout;
-using ak::test::Tensor;
-namespace tol = ak::test::tol;
 
 namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-// Row sums (SoftplusL1's l1 statistic) are sums of up to Lk positive f32 terms: relative.
-constexpr double kRowSumRel = 1e-5;
-
 enum class Call { Decode, Attention };
 
-std::string describe(const Case& c, Call call) {
-  std::ostringstream s;
-  s << (call == Call::Decode ? "decode()" : "attention()") << " B" << c.batch << " Hq" << c.q_heads
-    << " Hkv" << c.kv_heads << " Lq" << c.q_len << " Lk" << c.kv_len << " d" << c.dim << " "
-    << ak::test::name(c.layout) << " threads " << c.threads;
-  return s.str();
-}
-
-template <class T>
-const char* storage_name() {
-  return std::is_same_v<T, float> ? "f32" : std::is_same_v<T, Eigen::bfloat16> ? "bf16" : "f16";
-}
-
-template <class N>
-constexpr bool is_sigmoid() {
-  return std::is_same_v<N, ak::Sigmoid>;
-}
+const char* name(Call call) { return call == Call::Decode ? "decode()" : "attention()"; }
 
 // Q in f32, K and V (and |V|) in storage T: the f64 reference reads the same rounded values.
 template <class T>
-struct Inputs {
-  Tensor<float> q;
-  Tensor<T> k, v, v_abs;
-  Inputs(const Case& c, std::uint32_t seed)
-      : q(c.layout, c.batch, c.q_heads, c.q_len, c.dim),
-        k(c.layout, c.batch, c.kv_heads, c.kv_len, c.dim),
-        v(c.layout, c.batch, c.kv_heads, c.kv_len, c.dv()),
-        v_abs(c.layout, c.batch, c.kv_heads, c.kv_len, c.dv()) {
-    q.randomize(seed, c.stddev);
-    k.randomize(seed + 1, c.stddev);
-    v.randomize(seed + 2);
-    v_abs.randomize(seed + 2);
-    v_abs.for_each([](T& x) { x = T(std::abs(float(x))); });
-  }
-};
+using Inputs = ak::test::Inputs<T, float>;
 
 template <class Spec, class Q, class K, class V, class O>
 void run(Call call, const Spec& spec, const ak::View<Q>& q, const ak::View<K>& k,
@@ -105,72 +63,20 @@ void run(Call call, const Spec& spec, const ak::View<Q>& q, const ak::View<K>& k
     ak::attention(spec, q, k, v, o, options);
 }
 
-// The call against the reference on one Case. Normalized rules: absolute tol::kF32. Sigmoid
-// (an unnormalized sum of up to Lk terms): tol::kF32 times sum_j w_ij |v_j|, at least 1.
-// Rows that see no key: exactly 0, with the empty statistic equal to the reference's.
+// The call against the reference on one Case, with the named tolerances of
+// support/reference_check.hpp (normalized rules absolute, Sigmoid per unit of magnitude, row
+// sums relative); rows that see no key exactly 0 with the empty statistic.
 template <class T = float, class Spec>
 void check(const std::string& what, const Spec& spec, const Case& c, Call call,
            std::uint32_t seed = 11) {
-  using N = typename Spec::Normalizer;
-  constexpr bool kHasStat = ak::detail::row_stat_kind<N>() != ak::RowStat::None;
-  constexpr bool kSum = ak::detail::row_stat_kind<N>() == ak::RowStat::Sum;
-  INFO(what << ", " << describe(c, call) << ", K/V " << storage_name<T>());
+  INFO(what << ", " << name(call) << " " << ak::test::describe(c) << ", K/V "
+            << ak::test::storage_name<T>());
   const Inputs<T> in(c, seed);
-  const Index dv = c.dv();
-  Tensor<float> o(c.layout, c.batch, c.q_heads, c.q_len, dv);
-  Tensor<double> expected(Layout::Bhsd, c.batch, c.q_heads, c.q_len, dv);
-  Tensor<double> magnitude(Layout::Bhsd, c.batch, c.q_heads, c.q_len, dv);
-  const auto rows = static_cast<std::size_t>(c.rows());
-  std::vector<float> stat(rows, 42.f), stat_expected(rows, 42.f);
-  ak::Options options = c.options(), ref_options = c.options();
-  if constexpr (kHasStat) {
-    options = options.with_lse(stat.data());
-    ref_options = ref_options.with_lse(stat_expected.data());
-  }
-  run(call, spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view, options);
-  ak::reference::attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), expected.view,
-                           ref_options);
-  if constexpr (is_sigmoid<N>())
-    ak::reference::attention(spec, in.q.cview(), in.k.cview(), in.v_abs.cview(), magnitude.view,
-                             c.options());
-
-  double worst = 0.0, worst_stat = 0.0;  // error / allowed error
-  bool empty_exact = true;
-  Index empty = 0;
-  for (Index b = 0; b < c.batch; ++b)
-    for (Index h = 0; h < c.q_heads; ++h)
-      for (Index r = 0; r < c.q_len; ++r) {
-        const float* got = o.view.row(b, h, r);
-        const double* want = expected.view.row(b, h, r);
-        bool zero_row = true;
-        for (Index x = 0; x < dv; ++x) {
-          const double allowed =
-              tol::kF32 * (is_sigmoid<N>() ? std::max(1.0, magnitude.view.row(b, h, r)[x]) : 1.0);
-          const double d = std::abs(double(got[x]) - want[x]);
-          worst = std::isnan(d) ? HUGE_VAL : std::max(worst, d / allowed);
-          zero_row = zero_row && want[x] == 0.0;
-        }
-        if constexpr (kHasStat) {
-          const auto at = static_cast<std::size_t>((b * c.q_heads + h) * c.q_len + r);
-          const double e = stat_expected[at], g = stat[at];
-          double d = e == g ? 0.0 : std::abs(g - e);
-          if constexpr (kSum)
-            d /= kRowSumRel * std::max(1.0, std::abs(e));
-          else
-            d /= tol::kLseF32 + std::numeric_limits<float>::epsilon() * std::abs(e);
-          worst_stat = std::isnan(d) ? HUGE_VAL : std::max(worst_stat, d);
-          const bool empty_row = kSum ? e == 0.0 : e == double(kNegInf);
-          if (empty_row) {
-            ++empty;
-            empty_exact = empty_exact && zero_row &&
-                          std::all_of(got, got + dv, [](float x) { return x == 0.f; });
-          }
-        }
-      }
-  INFO("rows that see no key: " << empty);
-  CHECK(worst <= 1.0);
-  CHECK(worst_stat <= 1.0);
-  CHECK(empty_exact);
+  if (call == Call::Attention) return ak::test::check_attention_on(spec, c, in);
+  ak::test::check_agreement(
+      ak::test::agreement(spec, c, in, [&](const ak::View<float>& o, const ak::Options& options) {
+        ak::decode(spec, in.q.cview(), in.k.cview(), in.v.cview(), o, options);
+      }));
 }
 
 template <class Visit>
@@ -200,15 +106,12 @@ void for_each_mask(const N& n, Index q_len, Index kv_len, Visit&& visit) {
 
 Case decode_case(Index q_len, Index kv_len, Index q_heads, Index kv_heads, Index dim = 32,
                  int threads = 2) {
-  Case c;
-  c.q_len = q_len;
-  c.kv_len = kv_len;
-  c.q_heads = q_heads;
-  c.kv_heads = kv_heads;
-  c.dim = dim;
-  c.threads = threads;
-  c.layout = Layout::Bhsd;
-  return c;
+  return Case{}
+      .lengths(q_len, kv_len)
+      .heads(q_heads, kv_heads)
+      .dims(dim)
+      .laid_out(Layout::Bhsd)
+      .on_threads(threads);
 }
 
 }  // namespace
@@ -351,17 +254,10 @@ template <class T, class Spec>
 std::vector<unsigned char> bytes_of(const Spec& spec, Case c, int threads, Call call) {
   c.threads = threads;
   const Inputs<T> in(c, 5);
-  Tensor<float> o(Layout::Bhsd, c.batch, c.q_heads, c.q_len, c.dv());
-  std::vector<float> stat(static_cast<std::size_t>(c.rows()), 42.f);
-  ak::Options options = c.options();
-  if constexpr (ak::detail::row_stat_kind<typename Spec::Normalizer>() != ak::RowStat::None)
-    options = options.with_lse(stat.data());
-  run(call, spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view, options);
-  std::vector<unsigned char> out(o.memory.size() * sizeof(float) + stat.size() * sizeof(float));
-  std::memcpy(out.data(), o.memory.data(), o.memory.size() * sizeof(float));
-  std::memcpy(out.data() + o.memory.size() * sizeof(float), stat.data(),
-              stat.size() * sizeof(float));
-  return out;
+  return ak::test::bytes_of(
+      ak::test::run_into<Spec>(c, [&](const ak::View<float>& o, const ak::Options& options) {
+        run(call, spec, in.q.cview(), in.k.cview(), in.v.cview(), o, options);
+      }));
 }
 
 }  // namespace
@@ -373,7 +269,7 @@ TEST_CASE("decode: output and LSE are bitwise identical for 1..4 threads", "[dec
     for (const Call call : {Call::Decode, Call::Attention})
       for_each_normalizer(c.q_heads, [&](const char* nname, const auto& n) {
         const auto spec = ak::make_spec(Causal{} & (Sinks{4} | SlidingWindow{1100, 0}), n);
-        INFO(nname << ", " << describe(c, call));
+        INFO(nname << ", " << name(call) << " " << ak::test::describe(c));
         const auto one = bytes_of<Eigen::half>(spec, c, 1, call);
         for (int t = 2; t <= 4; ++t) {
           INFO("threads " << t);
@@ -389,14 +285,14 @@ TEST_CASE("decode: q_len > 16 is an Error before anything is written", "[decode]
   const Case c = decode_case(17, 1500, 2, 1);
   const Inputs<float> in(c, 3);
   Tensor<float> o(Layout::Bhsd, 1, 2, 17, 32);
-  std::fill(o.memory.begin(), o.memory.end(), 42.f);
+  o.fill(42.f);
   std::vector<float> lse(static_cast<std::size_t>(c.rows()), 42.f);
-  CHECK_THROWS_MATCHES(
-      ak::decode(ak::make_spec(Causal{}), in.q.cview(), in.k.cview(), in.v.cview(), o.view,
-                 c.options().with_lse(lse.data())),
-      ak::Error, Catch::Matchers::MessageMatches(Catch::Matchers::ContainsSubstring("q_len")));
-  CHECK(std::all_of(o.memory.begin(), o.memory.end(), [](float x) { return x == 42.f; }));
-  CHECK(std::all_of(lse.begin(), lse.end(), [](float x) { return x == 42.f; }));
+  ak::test::check_refused(
+      [&] {
+        ak::decode(ak::make_spec(Causal{}), in.q.cview(), in.k.cview(), in.v.cview(), o.view,
+                   c.options().with_lse(lse.data()));
+      },
+      {"q_len"}, {&o.memory, &lse});
   // attention() takes the same shape (tiled path) and agrees with the reference.
   check("Softmax, Causal, Lq 17 through attention()", ak::make_spec(Causal{}), c, Call::Attention);
 }
@@ -408,33 +304,27 @@ namespace {
 template <class Spec, class Poison>
 void check_masked_nan(const std::string& what, const Spec& spec, const Case& c, Call call,
                       Poison poison) {
-  INFO(what << ", " << describe(c, call));
-  using N = typename Spec::Normalizer;
-  constexpr bool kHasStat = ak::detail::row_stat_kind<N>() != ak::RowStat::None;
+  INFO(what << ", " << name(call) << " " << ak::test::describe(c));
   Inputs<float> clean(c, 21), dirty(c, 21);
-  constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
   for (Index b = 0; b < c.batch; ++b)
     for (Index h = 0; h < c.kv_heads; ++h)
       for (Index j = 0; j < c.kv_len; ++j) {
         if (!poison(j)) continue;
-        std::fill(dirty.k.view.row(b, h, j), dirty.k.view.row(b, h, j) + c.dim, kNaN);
-        std::fill(dirty.v.view.row(b, h, j), dirty.v.view.row(b, h, j) + c.dv(), kNaN);
+        std::fill(dirty.k.view.row(b, h, j), dirty.k.view.row(b, h, j) + c.dim, ak::test::kNaN);
+        std::fill(dirty.v.view.row(b, h, j), dirty.v.view.row(b, h, j) + c.dv(), ak::test::kNaN);
       }
-  Tensor<float> o_clean(Layout::Bhsd, c.batch, c.q_heads, c.q_len, c.dv());
-  Tensor<float> o_dirty(Layout::Bhsd, c.batch, c.q_heads, c.q_len, c.dv());
-  std::vector<float> s_clean(static_cast<std::size_t>(c.rows())), s_dirty(s_clean.size());
-  ak::Options oc = c.options(), od = c.options();
-  if constexpr (kHasStat) {
-    oc = oc.with_lse(s_clean.data());
-    od = od.with_lse(s_dirty.data());
-  }
-  run(call, spec, clean.q.cview(), clean.k.cview(), clean.v.cview(), o_clean.view, oc);
-  run(call, spec, dirty.q.cview(), dirty.k.cview(), dirty.v.cview(), o_dirty.view, od);
-  CHECK(std::none_of(o_dirty.memory.begin(), o_dirty.memory.end(),
-                     [](float x) { return std::isnan(x); }));
-  CHECK(std::memcmp(o_clean.memory.data(), o_dirty.memory.data(),
-                    o_clean.memory.size() * sizeof(float)) == 0);
-  CHECK(std::memcmp(s_clean.data(), s_dirty.data(), s_clean.size() * sizeof(float)) == 0);
+  const auto on = [&](const Inputs<float>& in) {
+    return ak::test::run_into<Spec>(c, [&](const ak::View<float>& o, const ak::Options& options) {
+      run(call, spec, in.q.cview(), in.k.cview(), in.v.cview(), o, options);
+    });
+  };
+  const ak::test::KernelResult r_clean = on(clean), r_dirty = on(dirty);
+  CHECK(
+      std::none_of(r_dirty.out.begin(), r_dirty.out.end(), [](float x) { return std::isnan(x); }));
+  CHECK(std::memcmp(r_clean.out.data(), r_dirty.out.data(), r_clean.out.size() * sizeof(float)) ==
+        0);
+  CHECK(std::memcmp(r_clean.lse.data(), r_dirty.lse.data(), r_clean.lse.size() * sizeof(float)) ==
+        0);
 }
 
 }  // namespace

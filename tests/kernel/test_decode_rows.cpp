@@ -28,23 +28,19 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <limits>
-#include <numeric>
 #include <optional>
-#include <random>
-#include <sstream>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "support/reference_check.hpp"
+#include "support/sequences.hpp"
 #include "support/test_names.hpp"
 
 using ak::Causal;
 using ak::Sinks;
 using ak::SlidingWindow;
-using ak::test::kInf;
 using ak::test::kNaN;
-using ak::test::kNegInf;
 
 namespace {
 
@@ -77,43 +73,20 @@ struct AtBatch {
   bool keep(Index /*b*/, Index h, Index i, Index j) const { return mask.keep(batch, h, i, j); }
 };
 
-struct Shape {
-  Index batch = 1, q_heads = 2, kv_heads = 1, q_len = 1, kv_len = 0, dim = 32, value_dim = 32;
-  std::optional<Index> q_offset;
-  Layout layout = Layout::Padded;
-  int threads = 2;
-  Index rows() const { return batch * q_heads * q_len; }
-  ak::Options options() const {
-    ak::Options o = ak::Options{}.with_threads(threads);
-    o.q_offset = q_offset;
-    return o;
-  }
-};
+// The shapes of this file: Case with the value dim always given (value_dim = dv()), Padded.
+using Shape = ak::test::Case;
 
-std::string describe(const Shape& s) {
-  std::ostringstream o;
-  o << "B" << s.batch << " Hq" << s.q_heads << " Hkv" << s.kv_heads << " Lq" << s.q_len << " Lk"
-    << s.kv_len << " d" << s.dim << " dv" << s.value_dim << " off "
-    << (s.q_offset ? std::to_string(*s.q_offset) : "default") << " " << ak::test::name(s.layout)
-    << " threads " << s.threads;
-  return o.str();
-}
-
-// Q in f32 and K/V in storage T, one layout; the reference reads the same rounded values.
+// Q in f32 and K/V in storage TK / TV, one layout; the reference reads the same rounded values.
 template <class TK, class TV = TK>
-struct Inputs {
-  Tensor<float> q;
-  Tensor<TK> k;
-  Tensor<TV> v;
-  Inputs(const Shape& s, std::uint32_t seed)
-      : q(s.layout, s.batch, s.q_heads, s.q_len, s.dim),
-        k(s.layout, s.batch, s.kv_heads, s.kv_len, s.dim),
-        v(s.layout, s.batch, s.kv_heads, s.kv_len, s.value_dim) {
-    q.randomize(seed);
-    k.randomize(seed + 1);
-    v.randomize(seed + 2);
-  }
-};
+using Inputs = ak::test::Inputs<TK, float, TV>;
+
+// decode() on `in` into o (the Shape's layout) and the f64 reference into want (Bhsd).
+template <class In, class Spec>
+void decode_and_reference(const Spec& spec, const In& in, Tensor<float>& o, Tensor<double>& want,
+                          const ak::Options& options, const ak::Options& ref_options) {
+  ak::decode(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view, options);
+  ak::reference::attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), want.view, ref_options);
+}
 
 // Output and LSE of decode() on `in`, and of the f64 reference, compared row by row: finite
 // reference rows within tol::kF32 / tol::kLseF32; rows the reference makes NaN must be NaN
@@ -122,15 +95,13 @@ struct Inputs {
 template <class In, class Spec>
 void check_against_reference(const std::string& what, const Spec& spec, const Shape& s,
                              const In& in) {
-  INFO(what << ", " << describe(s));
+  INFO(what << ", " << ak::test::describe(s));
   Tensor<float> o(s.layout, s.batch, s.q_heads, s.q_len, s.value_dim);
   Tensor<double> want(Layout::Bhsd, s.batch, s.q_heads, s.q_len, s.value_dim);
   const auto rows = static_cast<std::size_t>(s.rows());
   std::vector<float> lse(rows, 42.f), lse_want(rows, 42.f);
-  ak::decode(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view,
-             s.options().with_lse(lse.data()));
-  ak::reference::attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), want.view,
-                           s.options().with_lse(lse_want.data()));
+  decode_and_reference(spec, in, o, want, s.options().with_lse(lse.data()),
+                       s.options().with_lse(lse_want.data()));
   double worst = 0, worst_lse = 0;
   Index nan_rows = 0, empty_rows = 0, bad_nan = 0, bad_empty = 0;
   for (Index b = 0; b < s.batch; ++b)
@@ -147,9 +118,9 @@ void check_against_reference(const std::string& what, const Spec& spec, const Sh
           bad_nan += all_nan ? 0 : 1;
           continue;
         }
-        if (lse_want[at] == kNegInf) {
+        if (lse_want[at] == ak::test::kNegInf) {
           ++empty_rows;
-          bool exact = lse[at] == kNegInf;
+          bool exact = lse[at] == ak::test::kNegInf;
           for (Index c = 0; c < s.value_dim; ++c) exact = exact && got[c] == 0.f;
           bad_empty += exact ? 0 : 1;
           continue;
@@ -180,14 +151,11 @@ void check(const std::string& what, const Spec& spec, const Shape& s, std::uint3
 }
 
 Shape shape(Index q_heads, Index kv_heads, Index q_len, Index kv_len, Index dim, Index value_dim) {
-  Shape s;
-  s.q_heads = q_heads;
-  s.kv_heads = kv_heads;
-  s.q_len = q_len;
-  s.kv_len = kv_len;
-  s.dim = dim;
-  s.value_dim = value_dim;
-  return s;
+  return Shape{}
+      .heads(q_heads, kv_heads)
+      .lengths(q_len, kv_len)
+      .dims(dim, value_dim)
+      .laid_out(Layout::Padded);
 }
 
 }  // namespace
@@ -285,7 +253,7 @@ TEST_CASE("decode rows: Softcap and Rope match the reference", "[decode_rows]") 
 TEST_CASE("decode rows: NaN and +inf logits make exactly the rows that see them NaN",
           "[decode_rows][nonfinite]") {
   for (const Index d : {32, 40})
-    for (const float poison : {kNaN, kInf})
+    for (const float poison : {kNaN, ak::test::kInf})
       for (const Index lk : {130, 1100}) {
         // Causal, Lq 16 at offset Lk - 30: key Lk - 20 is seen by rows 10..15 only, in a block
         // that is Partial for rows 0..14; key 40 by every row, in a Full block (with Lk 1100 in
@@ -312,7 +280,7 @@ TEST_CASE("decode rows: keys the mask removes never leak, whatever their K and V
   // Causal, bottom rows at offset 100 of 140 keys: keys 116..139 are future for every row, and
   // keys 101..115 for some rows: in the same 16-key blocks as keys the rows see.
   for (const Index d : {17, 32, 64})
-    for (const float poison : {kNaN, kInf, kNegInf}) {
+    for (const float poison : {kNaN, ak::test::kInf, ak::test::kNegInf}) {
       Shape s = shape(6, 2, 16, 140, d, 24);
       s.q_offset = 100;
       Inputs<float> in(s, 13);
@@ -347,15 +315,12 @@ TEST_CASE(
       in.q.for_each([](float& x) { x = std::abs(x) + 0.1f; });
       float* key = in.k.view.row(0, 0, bad);
       std::fill(key, key + d, 0.f);
-      key[0] = kNegInf;
+      key[0] = ak::test::kNegInf;
       std::fill(in.v.view.row(0, 0, bad), in.v.view.row(0, 0, bad) + s.value_dim, kNaN);
       INFO("the -inf key is " << bad);
       Tensor<float> o(s.layout, 1, s.q_heads, s.q_len, s.value_dim);
       Tensor<double> want(Layout::Bhsd, 1, s.q_heads, s.q_len, s.value_dim);
-      ak::decode(ak::make_spec(Causal{}), in.q.cview(), in.k.cview(), in.v.cview(), o.view,
-                 s.options());
-      ak::reference::attention(ak::make_spec(Causal{}), in.q.cview(), in.k.cview(), in.v.cview(),
-                               want.view, s.options());
+      decode_and_reference(ak::make_spec(Causal{}), in, o, want, s.options(), s.options());
       // AttentionTiles (called directly: attention() may route decode shapes to the row
       // engine) as the second witness of the contract.
       Tensor<float> tiles(s.layout, 1, s.q_heads, s.q_len, s.value_dim);
@@ -393,14 +358,11 @@ TEST_CASE(
     float* key = in.k.view.row(0, 0, bad);
     std::fill(key, key + s.dim, 0.f);
     key[0] = -200.f * std::sqrt(float(s.dim));  // logit -200 in every row
-    std::fill(in.v.view.row(0, 0, bad), in.v.view.row(0, 0, bad) + s.value_dim, kInf);
+    std::fill(in.v.view.row(0, 0, bad), in.v.view.row(0, 0, bad) + s.value_dim, ak::test::kInf);
     INFO("the underflowing key is " << bad);
     Tensor<float> o(s.layout, 1, s.q_heads, s.q_len, s.value_dim);
     Tensor<double> want(Layout::Bhsd, 1, s.q_heads, s.q_len, s.value_dim);
-    ak::decode(ak::make_spec(Causal{}), in.q.cview(), in.k.cview(), in.v.cview(), o.view,
-               s.options());
-    ak::reference::attention(ak::make_spec(Causal{}), in.q.cview(), in.k.cview(), in.v.cview(),
-                             want.view, s.options());
+    decode_and_reference(ak::make_spec(Causal{}), in, o, want, s.options(), s.options());
     Index finite_but_should_not = 0, ref_nonfinite = 0;
     for (Index h = 0; h < s.q_heads; ++h)
       for (Index r = 0; r < s.q_len; ++r) {
@@ -463,14 +425,10 @@ template <class T, class Spec>
 std::vector<unsigned char> decode_bytes(const Spec& spec, Shape s, int threads) {
   s.threads = threads;
   const Inputs<T> in(s, 17);
-  Tensor<float> o(Layout::Bhsd, s.batch, s.q_heads, s.q_len, s.value_dim);
-  std::vector<float> lse(static_cast<std::size_t>(s.rows()), 42.f);
-  ak::decode(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view,
-             s.options().with_lse(lse.data()));
-  std::vector<unsigned char> out((o.memory.size() + lse.size()) * sizeof(float));
-  std::memcpy(out.data(), o.memory.data(), o.memory.size() * sizeof(float));
-  std::memcpy(out.data() + o.memory.size() * sizeof(float), lse.data(), lse.size() * sizeof(float));
-  return out;
+  return ak::test::bytes_of(
+      ak::test::run_into<Spec>(s, [&](const ak::View<float>& o, const ak::Options& options) {
+        ak::decode(spec, in.q.cview(), in.k.cview(), in.v.cview(), o, options);
+      }));
 }
 
 }  // namespace
@@ -506,8 +464,8 @@ constexpr Index kHkv = 2, kHq = 6;
 template <class T>
 struct PagedCase {
   Index d, dv, page;
-  std::vector<Index> lengths;
-  std::vector<std::vector<T>> k, v;  // contiguous, [Hkv, Lk, D]
+  ak::test::Sequences<T> seqs;  // the contiguous copies
+  const std::vector<Index>& lengths = seqs.lengths;
   ak::PagedKv<T> paged;
   Tensor<float> q;  // [B, Hq, Lq, D]
 
@@ -516,46 +474,11 @@ struct PagedCase {
       : d(dim),
         dv(value_dim),
         page(page_size),
-        lengths(std::move(lens)),
-        paged(pool_pages(lengths, page_size) + 3, kHkv, page_size, dim, value_dim),
-        q(Layout::Padded, static_cast<Index>(lengths.size()), kHq, lq, dim) {
+        seqs(std::move(lens), kHkv, dim, value_dim, seed + 1),
+        paged(pool_pages(seqs.lengths, page_size) + 3, kHkv, page_size, dim, value_dim),
+        q(Layout::Padded, seqs.count(), kHq, lq, dim) {
     q.randomize(seed);
-    std::mt19937 rng(seed + 1);
-    std::normal_distribution<float> dist;
-    for (const Index n : lengths) {
-      k.emplace_back(static_cast<std::size_t>(kHkv * n * d));
-      v.emplace_back(static_cast<std::size_t>(kHkv * n * dv));
-      for (T& x : k.back()) x = T(dist(rng));
-      for (T& x : v.back()) x = T(dist(rng));
-    }
-    // Every row of the pool NaN, then the sequences on shuffled pages (assign()).
-    for (Index p = 0; p < paged.num_pages(); ++p) {
-      const ak::View<T> kp = paged.key_page(p), vp = paged.value_page(p);
-      for (Index h = 0; h < kHkv; ++h)
-        for (Index r = 0; r < page; ++r) {
-          std::fill(kp.row(0, h, r), kp.row(0, h, r) + d, T(kNaN));
-          std::fill(vp.row(0, h, r), vp.row(0, h, r) + dv, T(kNaN));
-        }
-    }
-    std::vector<Index> pool(static_cast<std::size_t>(paged.num_pages()));
-    std::iota(pool.begin(), pool.end(), Index{0});
-    std::shuffle(pool.begin(), pool.end(), std::mt19937(seed + 2));
-    std::size_t next = 0;
-    for (std::size_t b = 0; b < lengths.size(); ++b) {
-      const Index len = lengths[b], np = (len + page - 1) / page;
-      std::vector<Index> pages(pool.begin() + static_cast<std::ptrdiff_t>(next),
-                               pool.begin() + static_cast<std::ptrdiff_t>(next) + np);
-      next += static_cast<std::size_t>(np);
-      paged.assign(paged.add_sequence(), pages, len);
-      for (Index j = 0; j < len; ++j) {
-        const Index pg = pages[static_cast<std::size_t>(j / page)], r = j % page;
-        const ak::View<T> kp = paged.key_page(pg), vp = paged.value_page(pg);
-        for (Index h = 0; h < kHkv; ++h) {
-          std::copy_n(k[b].data() + (h * len + j) * d, d, kp.row(0, h, r));
-          std::copy_n(v[b].data() + (h * len + j) * dv, dv, vp.row(0, h, r));
-        }
-      }
-    }
+    ak::test::assign_shuffled(paged, seqs, seed + 2);  // NaN in every unused pool row
   }
 
   static Index pool_pages(const std::vector<Index>& lens, Index page_size) {
@@ -565,14 +488,8 @@ struct PagedCase {
   }
   Index batch() const { return static_cast<Index>(lengths.size()); }
   Index lq() const { return q.view.seq; }
-  ak::View<const T> keys(Index b) const {
-    const Index len = lengths[static_cast<std::size_t>(b)];
-    return ak::bhsd(k[static_cast<std::size_t>(b)].data(), 1, kHkv, len, d);
-  }
-  ak::View<const T> values(Index b) const {
-    const Index len = lengths[static_cast<std::size_t>(b)];
-    return ak::bhsd(v[static_cast<std::size_t>(b)].data(), 1, kHkv, len, dv);
-  }
+  ak::View<const T> keys(Index b) const { return seqs.keys(b); }
+  ak::View<const T> values(Index b) const { return seqs.values(b); }
   ak::View<const float> query(Index b) const {
     const ak::View<float>& x = q.view;
     return ak::strided(static_cast<const float*>(x.row(b, 0, 0)), {1, kHq, x.seq, x.dim},

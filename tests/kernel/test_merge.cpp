@@ -26,15 +26,7 @@ constexpr Index kB = 1, kH = 2, kLq = 70, kLk = 300, kD = 32;
 
 // Cut points 0 = c_0 < c_1 < ... < c_parts = kLk, drawn at random.
 std::vector<Index> cuts(int parts, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<Index> c{0, kLk};
-  std::uniform_int_distribution<Index> at(1, kLk - 1);
-  while (static_cast<int>(c.size()) < parts + 1) {
-    const Index x = at(rng);
-    if (std::find(c.begin(), c.end(), x) == c.end()) c.push_back(x);
-  }
-  std::sort(c.begin(), c.end());
-  return c;
+  return ak::test::random_cuts(kLk, parts, seed);
 }
 
 // Whole call vs the merge of the calls on each key slice. `partial` is the normalizer the

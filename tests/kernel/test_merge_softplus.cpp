@@ -32,20 +32,10 @@ using ak::test::kNegInf;
 namespace {
 
 constexpr Index kB = 1, kH = 2, kLq = 70, kLk = 300, kD = 32, kDv = 16;
-// Row sums are sums of up to Lk positive f32 weights: relative tolerance.
-constexpr double kRowSumRel = 1e-5;
 
 // Cut points 0 = c_0 < c_1 < ... < c_parts = kLk, drawn at random.
 std::vector<Index> cuts(int parts, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<Index> c{0, kLk};
-  std::uniform_int_distribution<Index> at(1, kLk - 1);
-  while (static_cast<int>(c.size()) < parts + 1) {
-    const Index x = at(rng);
-    if (std::find(c.begin(), c.end(), x) == c.end()) c.push_back(x);
-  }
-  std::sort(c.begin(), c.end());
-  return c;
+  return ak::test::random_cuts(kLk, parts, seed);
 }
 
 double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
@@ -124,7 +114,7 @@ void check_split(const Mask& mask, int n, Index q_offset) {
   run_parts(mask, ak::SoftplusL1::with_key_counts(counts), in, c, q_offset, one);
   ak::merge(ak::SoftplusL1{}, one.views, one.stat_ptrs, lssa_merged.view, sums_merged.data());
   CHECK(ak::test::max_abs_diff(lssa_merged.view, lssa.view) <= 4 * tol::kF32);
-  CHECK(max_rel_diff(sums_merged, sums) <= 4 * kRowSumRel);
+  CHECK(max_rel_diff(sums_merged, sums) <= 4 * tol::kRowSumRel);
 
   // LSSAR: the whole call, and round two merged with the round-one LSSA output.
   Tensor<float> lssar(Layout::Bhsd, kB, kH, kLq, kDv), lssar_merged(Layout::Bhsd, kB, kH, kLq, kDv);

@@ -22,8 +22,6 @@
 
 namespace ak = attnkit;
 using ak::Index;
-using ak::LinearForm;
-using ak::test::Layout;
 using ak::test::Tensor;
 namespace tol = ak::test::tol;
 
@@ -37,7 +35,7 @@ constexpr double kStateF32 = 1e-5;
 
 struct Shape {
   Index batch = 2, q_heads = 4, kv_heads = 2, q_len = 150, kv_len = 150, dim = 16, value_dim = 24;
-  Layout layout = Layout::Bshd;
+  ak::test::Layout layout = ak::test::Layout::Bshd;
   int threads = 2;
 };
 
@@ -61,7 +59,7 @@ template <class T, class Map>
 double error_vs_reference(const ak::LinearSpec<Map>& spec, const Shape& s) {
   Inputs<T> in(s);
   Tensor<T> o(s.layout, s.batch, s.q_heads, s.q_len, s.value_dim);
-  Tensor<double> expected(Layout::Bhsd, s.batch, s.q_heads, s.q_len, s.value_dim);
+  Tensor<double> expected(ak::test::Layout::Bhsd, s.batch, s.q_heads, s.q_len, s.value_dim);
   const auto options = ak::Options{}.with_threads(s.threads);
   ak::linear_attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view, options);
   ak::reference::linear_attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), expected.view,
@@ -80,11 +78,11 @@ void check_all_forms(const Map& map) {
     for (const bool decay : {false, true})
       for (const Index chunk : {Index{0}, Index{1}, Index{16}, Index{64}, Index{100}}) {
         Shape s;
-        s.layout = Layout(layout++ % 3);
+        s.layout = ak::test::Layout(layout++ % 3);
         s.threads = 1 + layout % 2;
         if (!causal) s.q_len = 37;
         auto spec = base.with_causal(causal).with_decay(decay ? kDecay : std::vector<float>{});
-        spec = chunk == 0 ? spec.with_form(LinearForm::Recurrent) : spec.with_chunk(chunk);
+        spec = chunk == 0 ? spec.with_form(ak::LinearForm::Recurrent) : spec.with_chunk(chunk);
         INFO((causal ? "causal" : "non-causal")
              << (decay ? " decay" : "") << (chunk == 0 ? " recurrent" : " chunk ")
              << (chunk == 0 ? std::string() : std::to_string(chunk)) << " "
@@ -143,7 +141,7 @@ TEST_CASE("linear_attention: head sizes 32, 80, 128 and a normalized Identity", 
   const auto normalized = ak::linear_spec(ak::Identity{}).with_normalize(true, 1e-3f);
   Shape s;
   s.q_len = s.kv_len = 40;  // Identity's denominators can cross 0: keep the sums short
-  CHECK(error_vs_reference<float>(normalized.with_form(LinearForm::Recurrent), s) <= 1e-3);
+  CHECK(error_vs_reference<float>(normalized.with_form(ak::LinearForm::Recurrent), s) <= 1e-3);
 }
 
 TEST_CASE("linear_attention: bf16 and f16 storage within their tolerances", "[linear]") {
@@ -151,7 +149,8 @@ TEST_CASE("linear_attention: bf16 and f16 storage within their tolerances", "[li
   Shape s;
   CHECK(error_vs_reference<Eigen::bfloat16>(spec, s) <= tol::kBf16);
   CHECK(error_vs_reference<Eigen::half>(spec, s) <= tol::kHalf);
-  CHECK(error_vs_reference<Eigen::half>(spec.with_form(LinearForm::Recurrent), s) <= tol::kHalf);
+  CHECK(error_vs_reference<Eigen::half>(spec.with_form(ak::LinearForm::Recurrent), s) <=
+        tol::kHalf);
   const auto taylor = ak::linear_spec(ak::Taylor2{}).with_chunk(64);
   CHECK(error_vs_reference<Eigen::bfloat16>(taylor, s) <= tol::kBf16);
 }
@@ -180,7 +179,7 @@ TEST_CASE("linear_attention: a prefill then decode steps equal one long prefill"
     for (const auto& [from, count] : {std::pair<Index, Index>{0, 40}, {40, split - 40}})
       ak::linear_attention(spec, rows(q, from, count), rows(k, from, count), rows(v, from, count),
                            rows(parts.view, from, count), state);  // two prefills, then decode
-    const auto step = spec.with_form(LinearForm::Recurrent);
+    const auto step = spec.with_form(ak::LinearForm::Recurrent);
     for (Index t = split; t < s.q_len; ++t)  // decode: one token per call
       ak::linear_attention(step, rows(q, t, 1), rows(k, t, 1), rows(v, t, 1),
                            rows(parts.view, t, 1), state);
@@ -208,7 +207,7 @@ TEST_CASE("linear_attention: the thread count changes no bit", "[linear]") {
   const auto spec = ak::linear_spec(ak::EluPlusOne{}).with_decay(kDecay);
   std::vector<std::vector<float>> outs;
   for (const int threads : {1, 2}) {
-    Tensor<float> o(Layout::Bhsd, s.batch, s.q_heads, s.q_len, s.value_dim);
+    Tensor<float> o(ak::test::Layout::Bhsd, s.batch, s.q_heads, s.q_len, s.value_dim);
     ak::linear_attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view,
                          ak::Options{}.with_threads(threads));
     outs.push_back(o.memory);
@@ -232,7 +231,7 @@ TEST_CASE("linear_attention: bad inputs throw Error before anything is written",
           "[linear][errors]") {
   Shape s;
   Inputs<float> in(s);
-  Tensor<float> o(Layout::Bhsd, s.batch, s.q_heads, s.q_len, s.value_dim);
+  Tensor<float> o(ak::test::Layout::Bhsd, s.batch, s.q_heads, s.q_len, s.value_dim);
   const auto spec = ak::linear_spec(ak::EluPlusOne{});
   const auto q = in.q.cview(), k = in.k.cview(), v = in.v.cview();
   using Catch::Matchers::ContainsSubstring;
@@ -275,8 +274,8 @@ TEST_CASE("linear_attention: bad inputs throw Error before anything is written",
   expect_error([&] { ak::linear_attention(spec, short_q, k, v, short_o); }, "k.seq");
   // 4 query heads are not a multiple of 3 KV heads (real buffers of 3 heads: a view widened
   // past its memory would meet the aliasing checks first, depending on the heap).
-  Tensor<float> k3(Layout::Bhsd, s.batch, 3, s.kv_len, s.dim),
-      v3(Layout::Bhsd, s.batch, 3, s.kv_len, s.value_dim);
+  Tensor<float> k3(ak::test::Layout::Bhsd, s.batch, 3, s.kv_len, s.dim),
+      v3(ak::test::Layout::Bhsd, s.batch, 3, s.kv_len, s.value_dim);
   expect_error([&] { ak::linear_attention(spec, q, k3.cview(), v3.cview(), o.view); }, "q_heads");
   // Non-causal: Lq != Lk is legal.
   CHECK_NOTHROW(ak::linear_attention(spec.with_causal(false), short_q, k, v, short_o));
@@ -291,7 +290,7 @@ TEST_CASE("linear_attention: one token, no token, and a non-causal call that onl
 
   Shape full;
   Inputs<float> in(full);
-  Tensor<float> o(Layout::Bhsd, full.batch, full.q_heads, full.q_len, full.value_dim);
+  Tensor<float> o(ak::test::Layout::Bhsd, full.batch, full.q_heads, full.q_len, full.value_dim);
   auto causal_state = ak::make_linear_state(spec, in.q.view, in.v.view);
   ak::linear_attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view, causal_state);
 

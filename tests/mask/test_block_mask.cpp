@@ -28,8 +28,6 @@ namespace ak = attnkit;
 using ak::Index;
 using ak::Range;
 using ak::TileKind;
-using Catch::Matchers::ContainsSubstring;
-using Catch::Matchers::WithinAbs;
 
 namespace {
 
@@ -378,19 +376,22 @@ TEST_CASE("BlockMask: make_block_mask of a per-head, per-batch mask and other q_
 TEST_CASE("BlockMask: sparsity is the fraction of blocks not listed", "[mask][block_mask]") {
   // The 3 x 3 pattern lists 5 of 9 blocks.
   const ak::BlockMask<> bm(small_layout(), small_partial(), small_full());
-  CHECK_THAT(bm.sparsity(), WithinAbs(4.0 / 9.0, 1e-15));
+  CHECK_THAT(bm.sparsity(), Catch::Matchers::WithinAbs(4.0 / 9.0, 1e-15));
   // Causal, 4 x 4 blocks: 10 of 16 listed.
-  CHECK_THAT(ak::make_block_mask(ak::Causal{}, 16, 16, 4, 4).sparsity(), WithinAbs(0.375, 1e-15));
-  CHECK_THAT(ak::make_block_mask(ak::Full{}, 100, 300, 64, 64).sparsity(), WithinAbs(0.0, 1e-15));
+  CHECK_THAT(ak::make_block_mask(ak::Causal{}, 16, 16, 4, 4).sparsity(),
+             Catch::Matchers::WithinAbs(0.375, 1e-15));
+  CHECK_THAT(ak::make_block_mask(ak::Full{}, 100, 300, 64, 64).sparsity(),
+             Catch::Matchers::WithinAbs(0.0, 1e-15));
   // Nothing listed: everything skipped.
   const ak::BlockMask<> none(layout_of(8, 8, 4, 4), list_of({{}, {}}), list_of({{}, {}}));
-  CHECK_THAT(none.sparsity(), WithinAbs(1.0, 1e-15));
+  CHECK_THAT(none.sparsity(), Catch::Matchers::WithinAbs(1.0, 1e-15));
   // Counted over every batch and head: batch 0 keeps all 4 blocks, batch 1 only one.
   const ak::BlockMask<> two(layout_of(8, 8, 4, 4, 0, 2, 1), list_of({{1}, {0}, {}, {}}),
                             list_of({{0}, {1}, {0}, {}}));
-  CHECK_THAT(two.sparsity(), WithinAbs(3.0 / 8.0, 1e-15));
+  CHECK_THAT(two.sparsity(), Catch::Matchers::WithinAbs(3.0 / 8.0, 1e-15));
   // No pairs at all: nothing to skip.
-  CHECK_THAT(ak::make_block_mask(ak::Causal{}, 0, 0, 4, 4).sparsity(), WithinAbs(0.0, 1e-15));
+  CHECK_THAT(ak::make_block_mask(ak::Causal{}, 0, 0, 4, 4).sparsity(),
+             Catch::Matchers::WithinAbs(0.0, 1e-15));
 }
 
 TEST_CASE("BlockMask: accepts empty rows and blocks repeated across rows", "[mask][block_mask]") {
@@ -410,18 +411,18 @@ TEST_CASE("BlockMask: a layout whose block count overflows is refused",
   CHECK(l.q_blocks() == 1);
   CHECK_NOTHROW(ak::BlockMask<>(l, ak::BlockList{{0, 0}, {}}, ak::BlockList{{0, 0}, {}}));
   l.batch = Index{1} << 40;
-  CHECK_THROWS_MATCHES(
-      ak::BlockMask<>(l, ak::BlockList{{0}, {}}, ak::BlockList{{0}, {}}), ak::Error,
-      Catch::Matchers::MessageMatches(
-          ContainsSubstring("BlockMask: expected batch * heads * q_blocks below 2^40")));
+  CHECK_THROWS_MATCHES(ak::BlockMask<>(l, ak::BlockList{{0}, {}}, ak::BlockList{{0}, {}}),
+                       ak::Error,
+                       Catch::Matchers::MessageMatches(Catch::Matchers::ContainsSubstring(
+                           "BlockMask: expected batch * heads * q_blocks below 2^40")));
 }
 
 TEST_CASE("BlockMask: to_string and to_dense refuse a batch or head out of range",
           "[mask][block_mask][errors]") {
   const auto mask = ak::make_block_mask(ak::Causal{}, 8, 8, 4, 4);
   CHECK_THROWS_MATCHES(mask.to_string(3, 0), ak::Error,
-                       Catch::Matchers::MessageMatches(
-                           ContainsSubstring("BlockMask: b: expected in [0, 1), got 3")));
+                       Catch::Matchers::MessageMatches(Catch::Matchers::ContainsSubstring(
+                           "BlockMask: b: expected in [0, 1), got 3")));
   CHECK_THROWS_AS(mask.to_dense(-1, 0), ak::Error);
   CHECK_THROWS_AS(mask.to_dense(0, -1), ak::Error);
   CHECK_NOTHROW(mask.to_string(0, 5));  // shared across heads: any head reads the one pattern
@@ -432,8 +433,9 @@ TEST_CASE("BlockMask: every malformed list throws attnkit::Error naming the fiel
   const auto l = small_layout();  // 3 BCSR rows, 3 key blocks
   const auto throws = [&](ak::BlockList partial, ak::BlockList full, const std::string& message) {
     INFO(message);
-    CHECK_THROWS_MATCHES(ak::BlockMask<>(l, std::move(partial), std::move(full)), ak::Error,
-                         Catch::Matchers::MessageMatches(ContainsSubstring(message)));
+    CHECK_THROWS_MATCHES(
+        ak::BlockMask<>(l, std::move(partial), std::move(full)), ak::Error,
+        Catch::Matchers::MessageMatches(Catch::Matchers::ContainsSubstring(message)));
   };
   const auto empty = [] { return list_of({{}, {}, {}}); };
 
@@ -505,10 +507,12 @@ TEST_CASE("BlockMask: bad layout sizes throw attnkit::Error naming the field",
                               (field == "heads" || field.rfind("block", 0) == 0 ? ">= 1" : ">= 0") +
                               ", got " + std::to_string(value);
   INFO(message);
-  CHECK_THROWS_MATCHES(ak::BlockMask<>(l, list_of({{}, {}}), list_of({{}, {}})), ak::Error,
-                       Catch::Matchers::MessageMatches(ContainsSubstring(message)));
-  CHECK_THROWS_MATCHES(ak::make_block_mask(ak::Causal{}, l), ak::Error,
-                       Catch::Matchers::MessageMatches(ContainsSubstring(message)));
+  CHECK_THROWS_MATCHES(
+      ak::BlockMask<>(l, list_of({{}, {}}), list_of({{}, {}})), ak::Error,
+      Catch::Matchers::MessageMatches(Catch::Matchers::ContainsSubstring(message)));
+  CHECK_THROWS_MATCHES(
+      ak::make_block_mask(ak::Causal{}, l), ak::Error,
+      Catch::Matchers::MessageMatches(Catch::Matchers::ContainsSubstring(message)));
 }
 
 TEST_CASE("BlockMask: validate checks the layout against the call", "[mask][block_mask][errors]") {
@@ -519,8 +523,9 @@ TEST_CASE("BlockMask: validate checks the layout against the call", "[mask][bloc
   const auto throws = [&](Index q_len, Index kv_len, Index q_offset, Index batch, Index heads,
                           const std::string& message) {
     INFO(message);
-    CHECK_THROWS_MATCHES(bm.validate(q_len, kv_len, q_offset, batch, heads), ak::Error,
-                         Catch::Matchers::MessageMatches(ContainsSubstring(message)));
+    CHECK_THROWS_MATCHES(
+        bm.validate(q_len, kv_len, q_offset, batch, heads), ak::Error,
+        Catch::Matchers::MessageMatches(Catch::Matchers::ContainsSubstring(message)));
   };
   throws(11, 12, 5, 2, 4, "BlockMask.q_len: expected 11, got 10");
   throws(10, 13, 5, 2, 4, "BlockMask.kv_len: expected 13, got 12");

@@ -6,10 +6,9 @@
 #include <attnkit/mask/sliding_window.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
-#include <catch2/matchers/catch_matchers_exception.hpp>
-#include <catch2/matchers/catch_matchers_string.hpp>
 #include <limits>
 
+#include "support/error_checks.hpp"
 #include "support/mask_checks.hpp"
 
 namespace ak = attnkit;
@@ -93,14 +92,10 @@ TEST_CASE("SlidingWindow: runs lists exactly the keys each query keeps", "[mask]
 
 TEST_CASE("SlidingWindow: a negative reach throws attnkit::Error naming it",
           "[mask][sliding_window][errors]") {
-  using Catch::Matchers::ContainsSubstring;
-  using Catch::Matchers::MessageMatches;
-  CHECK_THROWS_MATCHES(
-      SlidingWindow(-1, 0), ak::Error,
-      MessageMatches(ContainsSubstring("SlidingWindow.left: expected >= 0, got -1")));
-  CHECK_THROWS_MATCHES(
-      SlidingWindow(0, -5), ak::Error,
-      MessageMatches(ContainsSubstring("SlidingWindow.right: expected >= 0, got -5")));
+  ak::test::check_error([] { (void)SlidingWindow(-1, 0); },
+                        {"SlidingWindow.left: expected >= 0, got -1"});
+  ak::test::check_error([] { (void)SlidingWindow(0, -5); },
+                        {"SlidingWindow.right: expected >= 0, got -5"});
   CHECK_THROWS_AS(SlidingWindow(std::numeric_limits<Index>::min(), 0), ak::Error);
   CHECK_NOTHROW(SlidingWindow(0, 0));
 }

@@ -18,9 +18,7 @@
 #include "support/attnkit_test.hpp"
 #include "support/lane_blocks.hpp"
 
-namespace ak = attnkit;
 namespace simd = attnkit::simd;
-using ak::Index;
 using Catch::Matchers::WithinAbs;
 using Catch::Matchers::WithinRel;
 
@@ -28,8 +26,6 @@ namespace {
 
 using namespace attnkit::test::lanes;  // W, kLd, make_rows, make_block, at, lanes_of
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 // x^alpha as 2^(alpha log2 x) in f32: the SIMD log2 and exp2 each lose a few ulps, and
 // alpha scales the log's error; 1e-5 relative covers alpha up to 3 with room.
 constexpr double kPowRel = 1e-5;

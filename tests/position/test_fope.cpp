@@ -26,15 +26,15 @@
 #include <random>
 #include <vector>
 
-#include "support/attention_runner.hpp"
-#include "support/attnkit_test.hpp"
+#include "support/error_checks.hpp"
+#include "support/reference_check.hpp"
+#include "support/test_names.hpp"
 
-namespace ak = attnkit;
-using ak::Index;
+using ak::test::check_error;
+using ak::test::random_values;
 using Catch::Matchers::ContainsSubstring;
 using Catch::Matchers::MessageMatches;
 using Catch::Matchers::WithinAbs;
-namespace tol = ak::test::tol;
 
 namespace {
 
@@ -43,14 +43,6 @@ namespace {
 constexpr double kRowF32 = 2e-5;
 // Two rows turned in double along two paths (series vs the same series): rounding only.
 constexpr double kRowF64 = 1e-12;
-
-std::vector<double> random_values(std::size_t n, std::uint32_t seed, double stddev) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<double> dist(0.0, stddev);
-  std::vector<double> v(n);
-  for (double& x : v) x = dist(rng);
-  return v;
-}
 
 // cos'/sin' of pair p for KV head h at position t, written out from the definition.
 struct Series {
@@ -101,39 +93,6 @@ ak::FopeConfig clipped_config(ak::FopePadding padding) {
   return c;
 }
 
-// attention() vs the reference for a normalizer without a row statistic (Sigmoid): its rows
-// are unnormalized sums of up to Lk terms, so the f32 rounding grows with sum_j w_ij |v_j|
-// (the reference on |V|): the worst error over tol::kF32 times that magnitude (at least 1).
-template <class Spec>
-double unnormalized_error_ratio(const Spec& spec, const ak::test::Case& c) {
-  using T = ak::test::Tensor<float>;
-  using D = ak::test::Tensor<double>;
-  T q(c.layout, c.batch, c.q_heads, c.q_len, c.dim),
-      k(c.layout, c.batch, c.kv_heads, c.kv_len, c.dim);
-  T v(c.layout, c.batch, c.kv_heads, c.kv_len, c.dim),
-      v_abs(c.layout, c.batch, c.kv_heads, c.kv_len, c.dim);
-  T o(c.layout, c.batch, c.q_heads, c.q_len, c.dim);
-  D want(ak::test::Layout::Bhsd, c.batch, c.q_heads, c.q_len, c.dim);
-  D magnitude(ak::test::Layout::Bhsd, c.batch, c.q_heads, c.q_len, c.dim);
-  q.randomize(7);
-  k.randomize(8);
-  v.randomize(9);
-  v_abs.randomize(9).for_each([](float& x) { x = std::abs(x); });
-  ak::attention(spec, q.cview(), k.cview(), v.cview(), o.view, c.options());
-  ak::reference::attention(spec, q.cview(), k.cview(), v.cview(), want.view, c.options());
-  ak::reference::attention(spec, q.cview(), k.cview(), v_abs.cview(), magnitude.view, c.options());
-  double worst = 0;
-  for (Index b = 0; b < c.batch; ++b)
-    for (Index h = 0; h < c.q_heads; ++h)
-      for (Index r = 0; r < c.q_len; ++r)
-        for (Index x = 0; x < c.dim; ++x) {
-          const double d = std::abs(o.view.row(b, h, r)[x] - want.view.row(b, h, r)[x]);
-          const double allowed = tol::kF32 * std::max(1.0, magnitude.view.row(b, h, r)[x]);
-          worst = std::isnan(d) ? HUGE_VAL : std::max(worst, d / allowed);
-        }
-  return worst;
-}
-
 }  // namespace
 
 TEST_CASE("Fope: with sigma = 0 and nothing clipped, attention equals Rope's", "[position][fope]") {
@@ -170,11 +129,12 @@ TEST_CASE("Fope: apply and reference_apply follow the series from the given coef
   const Index kept = ak::FopeTable::kept_frequencies(c.head_dim, c.base, c.train_len);
   REQUIRE(kept == 3);
   const auto n = static_cast<std::size_t>(c.kv_heads * kept * c.head_dim / 2);
-  const std::vector<double> C = random_values(n, 1, 0.7), S = random_values(n, 2, 0.7);
+  const std::vector<double> C = random_values<double>(n, 1, 0.7),
+                            S = random_values<double>(n, 2, 0.7);
   const ak::Fope fope = ak::Fope::with_coefficients(c, C, S);
   CHECK(fope.table->cos_coef() == C);  // used as given, not renormalized
   CHECK(fope.table->sin_coef() == S);
-  const std::vector<double> x = random_values(16, 3, 1.0);
+  const std::vector<double> x = random_values<double>(16, 3, 1.0);
   for (const ak::Role role : {ak::Role::Query, ak::Role::Key})
     for (Index head = 0; head < (role == ak::Role::Query ? 4 : 2); ++head)
       for (const Index t : {0, 1, 17, 63}) {
@@ -239,8 +199,7 @@ TEST_CASE("Fope: drawn coefficients are seeded and spread by sigma", "[position]
 }
 
 TEST_CASE("Fope: fused in attention equals apply_position then attention", "[position][fope]") {
-  using T = ak::test::Tensor<float>;
-  using ak::test::Layout;
+  using T = Tensor<float>;
   ak::FopeConfig c{64, 128, 200};  // pairs with omega < 2 pi / 200 are clipped
   c.kv_heads = 2;
   c.q_heads = 4;
@@ -274,17 +233,16 @@ TEST_CASE("Fope: attention agrees with the f64 reference", "[position][fope]") {
   c.dim = cfg.head_dim;
   c.q_len = GENERATE(1, 33, 70);
   c.kv_len = 129;
-  c.layout = GENERATE(ak::test::Layout::Bshd, ak::test::Layout::Padded);
+  c.layout = GENERATE(Layout::Bshd, Layout::Padded);
   INFO("d " << c.dim << " Lq " << c.q_len << " layout " << ak::test::name(c.layout));
   SECTION("causal softmax, bottom-right") {
-    const auto r = ak::test::run_case(ak::make_spec(ak::Causal{}, fope), c);
-    CHECK(r.out_err <= tol::kF32);
-    CHECK(r.lse_err <= tol::kLseF32);
-    CHECK(r.padding_intact);
+    ak::test::check_outcome(ak::test::run_case(ak::make_spec(ak::Causal{}, fope), c));
   }
   SECTION("full sigmoid with a q_offset") {
     c.q_offset = 200;  // queries at 200 .. 269, keys at 0 .. 128
-    CHECK(unnormalized_error_ratio(ak::make_spec(ak::Full{}, ak::Sigmoid{}, fope), c) <= 1.0);
+    // An unnormalized sum: tol::kF32 per unit of its magnitude sum_j w_ij |v_j|.
+    ak::test::check_attention("Full, Sigmoid{}", ak::make_spec(ak::Full{}, ak::Sigmoid{}, fope), c,
+                              7);
   }
   SECTION("causal softmax, bf16 storage") {
     const auto r = ak::test::run_case<Eigen::bfloat16>(ak::make_spec(ak::Causal{}, fope), c);
@@ -319,16 +277,14 @@ TEST_CASE("Fope: position ids give the same result as the absolute positions the
 TEST_CASE("Fope: bad inputs throw Error before anything is written", "[position][fope]") {
   const ak::FopeConfig c{32, 64, 0};
   const auto n = static_cast<std::size_t>(16 * 16);
-  CHECK_THROWS_MATCHES(ak::Fope::drawn(c, -0.1), ak::Error,
-                       MessageMatches(ContainsSubstring("sigma")));
-  CHECK_THROWS_MATCHES(ak::Fope::drawn(c, std::nan("")), ak::Error,
-                       MessageMatches(ContainsSubstring("sigma")));
-  CHECK_THROWS_MATCHES(
-      ak::Fope::with_coefficients(c, std::vector<double>(n - 1), std::vector<double>(n)), ak::Error,
-      MessageMatches(ContainsSubstring("C.size()")));
-  CHECK_THROWS_MATCHES(
-      ak::Fope::with_coefficients(c, std::vector<double>(n), std::vector<double>(n + 16)),
-      ak::Error, MessageMatches(ContainsSubstring("S.size()")));
+  check_error([&] { ak::Fope::drawn(c, -0.1); }, {"sigma"});
+  check_error([&] { ak::Fope::drawn(c, std::nan("")); }, {"sigma"});
+  check_error(
+      [&] { ak::Fope::with_coefficients(c, std::vector<double>(n - 1), std::vector<double>(n)); },
+      {"C.size()"});
+  check_error(
+      [&] { ak::Fope::with_coefficients(c, std::vector<double>(n), std::vector<double>(n + 16)); },
+      {"S.size()"});
   std::vector<double> bad(n);
   bad[7] = std::nan("");
   CHECK_THROWS_AS(ak::Fope::with_coefficients(c, std::vector<double>(n), bad), ak::Error);
@@ -337,30 +293,30 @@ TEST_CASE("Fope: bad inputs throw Error before anything is written", "[position]
   ak::FopeConfig gqa = c;
   gqa.kv_heads = 2;
   gqa.q_heads = 3;
-  CHECK_THROWS_MATCHES(ak::Fope::drawn(gqa), ak::Error,
-                       MessageMatches(ContainsSubstring("q_heads")));
+  check_error([&] { ak::Fope::drawn(gqa); }, {"q_heads"});
 
   const ak::Fope fope = ak::Fope::drawn(c, 0.3, 1);
-  using T = ak::test::Tensor<float>;
-  using ak::test::Layout;
+  using T = Tensor<float>;
   T q(Layout::Bhsd, 1, 1, 8, 32), k(Layout::Bhsd, 1, 1, 16, 32), v(Layout::Bhsd, 1, 1, 16, 32);
   T o(Layout::Bhsd, 1, 1, 8, 32), q64(Layout::Bhsd, 1, 1, 8, 64), k64(Layout::Bhsd, 1, 1, 16, 64);
   T q2(Layout::Bhsd, 1, 2, 8, 32), o2(Layout::Bhsd, 1, 2, 8, 32);
   for (T* t : {&q, &k, &v, &q64, &k64, &q2}) t->randomize(4);
   for (T* t : {&o, &o2}) std::fill(t->memory.begin(), t->memory.end(), 7.f);
   const auto spec = ak::make_spec(ak::Causal{}, fope);
-  CHECK_THROWS_MATCHES(ak::attention(spec, q64.cview(), k64.cview(), v.cview(), o.view), ak::Error,
-                       MessageMatches(ContainsSubstring("head_dim")));
-  CHECK_THROWS_MATCHES(
-      ak::attention(spec, q.cview(), k.cview(), v.cview(), o.view, ak::Options{}.with_q_offset(60)),
-      ak::Error, MessageMatches(ContainsSubstring("last query position")));
-  CHECK_THROWS_MATCHES(ak::attention(spec, q2.cview(), k.cview(), v.cview(), o2.view), ak::Error,
-                       MessageMatches(ContainsSubstring("query heads")));
+  check_error([&] { ak::attention(spec, q64.cview(), k64.cview(), v.cview(), o.view); },
+              {"head_dim"});
+  check_error(
+      [&] {
+        ak::attention(spec, q.cview(), k.cview(), v.cview(), o.view,
+                      ak::Options{}.with_q_offset(60));
+      },
+      {"last query position"});
+  check_error([&] { ak::attention(spec, q2.cview(), k.cview(), v.cview(), o2.view); },
+              {"query heads"});
   CHECK_THROWS_AS(ak::attention(ak::make_spec(fope.with_positions({1, 2}, {})), q.cview(),
                                 k.cview(), v.cview(), o.view),
                   ak::Error);
-  for (const T* t : {&o, &o2})
-    CHECK(std::all_of(t->memory.begin(), t->memory.end(), [](float x) { return x == 7.f; }));
+  for (const T* t : {&o, &o2}) CHECK(ak::test::all_equal_to(t->memory, 7.f));
   const std::vector<float> before = q64.memory;
   CHECK_THROWS_AS(ak::apply_position(fope, q64.view, ak::Role::Query), ak::Error);
   CHECK(q64.memory == before);

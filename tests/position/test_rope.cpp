@@ -32,23 +32,20 @@
 #include <string>
 #include <vector>
 
-#include "support/attention_runner.hpp"
+#include "support/error_checks.hpp"
+#include "support/reference_check.hpp"
+#include "support/test_names.hpp"
 
-namespace ak = attnkit;
-using ak::Index;
 using ak::Role;
 using ak::Rope;
 using ak::RopePairing;
 using ak::RopeScaling;
 using ak::RopeTable;
 using ak::test::Case;
-using ak::test::Layout;
-using ak::test::Tensor;
 using Catch::Matchers::ContainsSubstring;
 using Catch::Matchers::MessageMatches;
 using Catch::Matchers::WithinAbs;
 using Catch::Matchers::WithinRel;
-namespace tol = ak::test::tol;
 
 namespace {
 
@@ -422,15 +419,13 @@ TEST_CASE("Rope: fused in attention() equals apply_position() then attention()",
   // Prefill (ragged), decode (1..3 queries at the end of the keys), partial rotary in d 80.
   for (const Shape s : {Shape{77, 77, 64, 64}, Shape{1, 150, 64, 64}, Shape{2, 150, 64, 64},
                         Shape{3, 150, 64, 64}, Shape{37, 70, 80, 32}}) {
-    Case c;
-    c.batch = 2;
-    c.q_heads = 4;
-    c.kv_heads = 2;
-    c.q_len = s.q_len;
-    c.kv_len = s.kv_len;
-    c.dim = s.dim;
-    c.layout = layout;
-    c.threads = threads;
+    Case c = Case{}
+                 .lengths(s.q_len, s.kv_len)
+                 .heads(4, 2)
+                 .dims(s.dim)
+                 .batches(2)
+                 .laid_out(layout)
+                 .on_threads(threads);
     const Rope rope(RopeTable(s.rotary, 10000, 512, RopeScaling::yarn(4, 64)), pairing);
     INFO("Lq " << c.q_len << " Lk " << c.kv_len << " d " << c.dim << " rotary " << s.rotary << " "
                << ak::test::name(layout) << " threads " << threads);
@@ -442,9 +437,7 @@ TEST_CASE("Rope: fused in attention() equals apply_position() then attention()",
 TEST_CASE("Rope: a Rope that turns rows differently does not pass as the standalone one",
           "[position][rope][attention]") {
   // The comparison above can fail: fused with one table, standalone with another.
-  Case c;
-  c.q_len = 20;
-  c.kv_len = 40;
+  Case c = Case{}.lengths(20, 40);
   const Rope a(RopeTable(64, 10000, 64)), b(RopeTable(64, 10000, 64, RopeScaling::linear(2)));
   Tensor<float> q(c.layout, 1, 2, 20, 64), k(c.layout, 1, 1, 40, 64), v(c.layout, 1, 1, 40, 64);
   Tensor<float> o_a(Layout::Bhsd, 1, 2, 20, 64), o_b(Layout::Bhsd, 1, 2, 20, 64);
@@ -461,21 +454,11 @@ TEST_CASE("Rope: fused attention() matches reference::attention() in f32, bf16 a
   const Layout layout = GENERATE(Layout::Bshd, Layout::Bhsd);
   const int threads = GENERATE(1, 2);
   const Index q_len = GENERATE(1, 3, 45);
-  Case c;
-  c.batch = 2;
-  c.q_heads = 4;
-  c.kv_heads = 2;
-  c.q_len = q_len;
-  c.kv_len = 70;
-  c.layout = layout;
-  c.threads = threads;
+  Case c = Case{}.lengths(q_len, 70).heads(4, 2).batches(2).laid_out(layout).on_threads(threads);
   INFO("Lq " << q_len << " " << ak::test::name(layout) << " threads " << threads);
   const Rope rope(RopeTable(64, 10000, 256, RopeScaling::llama3(8, 64)), RopePairing::GptJ);
   const auto spec = ak::make_spec(ak::Causal{}, rope);
-  const auto f32 = ak::test::run_case<float>(spec, c);
-  CHECK(f32.out_err <= tol::kF32);
-  CHECK(f32.lse_err <= tol::kLseF32);
-  CHECK(f32.padding_intact);
+  ak::test::check_outcome(ak::test::run_case<float>(spec, c));
   const auto ids = ak::make_spec(ak::Causal{}, with_gapped_ids(rope, c));
   CHECK(ak::test::run_case<float>(ids, c).out_err <= tol::kF32);
   // The reference reads the same rounded inputs: the differences are f32 arithmetic only.
@@ -487,48 +470,26 @@ TEST_CASE("Rope: fused attention() matches reference::attention() in f32, bf16 a
   CHECK(f16.lse_err <= tol::kLseF32);
 }
 
-namespace {
-
-template <class Mask, class Normalizer>
-void check_against_reference(const Rope& rope, const Mask& mask, const Normalizer& normalizer,
-                             const Case& c) {
-  const auto r = ak::test::run_case<float>(ak::make_spec(mask, normalizer, rope), c);
-  CHECK(r.out_err <= tol::kF32);
-  CHECK(r.padding_intact);
-  CHECK(r.empty_rows_exact);
-}
-
-}  // namespace
-
 TEST_CASE("Rope: every pairing and scaling, fused, matches the reference under each mask",
           "[position][rope][attention][reference]") {
   const RopePairing pairing = GENERATE(RopePairing::NeoX, RopePairing::GptJ);
   const RopeScaling scaling = GENERATE(RopeScaling{}, RopeScaling::linear(4), RopeScaling::ntk(4),
                                        RopeScaling::yarn(8, 64), RopeScaling::llama3(8, 64));
-  Case c;
-  c.q_heads = 4;
-  c.kv_heads = 2;
-  c.q_len = 37;
-  c.kv_len = 70;
-  c.dim = 80;
-  c.layout = Layout::Padded;
+  Case c = Case{}.lengths(37, 70).heads(4, 2).dims(80).laid_out(Layout::Padded);
   const Rope rope(RopeTable(48, 10000, 128, scaling), pairing);  // partial: 48 of 80
   INFO("pairing " << (pairing == RopePairing::NeoX ? "NeoX" : "GptJ") << " scaling "
                   << int(scaling.kind));
-  for (const auto normalizer : {0, 1}) {
-    INFO("normalizer " << (normalizer == 0 ? "Softmax" : "SoftplusL1"));
-    const auto run = [&](const auto& mask) {
-      if (normalizer == 0)
-        check_against_reference(rope, mask, ak::Softmax{}, c);
-      else
-        check_against_reference(rope, mask, ak::SoftplusL1{}, c);
-    };
-    run(ak::Full{});
-    run(ak::Causal{});
-    run(ak::SlidingWindow{16, 0});
-  }
-  // Softmax's LSE too, on one mask.
-  CHECK(ak::test::run_case<float>(ak::make_spec(ak::Causal{}, rope), c).lse_err <= tol::kLseF32);
+  // Against the reference with the named tolerances of support/reference_check.hpp: Softmax's
+  // LSE and SoftplusL1's row sums included, the padding intact, rows that see no key exact.
+  const auto run = [&](const std::string& what, const auto& normalizer) {
+    ak::test::check_attention(what + ", Full", ak::make_spec(ak::Full{}, normalizer, rope), c, 7);
+    ak::test::check_attention(what + ", Causal", ak::make_spec(ak::Causal{}, normalizer, rope), c,
+                              7);
+    ak::test::check_attention(what + ", SlidingWindow{16, 0}",
+                              ak::make_spec(ak::SlidingWindow{16, 0}, normalizer, rope), c, 7);
+  };
+  run("Softmax", ak::Softmax{});
+  run("SoftplusL1", ak::SoftplusL1{});
 }
 
 namespace {
@@ -544,13 +505,12 @@ void check_attention_refuses(const Spec& spec, Index q_len, Index kv_len, Index 
   q.randomize(1);
   k.randomize(2);
   v.randomize(3);
-  o.for_each([](float& x) { x = kSentinel; });
+  o.fill(kSentinel);
   ak::Options options;
   options.q_offset = q_offset;
-  INFO("expecting an error naming " << field);
-  CHECK_THROWS_MATCHES(ak::attention(spec, q.cview(), k.cview(), v.cview(), o.view, options),
-                       ak::Error, MessageMatches(ContainsSubstring(field)));
-  CHECK(std::all_of(o.memory.begin(), o.memory.end(), [](float x) { return x == kSentinel; }));
+  ak::test::check_refused(
+      [&] { ak::attention(spec, q.cview(), k.cview(), v.cview(), o.view, options); },
+      {field.c_str()}, {&o.memory}, kSentinel);
 }
 
 // apply_position() throws Error naming `field` and leaves x untouched.
@@ -559,9 +519,7 @@ void check_apply_refuses(const Rope& rope, Index len, Index dim, Role role, Inde
   Tensor<float> x(Layout::Bhsd, 2, 2, len, dim), original(Layout::Bhsd, 2, 2, len, dim);
   x.randomize(5);
   original.randomize(5);
-  INFO("expecting an error naming " << field);
-  CHECK_THROWS_MATCHES(ak::apply_position(rope, x.view, role, offset), ak::Error,
-                       MessageMatches(ContainsSubstring(field)));
+  ak::test::check_error([&] { ak::apply_position(rope, x.view, role, offset); }, {field.c_str()});
   CHECK(ak::test::max_abs_diff(x.view, original.view) == 0.0);
 }
 
@@ -603,9 +561,8 @@ TEST_CASE("Rope: positions outside the table and bad ids throw before writing",
 
 TEST_CASE("RopeTable: bad sizes, bases and scaling parameters throw naming the field",
           "[position][rope][errors]") {
-  const auto refuses = [](auto make, const std::string& field) {
-    INFO("expecting an error naming " << field);
-    CHECK_THROWS_MATCHES(make(), ak::Error, MessageMatches(ContainsSubstring(field)));
+  const auto refuses = [](auto make, const char* field) {
+    ak::test::check_error([&] { (void)make(); }, {field});
   };
   const double nan = std::numeric_limits<double>::quiet_NaN();
   refuses([] { return RopeTable(63, 10000, 8); }, "RopeTable.rotary_dim");
@@ -689,10 +646,10 @@ TEST_CASE("apply_position: Rope keys at an offset inside and past the table", "[
   k.randomize(3);
   at_60.randomize(3);
   ak::apply_position(rope, at_60.view, Role::Key, 60);  // 60..63: the last rows of the table
-  CHECK_THROWS_MATCHES(ak::apply_position(rope, k.view, Role::Key, 61), ak::Error,
-                       MessageMatches(ContainsSubstring("the last key position")));
-  CHECK_THROWS_MATCHES(ak::apply_position(rope, k.view, Role::Key, -64), ak::Error,
-                       MessageMatches(ContainsSubstring("the first key position")));
+  ak::test::check_error([&] { ak::apply_position(rope, k.view, Role::Key, 61); },
+                        {"the last key position"});
+  ak::test::check_error([&] { ak::apply_position(rope, k.view, Role::Key, -64); },
+                        {"the first key position"});
 }
 
 TEST_CASE("Rope: q_i . k_j depends only on i - j for negative query positions too",

@@ -16,28 +16,21 @@
 #include <attnkit/reference/attention.hpp>
 #include <attnkit/score/softcap.hpp>
 #include <catch2/catch_test_macros.hpp>
-#include <catch2/matchers/catch_matchers_exception.hpp>
-#include <catch2/matchers/catch_matchers_string.hpp>
 #include <cmath>
 #include <limits>
 #include <random>
-#include <sstream>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
-#include "support/attention_runner.hpp"
+#include "support/error_checks.hpp"
+#include "support/reference_check.hpp"
+#include "support/test_names.hpp"
 
-namespace ak = attnkit;
 using ak::Causal;
-using ak::Index;
 using ak::SlidingWindow;
 using ak::Tapa;
 using ak::test::Case;
-using ak::test::Layout;
-using ak::test::Tensor;
-namespace tol = ak::test::tol;
 
 namespace {
 
@@ -50,25 +43,9 @@ constexpr double kF32Eps = std::numeric_limits<float>::epsilon();
 // max |amp| * arg over the visible pairs: ~1e-5 for N(0, 1) inputs at d = 64 and distances
 // of a few hundred (arg ~ 50, |amp| ~ 4), which tol::kF32 alone cannot absorb.
 constexpr double kTurnUlps = 8.0;
-// ReluPower's row statistic is the sum of up to Lk positive f32 weights: relative error;
-// a logit error e moves the sum of relu(s)^p by at most p e sum_j (1 + relu(s_j)^p).
-constexpr double kRowSumRel = 1e-5;
 // Two f32 orderings of one computation (the scale applied to the query before the product,
 // or to the product after it): a few ulp of each logit.
 constexpr double kReorderedF32 = 1e-5;
-
-std::string describe(const Case& c) {
-  std::ostringstream s;
-  s << "B" << c.batch << " Hq" << c.q_heads << " Hkv" << c.kv_heads << " Lq" << c.q_len << " Lk"
-    << c.kv_len << " d" << c.dim << " " << ak::test::name(c.layout) << " threads " << c.threads
-    << " q_offset " << (c.q_offset ? std::to_string(*c.q_offset) : "default");
-  return s.str();
-}
-
-template <class T>
-const char* type_name() {
-  return std::is_same_v<T, float> ? "f32" : std::is_same_v<T, Eigen::bfloat16> ? "bf16" : "f16";
-}
 
 // max over the pairs the mask keeps of |amp_ij| * arg_ij (the comment on kTurnUlps), in double
 // from the stored (rounded) inputs.
@@ -100,70 +77,20 @@ double amplitude_times_argument(const Spec& spec, const Case& c, const Tensor<T>
 }
 
 // attention() against reference::attention() on one Case, in storage T (the reference reads
-// the same rounded values). Softmax and ReLU^a outputs are convex combinations of V, so a
-// logit error e moves them by at most ~2e max |v|; a Sigmoid output is an unnormalized sum
-// whose rounding grows with sum_j w_ij |v_j| (the reference on |V|), and so does the effect
-// of e (sigmoid' <= sigmoid). Allowed: (tol::kF32 + 8 e) per unit of magnitude; LSE:
-// tol::kLseF32 + e; ReLU^a row sums: kRowSumRel; e = kTurnUlps ulp of
-// amplitude_times_argument().
+// the same rounded values), with the named tolerances of support/reference_check.hpp widened
+// by a logit error e: softmax and ReLU^a outputs are convex combinations of V, so e moves them
+// by at most ~2e max |v|; a Sigmoid output's rounding grows with sum_j w_ij |v_j| (the
+// reference on |V|), and so does the effect of e (sigmoid' <= sigmoid). Allowed:
+// (tol::kF32 + 8 e) per unit of magnitude; LSE: tol::kLseF32 + e; ReLU^a row sums:
+// tol::kRowSumRel plus 2 e (Lk + |sum|); e = kTurnUlps ulp of amplitude_times_argument().
 template <class T = float, class Spec>
 void check(const std::string& what, const Spec& spec, const Case& c, std::uint32_t seed = 11) {
-  using N = typename Spec::Normalizer;
-  constexpr bool kSigmoid = std::is_same_v<N, ak::Sigmoid>;
-  constexpr bool kHasStat = ak::detail::row_stat_kind<N>() != ak::RowStat::None;
-  const Index dv = c.dv();
-  Tensor<T> q(c.layout, c.batch, c.q_heads, c.q_len, c.dim);
-  Tensor<T> k(c.layout, c.batch, c.kv_heads, c.kv_len, c.dim);
-  Tensor<T> v(c.layout, c.batch, c.kv_heads, c.kv_len, dv);
-  Tensor<T> v_abs(c.layout, c.batch, c.kv_heads, c.kv_len, dv);
-  q.randomize(seed, c.stddev);
-  k.randomize(seed + 1, c.stddev);
-  v.randomize(seed + 2);
-  v_abs.randomize(seed + 2);
-  v_abs.for_each([](T& x) { x = T(std::abs(float(x))); });
-  Tensor<float> o(c.layout, c.batch, c.q_heads, c.q_len, dv);
-  Tensor<double> expected(Layout::Bhsd, c.batch, c.q_heads, c.q_len, dv);
-  Tensor<double> magnitude(Layout::Bhsd, c.batch, c.q_heads, c.q_len, dv);
-  const auto rows = static_cast<std::size_t>(c.rows());
-  std::vector<float> stat(rows, 42.f), stat_expected(rows, 42.f);
-  ak::Options options = c.options(), ref_options = c.options();
-  if constexpr (kHasStat) {
-    options = options.with_lse(stat.data());
-    ref_options = ref_options.with_lse(stat_expected.data());
-  }
-  ak::attention(spec, q.cview(), k.cview(), v.cview(), o.view, options);
-  ak::reference::attention(spec, q.cview(), k.cview(), v.cview(), expected.view, ref_options);
-  if constexpr (kSigmoid)
-    ak::reference::attention(spec, q.cview(), k.cview(), v_abs.cview(), magnitude.view,
-                             c.options());
-
-  const double logit_err = kTurnUlps * kF32Eps * amplitude_times_argument(spec, c, q, k);
-  INFO(what << ", " << describe(c) << ", " << type_name<T>() << ", logit error allowed "
-            << logit_err);
-  double worst = 0.0, worst_stat = 0.0;  // error / allowed error
-  for (Index b = 0; b < c.batch; ++b)
-    for (Index h = 0; h < c.q_heads; ++h)
-      for (Index r = 0; r < c.q_len; ++r) {
-        const float* got = o.view.row(b, h, r);
-        for (Index x = 0; x < dv; ++x) {
-          const double size = kSigmoid ? std::max(1.0, magnitude.view.row(b, h, r)[x]) : 1.0;
-          const double allowed = (tol::kF32 + 8.0 * logit_err) * size;
-          const double d = std::abs(double(got[x]) - expected.view.row(b, h, r)[x]);
-          worst = std::isnan(d) ? HUGE_VAL : std::max(worst, d / allowed);
-        }
-        if constexpr (kHasStat) {
-          const auto at = static_cast<std::size_t>((b * c.q_heads + h) * c.q_len + r);
-          const double e = stat_expected[at], g = stat[at];
-          const double d = e == g ? 0.0 : std::abs(g - e);
-          const double allowed = ak::detail::row_stat_kind<N>() == ak::RowStat::Sum
-                                     ? kRowSumRel * std::max(1.0, std::abs(e)) +
-                                           2.0 * logit_err * (double(c.kv_len) + std::abs(e))
-                                     : tol::kLseF32 + logit_err + kF32Eps * std::abs(e);
-          worst_stat = std::isnan(d) ? HUGE_VAL : std::max(worst_stat, d / allowed);
-        }
-      }
-  CHECK(worst <= 1.0);
-  CHECK(worst_stat <= 1.0);
+  const ak::test::Inputs<T> in(c, seed);
+  ak::test::Tolerance t;
+  t.logit = kTurnUlps * kF32Eps * amplitude_times_argument(spec, c, in.q, in.k);
+  INFO(what << ", " << ak::test::describe(c) << ", " << ak::test::storage_name<T>()
+            << ", logit error allowed " << t.logit);
+  ak::test::check_attention_on(spec, c, in, t);
 }
 
 // The (alpha, theta) pairs of the grid: the defaults, a narrow and a full amplitude part, a
@@ -200,36 +127,27 @@ void check_grid(const Case& c) {
 TEST_CASE("Tapa: attention matches the reference on ragged square shapes", "[position][tapa]") {
   for (const Index d : {33, 64, 80})
     for (const int threads : {1, 2}) {
-      Case c;
-      c.q_len = c.kv_len = 150;  // three query tiles, the last one ragged
-      c.dim = d;
-      c.threads = threads;
-      c.layout = d == 33 ? Layout::Padded : Layout::Bshd;
+      // three query tiles, the last one ragged
+      Case c = Case{}
+                   .lengths(150, 150)
+                   .dims(d)
+                   .laid_out(d == 33 ? Layout::Padded : Layout::Bshd)
+                   .on_threads(threads);
       check_grid(c);
     }
 }
 
 TEST_CASE("Tapa: attention matches the reference with two key tiles and GQA", "[position][tapa]") {
-  Case c;
-  c.q_heads = 4;
-  c.kv_heads = 2;
-  c.q_len = 70;
-  c.kv_len = 300;  // two key tiles, queries at 230..299
-  c.dim = 33;      // round(theta d) is not theta d: 0.5 * 33 = 16.5 rounds to 17
-  c.value_dim = 20;
+  // two key tiles, queries at 230..299
+  // round(theta d) is not theta d: 0.5 * 33 = 16.5 rounds to 17
+  Case c = Case{}.lengths(70, 300).heads(4, 2).dims(33, 20);
   check_grid(c);
 }
 
 TEST_CASE("Tapa: attention matches the reference for decode-like calls with q_offset",
           "[position][tapa]") {
   for (const Index lq : {1, 2, 3}) {
-    Case c;
-    c.q_heads = 4;
-    c.kv_heads = 1;
-    c.q_len = lq;
-    c.kv_len = 300;
-    c.dim = 33;
-    c.threads = 1;
+    Case c = Case{}.lengths(lq, 300).heads(4, 1).dims(33).on_threads(1);
     check_grid(c);    // bottom-right: the queries at 297..299 (for Lq = 3)
     c.q_offset = 40;  // queries in the middle: Full rows see keys on both sides
     c.threads = 2;
@@ -238,12 +156,7 @@ TEST_CASE("Tapa: attention matches the reference for decode-like calls with q_of
 }
 
 TEST_CASE("Tapa: attention matches the reference with bf16 and f16 storage", "[position][tapa]") {
-  Case c;
-  c.q_heads = 4;
-  c.kv_heads = 2;
-  c.q_len = 67;
-  c.kv_len = 290;
-  c.dim = 33;
+  Case c = Case{}.lengths(67, 290).heads(4, 2).dims(33);
   check_grid<Eigen::bfloat16>(c);
   check_grid<Eigen::half>(c);
   c.dim = 64;
@@ -255,13 +168,8 @@ TEST_CASE("Tapa: attention matches the reference with bf16 and f16 storage", "[p
 TEST_CASE("Tapa: theta = 1 (all amplitude) is plain attention with the default scale",
           "[position][tapa]") {
   for (const Index d : {33, 64}) {
-    Case c;
-    c.q_heads = 4;
-    c.kv_heads = 2;
-    c.q_len = 90;
-    c.kv_len = 300;
-    c.dim = d;
-    INFO(describe(c));
+    Case c = Case{}.lengths(90, 300).heads(4, 2).dims(d);
+    INFO(ak::test::describe(c));
     const auto tapa = ak::test::run_kernel(ak::make_spec(Tapa{0.1f, 1.f}, Causal{}), c);
     const auto plain = ak::test::run_kernel(ak::make_spec(Causal{}), c);
     double worst = 0.0;
@@ -379,18 +287,15 @@ TEST_CASE("Tapa: combine() joins a hand-made tile as the formula says, at every 
 }
 
 TEST_CASE("Tapa: alpha and theta out of range throw Error naming them", "[position][tapa]") {
-  using Catch::Matchers::ContainsSubstring;
-  using Catch::Matchers::MessageMatches;
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
   for (const float alpha : {0.f, -0.1f, nan, inf}) {
     INFO("alpha " << alpha);
-    CHECK_THROWS_MATCHES(Tapa{alpha}, ak::Error, MessageMatches(ContainsSubstring("Tapa.alpha")));
+    ak::test::check_error([&] { (void)Tapa{alpha}; }, {"Tapa.alpha"});
   }
   for (const float theta : {0.f, -0.5f, 1.5f, 1.0001f, nan}) {
     INFO("theta " << theta);
-    CHECK_THROWS_MATCHES((Tapa{0.1f, theta}), ak::Error,
-                         MessageMatches(ContainsSubstring("Tapa.theta")));
+    ak::test::check_error([&] { (void)Tapa{0.1f, theta}; }, {"Tapa.theta"});
   }
   CHECK_NOTHROW(Tapa{2.f, 1.f});
   CHECK_NOTHROW(Tapa{0.1f, 1e-3f});
@@ -398,26 +303,24 @@ TEST_CASE("Tapa: alpha and theta out of range throw Error naming them", "[positi
 
 TEST_CASE("Tapa: Options::scale is refused, naming it, and nothing is written",
           "[position][tapa]") {
-  using Catch::Matchers::ContainsSubstring;
-  using Catch::Matchers::MessageMatches;
-  Tensor<float> q(Layout::Bhsd, 1, 2, 5, 16), k(Layout::Bhsd, 1, 1, 9, 16),
-      v(Layout::Bhsd, 1, 1, 9, 16), o(Layout::Bhsd, 1, 2, 5, 16);
-  q.randomize(1);
-  k.randomize(2);
-  v.randomize(3);
-  o.for_each([](float& x) { x = 42.f; });
+  const Case c = Case{}.lengths(5, 9).heads(2, 1).dims(16).laid_out(Layout::Bhsd);
+  const ak::test::Inputs<float> in(c, 1);
+  Tensor<float> o(Layout::Bhsd, 1, 2, 5, 16);
+  o.fill(42.f);
   std::vector<float> lse(10, 42.f);
   const auto spec = ak::make_spec(Tapa{}, Causal{});
   const ak::Options options = ak::Options{}.with_scale(0.25f).with_lse(lse.data());
-  CHECK_THROWS_MATCHES(ak::attention(spec, q.cview(), k.cview(), v.cview(), o.view, options),
-                       ak::Error, MessageMatches(ContainsSubstring("Options.scale")));
-  CHECK(std::all_of(o.memory.begin(), o.memory.end(), [](float x) { return x == 42.f; }));
-  CHECK(std::all_of(lse.begin(), lse.end(), [](float x) { return x == 42.f; }));
+  ak::test::check_refused(
+      [&] { ak::attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view, options); },
+      {"Options.scale"}, {&o.memory, &lse});
   Tensor<double> expected(Layout::Bhsd, 1, 2, 5, 16);
-  CHECK_THROWS_MATCHES(
-      ak::reference::attention(spec, q.cview(), k.cview(), v.cview(), expected.view, options),
-      ak::Error, MessageMatches(ContainsSubstring("Options.scale")));
+  ak::test::check_error(
+      [&] {
+        ak::reference::attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), expected.view,
+                                 options);
+      },
+      {"Options.scale"});
   // Without the scale the same call runs.
-  CHECK_NOTHROW(ak::attention(spec, q.cview(), k.cview(), v.cview(), o.view,
+  CHECK_NOTHROW(ak::attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view,
                               ak::Options{}.with_lse(lse.data())));
 }

@@ -18,31 +18,21 @@
 #include <attnkit/simd/simd.hpp>
 #include <attnkit/spec.hpp>
 #include <catch2/catch_test_macros.hpp>
-#include <catch2/matchers/catch_matchers_exception.hpp>
 #include <catch2/matchers/catch_matchers_floating_point.hpp>
-#include <catch2/matchers/catch_matchers_string.hpp>
 #include <cmath>
 #include <limits>
 #include <random>
-#include <sstream>
 #include <string>
-#include <type_traits>
 #include <vector>
 
-#include "support/attention_runner.hpp"
+#include "support/error_checks.hpp"
+#include "support/reference_check.hpp"
+#include "support/test_names.hpp"
 
-namespace ak = attnkit;
 using ak::Alibi;
 using ak::Causal;
-using ak::Index;
-using ak::SlidingWindow;
 using ak::test::Case;
-using ak::test::Layout;
-using ak::test::Tensor;
-using Catch::Matchers::ContainsSubstring;
-using Catch::Matchers::MessageMatches;
 using Catch::Matchers::WithinRel;
-namespace tol = ak::test::tol;
 
 namespace {
 
@@ -71,65 +61,13 @@ std::vector<double> get_slopes(int n) {
   return r;
 }
 
-std::string describe(const Case& c) {
-  std::ostringstream s;
-  s << "B" << c.batch << " Hq" << c.q_heads << " Hkv" << c.kv_heads << " Lq" << c.q_len << " Lk"
-    << c.kv_len << " d" << c.dim << " " << ak::test::name(c.layout) << " threads " << c.threads
-    << " q_offset " << (c.q_offset ? std::to_string(*c.q_offset) : "default");
-  return s.str();
-}
-
-// attention() against reference::attention() on one Case, as in
-// test_attention_normalizers.cpp: softmax outputs (convex combinations of V) within
+// attention() against reference::attention() on one Case, with the named tolerances of
+// support/reference_check.hpp (as in test_attention_normalizers.cpp): softmax outputs within
 // tol::kF32 and LSE within tol::kLseF32 (+ eps |lse|); a Sigmoid output is an unnormalized
 // sum, within tol::kF32 times its magnitude sum_j w_ij |v_j| (the reference on |V|).
 template <class T = float, class Spec>
-void check(const std::string& what, const Spec& spec, const Case& c, std::uint32_t seed = 5) {
-  constexpr bool kSigmoid = std::is_same_v<typename Spec::Normalizer, ak::Sigmoid>;
-  INFO(what << ", " << describe(c) << (std::is_same_v<T, float> ? ", f32" : ", bf16"));
-  const Index dv = c.dv();
-  Tensor<T> q(c.layout, c.batch, c.q_heads, c.q_len, c.dim);
-  Tensor<T> k(c.layout, c.batch, c.kv_heads, c.kv_len, c.dim);
-  Tensor<T> v(c.layout, c.batch, c.kv_heads, c.kv_len, dv);
-  Tensor<T> v_abs(c.layout, c.batch, c.kv_heads, c.kv_len, dv);
-  q.randomize(seed);
-  k.randomize(seed + 1);
-  v.randomize(seed + 2);
-  v_abs.randomize(seed + 2);
-  v_abs.for_each([](T& x) { x = T(std::abs(float(x))); });
-  Tensor<float> o(c.layout, c.batch, c.q_heads, c.q_len, dv);
-  Tensor<double> expected(Layout::Bhsd, c.batch, c.q_heads, c.q_len, dv);
-  Tensor<double> magnitude(Layout::Bhsd, c.batch, c.q_heads, c.q_len, dv);
-  const auto rows = static_cast<std::size_t>(c.rows());
-  std::vector<float> lse(rows, 42.f), lse_expected(rows, 42.f);
-  ak::Options options = c.options(), ref_options = c.options();
-  if constexpr (!kSigmoid) {
-    options = options.with_lse(lse.data());
-    ref_options = ref_options.with_lse(lse_expected.data());
-  }
-  ak::attention(spec, q.cview(), k.cview(), v.cview(), o.view, options);
-  ak::reference::attention(spec, q.cview(), k.cview(), v.cview(), expected.view, ref_options);
-  ak::reference::attention(spec, q.cview(), k.cview(), v_abs.cview(), magnitude.view, c.options());
-
-  double worst = 0.0, worst_lse = 0.0;  // error / allowed error
-  for (Index b = 0; b < c.batch; ++b)
-    for (Index h = 0; h < c.q_heads; ++h)
-      for (Index r = 0; r < c.q_len; ++r) {
-        for (Index x = 0; x < dv; ++x) {
-          const double allowed =
-              tol::kF32 * (kSigmoid ? std::max(1.0, magnitude.view.row(b, h, r)[x]) : 1.0);
-          const double d = std::abs(double(o.view.row(b, h, r)[x]) - expected.view.row(b, h, r)[x]);
-          worst = std::isnan(d) ? HUGE_VAL : std::max(worst, d / allowed);
-        }
-        const auto at = static_cast<std::size_t>((b * c.q_heads + h) * c.q_len + r);
-        const double e = lse_expected[at], g = lse[at];
-        const double d = e == g ? 0.0 : std::abs(g - e);  // equal infinities: 0
-        const double ratio =
-            d / (tol::kLseF32 + std::numeric_limits<float>::epsilon() * std::abs(e));
-        worst_lse = std::isnan(ratio) ? HUGE_VAL : std::max(worst_lse, ratio);
-      }
-  CHECK(worst <= 1.0);
-  CHECK(worst_lse <= 1.0);
+void check(const std::string& what, const Spec& spec, const Case& c) {
+  ak::test::check_attention<T>(what, spec, c, 5);
 }
 
 // Slopes of the grid for `heads` query heads: the authors', and a hand-made set with a
@@ -154,7 +92,7 @@ void check_grid(const Case& c) {
       };
       run("Full", ak::Full{});
       run("Causal", Causal{});
-      run("Causal & SlidingWindow{40, 0}", Causal{} & SlidingWindow{40, 0});
+      run("Causal & SlidingWindow{40, 0}", Causal{} & ak::SlidingWindow{40, 0});
     }
   }
 }
@@ -216,49 +154,24 @@ TEST_CASE("Alibi: apply_tile equals modify at any tile position", "[alibi]") {
 }
 
 TEST_CASE("Alibi: attention matches the reference on ragged square shapes", "[alibi][attention]") {
-  Case c;
-  c.q_len = c.kv_len = 77;
-  c.dim = 32;
-  c.layout = Layout::Bhsd;
+  const Case c = Case{}.lengths(77, 77).dims(32).laid_out(Layout::Bhsd);
   check_grid(c);
-  c.q_len = c.kv_len = 1;  // one query, one key
-  c.threads = 1;
-  check_grid(c);
+  check_grid(Case{c}.lengths(1, 1).on_threads(1));  // one query, one key
 }
 
 TEST_CASE("Alibi: attention matches the reference with Lq != Lk, q_offset and GQA",
           "[alibi][attention][gqa]") {
-  Case c;
-  c.q_heads = 4;
-  c.kv_heads = 2;
-  c.dim = 32;
-  c.q_len = 70;
-  c.kv_len = 300;  // two key tiles; bottom-right: the queries sit at the end
-  c.threads = 1;
-  check_grid(c);
-  c.q_heads = 3;
-  c.kv_heads = 1;
-  c.q_len = 50;
-  c.kv_len = 30;
-  c.q_offset = -9;  // under Causal, rows 0..8 see no key; under Full, negative positions
-  c.threads = 2;
-  check_grid(c);
-  c.q_heads = 6;
-  c.kv_heads = 3;
-  c.dim = 128;
-  c.q_len = 33;
-  c.kv_len = 70;
-  c.q_offset = 5;  // queries in the middle of the keys: both signs of i - j under Full
-  check_grid(c);
+  // two key tiles; bottom-right: the queries sit at the end
+  check_grid(Case{}.lengths(70, 300).heads(4, 2).dims(32).on_threads(1));
+  // under Causal, rows 0..8 see no key; under Full, negative positions
+  check_grid(Case{}.lengths(50, 30).heads(3, 1).dims(32).at_offset(-9));
+  // queries in the middle of the keys: both signs of i - j under Full
+  check_grid(Case{}.lengths(33, 70).heads(6, 3).dims(128).at_offset(5));
 }
 
 TEST_CASE("Alibi: attention matches the reference with bf16 storage", "[alibi][attention][bf16]") {
   // Inputs are rounded to bf16 before both read them: the f32 tolerance holds.
-  Case c;
-  c.q_len = c.kv_len = 65;
-  c.dim = 32;
-  c.q_heads = 4;
-  c.kv_heads = 2;
+  Case c = Case{}.lengths(65, 65).heads(4, 2).dims(32);
   check_grid<Eigen::bfloat16>(c);
   c.threads = 1;
   check_grid<Eigen::bfloat16>(c);
@@ -272,12 +185,8 @@ TEST_CASE("Alibi: with q = 0 the softmax weights depend only on i - j",
   // LSE is log sum_d e^(-m d) -- the same for every row: the authors' slope * j form would
   // shift each row's LSE by slope * i.
   constexpr Index kWindow = 24;
-  Case c;
-  c.q_heads = 4;
-  c.kv_heads = 2;
-  c.q_len = 40;
-  c.kv_len = 96;  // bottom-right: the first query is at position 56 >= kWindow
-  c.dim = 32;
+  // bottom-right: the first query is at position 56 >= kWindow
+  Case c = Case{}.lengths(40, 96).heads(4, 2).dims(32);
   c.value_dim = c.kv_len;
   c.layout = Layout::Bhsd;
   const std::vector<double> slopes = get_slopes(int(c.q_heads));
@@ -290,9 +199,10 @@ TEST_CASE("Alibi: with q = 0 the softmax weights depend only on i - j",
   Tensor<float> o(c.layout, c.batch, c.q_heads, c.q_len, c.kv_len);
   std::vector<float> lse(static_cast<std::size_t>(c.rows()));
   for (const int threads : {1, 2}) {
-    ak::attention(ak::make_spec(Causal{} & SlidingWindow{kWindow, 0}, Alibi::standard(c.q_heads)),
-                  q.cview(), k.cview(), v.cview(), o.view,
-                  ak::Options{}.with_threads(threads).with_lse(lse.data()));
+    ak::attention(
+        ak::make_spec(Causal{} & ak::SlidingWindow{kWindow, 0}, Alibi::standard(c.q_heads)),
+        q.cview(), k.cview(), v.cview(), o.view,
+        ak::Options{}.with_threads(threads).with_lse(lse.data()));
     for (Index h = 0; h < c.q_heads; ++h) {
       double sum = 0.0;
       for (Index d = 0; d <= kWindow; ++d) sum += std::exp(-slopes[std::size_t(h)] * double(d));
@@ -321,11 +231,7 @@ TEST_CASE("Alibi: with q = 0 the softmax weights depend only on i - j",
 
 TEST_CASE("Alibi: slopes of the wrong size or not finite throw, and nothing is written",
           "[alibi][errors]") {
-  Case c;
-  c.q_heads = 4;
-  c.kv_heads = 2;
-  c.q_len = c.kv_len = 20;
-  c.dim = 32;
+  Case c = Case{}.lengths(20, 20).heads(4, 2).dims(32);
   Tensor<float> q(c.layout, c.batch, c.q_heads, c.q_len, c.dim);
   Tensor<float> k(c.layout, c.batch, c.kv_heads, c.kv_len, c.dim);
   Tensor<float> v(c.layout, c.batch, c.kv_heads, c.kv_len, c.dim);
@@ -333,28 +239,22 @@ TEST_CASE("Alibi: slopes of the wrong size or not finite throw, and nothing is w
   k.randomize(2);
   v.randomize(3);
   Tensor<float> o(c.layout, c.batch, c.q_heads, c.q_len, c.dim);
-  o.for_each([](float& x) { x = 42.f; });
+  o.fill(42.f);
   std::vector<float> lse(static_cast<std::size_t>(c.rows()), 7.f);
   const auto options = ak::Options{}.with_lse(lse.data());
   for (const Index heads : {Index{2}, Index{8}}) {
     const auto spec = ak::make_spec(Causal{}, Alibi::standard(heads));
     INFO("slopes for " << heads << " heads, 4 query heads");
-    CHECK_THROWS_MATCHES(ak::attention(spec, q.cview(), k.cview(), v.cview(), o.view, options),
-                         ak::Error,
-                         MessageMatches(ContainsSubstring("Alibi.slopes.size()") &&
-                                        ContainsSubstring("q_heads = 4")));
-    CHECK_THROWS_MATCHES(
-        ak::reference::attention(spec, q.cview(), k.cview(), v.cview(), o.view, options), ak::Error,
-        MessageMatches(ContainsSubstring("Alibi.slopes.size()")));
+    ak::test::check_error(
+        [&] { ak::attention(spec, q.cview(), k.cview(), v.cview(), o.view, options); },
+        {"Alibi.slopes.size()", "q_heads = 4"});
+    ak::test::check_refused(
+        [&] { ak::reference::attention(spec, q.cview(), k.cview(), v.cview(), o.view, options); },
+        {"Alibi.slopes.size()"}, {&lse}, 7.f);
   }
-  CHECK(std::all_of(lse.begin(), lse.end(), [](float x) { return x == 7.f; }));
-  bool intact = true;
-  o.for_each([&](float& x) { intact = intact && x == 42.f; });
-  CHECK(intact);
+  CHECK(o.holds(42.f));
 
-  CHECK_THROWS_MATCHES(Alibi({0.5f, std::numeric_limits<float>::quiet_NaN()}), ak::Error,
-                       MessageMatches(ContainsSubstring("Alibi.slopes[1]")));
-  CHECK_THROWS_MATCHES(Alibi({std::numeric_limits<float>::infinity()}), ak::Error,
-                       MessageMatches(ContainsSubstring("Alibi.slopes[0]")));
+  ak::test::check_error([] { (void)Alibi({0.5f, ak::test::kNaN}); }, {"Alibi.slopes[1]"});
+  ak::test::check_error([] { (void)Alibi({ak::test::kInf}); }, {"Alibi.slopes[0]"});
   CHECK_THROWS_AS(Alibi::standard(0), ak::Error);
 }

@@ -8,11 +8,7 @@
 #include <catch2/catch_test_macros.hpp>
 
 #include "support/attnkit_test.hpp"
-
-namespace ak = attnkit;
-using ak::Index;
-using ak::test::Layout;
-using ak::test::Tensor;
+#include "support/test_names.hpp"
 
 namespace {
 

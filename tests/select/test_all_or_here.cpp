@@ -23,30 +23,21 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <limits>
 #include <random>
-#include <sstream>
 #include <string>
-#include <type_traits>
 #include <vector>
 
-#include "support/attention_runner.hpp"
+#include "support/reference_check.hpp"
+#include "support/test_names.hpp"
 
-namespace ak = attnkit;
 using ak::AhaRoutes;
 using ak::Causal;
-using ak::Index;
 using ak::Range;
 using ak::SlidingWindow;
 using ak::TileKind;
 using ak::test::Case;
-using ak::test::Layout;
-using ak::test::Tensor;
-namespace tol = ak::test::tol;
 
 namespace {
-
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // The routing written out as an element mask (absolute positions; row = i - q_offset).
 struct AhaMask {
@@ -58,14 +49,6 @@ struct AhaMask {
   }
 };
 
-std::string describe(const Case& c, Index window, const AhaRoutes& routes) {
-  std::ostringstream s;
-  s << "B" << c.batch << " Hq" << c.q_heads << " Hkv" << c.kv_heads << " Lq" << c.q_len << " Lk"
-    << c.kv_len << " d" << c.dim << " " << ak::test::name(c.layout) << " threads " << c.threads
-    << " q_offset " << c.offset() << " window " << window << " full " << routes.full_fraction();
-  return s.str();
-}
-
 // Boolean routes, each full with probability p_full.
 AhaRoutes random_routes(const Case& c, double p_full, std::uint32_t seed) {
   std::mt19937 rng(seed);
@@ -75,114 +58,46 @@ AhaRoutes random_routes(const Case& c, double p_full, std::uint32_t seed) {
   return AhaRoutes(c.batch, c.q_len, c.q_heads, std::move(r));
 }
 
-std::vector<float> random_gates(Index n, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> g(0.f, 2.f);
-  std::vector<float> gates(static_cast<std::size_t>(n));
-  for (auto& x : gates) x = g(rng);
-  return gates;
+// Every route full, or every route here.
+AhaRoutes uniform_routes(const Case& c, bool full) {
+  return AhaRoutes(c.batch, c.q_len, c.q_heads,
+                   std::vector<unsigned char>(static_cast<std::size_t>(c.rows()), full ? 1 : 0));
 }
 
-template <class T>
-struct Inputs {
-  Tensor<T> q, k, v, v_abs;
-  Inputs(const Case& c, std::uint32_t seed)
-      : q(c.layout, c.batch, c.q_heads, c.q_len, c.dim),
-        k(c.layout, c.batch, c.kv_heads, c.kv_len, c.dim),
-        v(c.layout, c.batch, c.kv_heads, c.kv_len, c.dv()),
-        v_abs(c.layout, c.batch, c.kv_heads, c.kv_len, c.dv()) {
-    q.randomize(seed, c.stddev);
-    k.randomize(seed + 1, c.stddev);
-    v.randomize(seed + 2);
-    v_abs.randomize(seed + 2);
-    v_abs.for_each([](T& x) { x = T(std::abs(float(x))); });
-  }
-};
+// Gate logits N(0, 4): sigmoid(g) spreads over (0, 1) around every threshold tested.
+std::vector<float> random_gates(Index n, std::uint32_t seed) {
+  return ak::test::random_values(static_cast<std::size_t>(n), seed, 2.0);
+}
 
 // all_or_here()'s output [B, Hq, Lq, Dv] (Bhsd) and row statistic on the inputs of c.
-struct Result {
-  std::vector<float> out, stat;
-};
-
 template <class T = float, class Spec>
-Result run_aha(const Spec& spec, const Case& c, const AhaRoutes& routes, Index window,
-               std::uint32_t seed = 11) {
-  constexpr bool kHasStat =
-      ak::detail::row_stat_kind<typename Spec::Normalizer>() != ak::RowStat::None;
-  const Inputs<T> in(c, seed);
-  Tensor<float> o(Layout::Bhsd, c.batch, c.q_heads, c.q_len, c.dv());
-  Result r;
-  r.stat.assign(static_cast<std::size_t>(c.rows()), 42.f);
-  ak::Options options = c.options();
-  if constexpr (kHasStat) options = options.with_lse(r.stat.data());
-  ak::all_or_here(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view, routes, window, options);
-  r.out = std::move(o.memory);
-  return r;
+ak::test::KernelResult run_aha(const Spec& spec, const Case& c, const AhaRoutes& routes,
+                               Index window, std::uint32_t seed = 11) {
+  const ak::test::Inputs<T> in(c, seed);
+  return ak::test::run_into<Spec>(c, [&](const ak::View<float>& o, const ak::Options& options) {
+    ak::all_or_here(spec, in.q.cview(), in.k.cview(), in.v.cview(), o, routes, window, options);
+  });
 }
 
-// all_or_here(spec) against reference::attention(spec + AhaMask). Softmax / SoftplusL1 rows
-// are convex combinations of V: absolute tol::kF32; Sigmoid rows are unnormalized sums,
-// their tolerance scales with the reference on |V| (as in test_attention_normalizers.cpp).
+// all_or_here(spec) against reference::attention(spec + AhaMask), with the named tolerances of
+// support/reference_check.hpp (Softmax / SoftplusL1 rows convex combinations of V, Sigmoid
+// rows per unit of magnitude), the LSE within tol::kLseF32 + 1e-5 |lse|.
 template <class T = float, class Score, class N>
 void check(const std::string& what, const Score& score, const N& n, const Case& c,
            const AhaRoutes& routes, Index window, std::uint32_t seed = 11) {
-  constexpr bool kHasStat = ak::detail::row_stat_kind<N>() != ak::RowStat::None;
-  constexpr bool kSigmoid = std::is_same_v<N, ak::Sigmoid>;
-  INFO(what << ", " << describe(c, window, routes)
-            << (std::is_same_v<T, float> ? ", f32" : ", bf16"));
+  INFO(what << ", " << ak::test::describe(c) << " window " << window << " full "
+            << routes.full_fraction() << ", " << ak::test::storage_name<T>());
   const AhaMask mask{&routes, window, c.offset()};
   const auto spec = ak::make_spec(score, n);
-  const auto ref_spec = ak::make_spec(score, n, mask);
-  const Inputs<T> in(c, seed);
-  const Index dv = c.dv();
-  Tensor<float> o(c.layout, c.batch, c.q_heads, c.q_len, dv);
-  o.for_each([](float& x) { x = std::numeric_limits<float>::quiet_NaN(); });
-  Tensor<double> expected(Layout::Bhsd, c.batch, c.q_heads, c.q_len, dv);
-  Tensor<double> magnitude(Layout::Bhsd, c.batch, c.q_heads, c.q_len, dv);
-  const auto rows = static_cast<std::size_t>(c.rows());
-  std::vector<float> stat(rows, 42.f), stat_expected(rows, 42.f);
-  ak::Options options = c.options(), ref_options = c.options();
-  if constexpr (kHasStat) {
-    options = options.with_lse(stat.data());
-    ref_options = ref_options.with_lse(stat_expected.data());
-  }
-  ak::all_or_here(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view, routes, window, options);
-  ak::reference::attention(ref_spec, in.q.cview(), in.k.cview(), in.v.cview(), expected.view,
-                           ref_options);
-  if constexpr (kSigmoid)
-    ak::reference::attention(ref_spec, in.q.cview(), in.k.cview(), in.v_abs.cview(), magnitude.view,
-                             c.options());
-
-  double worst = 0.0, worst_stat = 0.0;  // error / allowed error
-  Index empty = 0;
-  bool empty_exact = true;
-  for (Index b = 0; b < c.batch; ++b)
-    for (Index h = 0; h < c.q_heads; ++h)
-      for (Index r = 0; r < c.q_len; ++r) {
-        const float* got = o.view.row(b, h, r);
-        for (Index x = 0; x < dv; ++x) {
-          const double allowed =
-              tol::kF32 * (kSigmoid ? std::max(1.0, magnitude.view.row(b, h, r)[x]) : 1.0);
-          const double d = std::abs(double(got[x]) - expected.view.row(b, h, r)[x]);
-          worst = std::isnan(d) ? HUGE_VAL : std::max(worst, d / allowed);
-        }
-        const auto at = static_cast<std::size_t>((b * c.q_heads + h) * c.q_len + r);
-        if constexpr (kHasStat) {
-          const double e = stat_expected[at], g = stat[at];
-          const double d = e == g ? 0.0 : std::abs(g - e);
-          const double allowed = tol::kLseF32 + 1e-5 * std::abs(e);
-          worst_stat = std::isnan(d) ? HUGE_VAL : std::max(worst_stat, d / allowed);
-        }
-        if (r + c.offset() >= 0) continue;  // a row before key 0 sees nothing
-        ++empty;
-        empty_exact = empty_exact && std::all_of(got, got + dv, [](float x) { return x == 0.f; });
-        if constexpr (std::is_same_v<N, ak::Softmax>)
-          empty_exact = empty_exact && stat[at] == kNegInf && stat_expected[at] == kNegInf;
-      }
-  INFO("rows that see no key: " << empty);
-  CHECK(worst <= 1.0);
-  CHECK(worst_stat <= 1.0);
-  CHECK(empty_exact);
+  const ak::test::Inputs<T> in(c, seed);
+  ak::test::Tolerance t;
+  t.lse_rel = 1e-5;
+  ak::test::check_agreement(ak::test::agreement(
+      ak::make_spec(score, n, mask), c, in,
+      [&](const ak::View<float>& o, const ak::Options& options) {
+        ak::all_or_here(spec, in.q.cview(), in.k.cview(), in.v.cview(), o, routes, window, options);
+      },
+      t));
 }
 
 // One Case over the grid of normalizers and scores, with routes of several densities.
@@ -204,24 +119,14 @@ TEST_CASE("all_or_here: matches the reference routing mask on ragged square shap
           "[select][aha]") {
   for (const Index len : {1, 37, 130, 200})
     for (const Layout layout : {Layout::Bshd, Layout::Bhsd}) {
-      Case c;
-      c.q_len = c.kv_len = len;
-      c.dim = 32;
-      c.layout = layout;
-      c.threads = 1;
+      Case c = Case{}.lengths(len, len).dims(32).laid_out(layout).on_threads(1);
       check_grid(c, 16, static_cast<std::uint32_t>(len));
     }
 }
 
 TEST_CASE("all_or_here: matches the reference with GQA, two batches, d 64, two threads",
           "[select][aha]") {
-  Case c;
-  c.batch = 2;
-  c.q_heads = 4;
-  c.kv_heads = 2;
-  c.q_len = c.kv_len = 150;
-  c.dim = 64;
-  c.value_dim = 40;
+  Case c = Case{}.lengths(150, 150).heads(4, 2).dims(64, 40).batches(2);
   check_grid(c, 33, 3);
   c.threads = 1;
   check_grid(c, 1, 4);  // a window of one: the query's own key only
@@ -229,12 +134,7 @@ TEST_CASE("all_or_here: matches the reference with GQA, two batches, d 64, two t
 
 TEST_CASE("all_or_here: matches the reference with Lq != Lk and q_offset, rows seeing nothing",
           "[select][aha]") {
-  Case c;
-  c.q_heads = 3;
-  c.kv_heads = 1;
-  c.dim = 32;
-  c.q_len = 40;
-  c.kv_len = 170;
+  Case c = Case{}.lengths(40, 170).heads(3, 1).dims(32);
   check_grid(c, 24, 5);  // bottom-right: queries at 130 .. 169
   c.q_offset = 70;
   check_grid(c, 24, 6);
@@ -247,19 +147,12 @@ TEST_CASE("all_or_here: matches the reference with Lq != Lk and q_offset, rows s
 }
 
 TEST_CASE("all_or_here: matches the reference with bf16 storage", "[select][aha][bf16]") {
-  Case c;
-  c.q_len = c.kv_len = 97;
-  c.dim = 32;
-  c.q_heads = 4;
-  c.kv_heads = 2;
-  c.threads = 1;
+  Case c = Case{}.lengths(97, 97).heads(4, 2).dims(32).on_threads(1);
   check_grid<Eigen::bfloat16>(c, 20, 9);
 }
 
 TEST_CASE("all_or_here: routes from gate logits, default and custom thresholds", "[select][aha]") {
-  Case c;
-  c.q_len = c.kv_len = 120;
-  c.dim = 32;
+  Case c = Case{}.lengths(120, 120).dims(32);
   const auto gates = random_gates(c.batch * c.q_len * c.q_heads, 21);
   for (const float threshold : {0.5f, 0.2f, 0.9f}) {
     INFO("threshold " << threshold);
@@ -285,44 +178,31 @@ TEST_CASE("all_or_here: routes from gate logits, default and custom thresholds",
 }
 
 TEST_CASE("all_or_here: one and two threads give bitwise equal results", "[select][aha]") {
-  Case c;
-  c.q_heads = 4;
-  c.kv_heads = 2;
-  c.q_len = c.kv_len = 300;
-  c.dim = 64;
+  Case c = Case{}.lengths(300, 300).heads(4, 2).dims(64);
   const AhaRoutes routes = random_routes(c, 0.4, 31);
   const auto spec = ak::make_spec(ak::Softmax{});
   c.threads = 1;
-  const Result one = run_aha(spec, c, routes, 50);
+  const auto one = run_aha(spec, c, routes, 50);
   c.threads = 2;
-  const Result two = run_aha(spec, c, routes, 50);
+  const auto two = run_aha(spec, c, routes, 50);
   REQUIRE(one.out.size() == two.out.size());
   CHECK(std::memcmp(one.out.data(), two.out.data(), one.out.size() * sizeof(float)) == 0);
-  CHECK(std::memcmp(one.stat.data(), two.stat.data(), one.stat.size() * sizeof(float)) == 0);
+  CHECK(std::memcmp(one.lse.data(), two.lse.data(), one.lse.size() * sizeof(float)) == 0);
 }
 
 TEST_CASE("all_or_here: every route full equals causal attention", "[select][aha]") {
-  Case c;
-  c.q_heads = 2;
-  c.q_len = 100;
-  c.kv_len = 180;
-  c.dim = 32;
-  const AhaRoutes routes(c.batch, c.q_len, c.q_heads,
-                         std::vector<unsigned char>(static_cast<std::size_t>(c.rows()), 1));
+  const Case c = Case{}.lengths(100, 180).heads(2, 1).dims(32);
+  const AhaRoutes routes = uniform_routes(c, true);
   CHECK(routes.full_fraction() == 1.0);
   const auto aha = run_aha(ak::make_spec(ak::Softmax{}), c, routes, 7);
   const auto dense = ak::test::run_kernel(ak::make_spec(Causal{}), c, 11);
   CHECK(ak::test::max_lse_diff(aha.out, dense.out) <= tol::kF32);
-  CHECK(ak::test::max_lse_diff(aha.stat, dense.lse) <= tol::kLseF32);
+  CHECK(ak::test::max_lse_diff(aha.lse, dense.lse) <= tol::kLseF32);
 }
 
 TEST_CASE("all_or_here: every route here equals a causal sliding window", "[select][aha]") {
-  Case c;
-  c.q_heads = 2;
-  c.q_len = c.kv_len = 200;
-  c.dim = 32;
-  const AhaRoutes routes(c.batch, c.q_len, c.q_heads,
-                         std::vector<unsigned char>(static_cast<std::size_t>(c.rows()), 0));
+  const Case c = Case{}.lengths(200, 200).heads(2, 1).dims(32);
+  const AhaRoutes routes = uniform_routes(c, false);
   CHECK(routes.full_fraction() == 0.0);
   for (const Index window : {1, 5, 64, 256}) {
     INFO("window " << window);
@@ -330,7 +210,7 @@ TEST_CASE("all_or_here: every route here equals a causal sliding window", "[sele
     const auto dense =
         ak::test::run_kernel(ak::make_spec(Causal{} & SlidingWindow{window - 1, 0}), c, 11);
     CHECK(ak::test::max_lse_diff(aha.out, dense.out) <= tol::kF32);
-    CHECK(ak::test::max_lse_diff(aha.stat, dense.lse) <= tol::kLseF32);
+    CHECK(ak::test::max_lse_diff(aha.lse, dense.lse) <= tol::kLseF32);
   }
 }
 
@@ -341,10 +221,9 @@ TEST_CASE("AhaRoutes: full_fraction counts the routes to full attention", "[sele
   CHECK(r.is_full(0, 0, 0));
   CHECK_FALSE(r.is_full(0, 0, 1));
   CHECK(r.is_full(0, 3, 1));
-  Case c;
-  c.batch = 2;
-  c.q_heads = 3;
+  Case c = Case{}.batches(2);
   c.q_len = 77;
+  c.q_heads = 3;
   const AhaRoutes random = random_routes(c, 0.25, 41);
   Index full = 0;
   for (Index b = 0; b < c.batch; ++b)
@@ -364,10 +243,8 @@ TEST_CASE("AhaRoutes: full_fraction agrees with is_full for any nonzero route", 
 // Each gathered call is one head ([1, 1, n, d] views): per-head normalizer parameters must
 // follow the query head it stands for (select::for_head), or the inner call would refuse them.
 TEST_CASE("all_or_here: per-head normalizer parameters follow the query head", "[select][aha]") {
-  Case c;
+  Case c = Case{}.lengths(64, 64).dims(32);
   c.q_heads = 2;
-  c.q_len = c.kv_len = 64;
-  c.dim = 32;
   const AhaRoutes routes = random_routes(c, 0.5, 51);
   check("Sigmoid::per_head", ak::Dot{}, ak::Sigmoid::per_head({-1.f, -2.f}), c, routes, 8);
   check("Softmax::with_sinks", ak::Dot{}, ak::Softmax::with_sinks({0.f, 1.f}), c, routes, 8);
@@ -375,17 +252,12 @@ TEST_CASE("all_or_here: per-head normalizer parameters follow the query head", "
 
 TEST_CASE("all_or_here: refuses bad routes, window and threshold before writing",
           "[select][aha][errors]") {
-  Case c;
-  c.batch = 2;
+  Case c = Case{}.lengths(20, 20).dims(32).batches(2);
   c.q_heads = 2;
-  c.q_len = c.kv_len = 20;
-  c.dim = 32;
-  const Inputs<float> in(c, 3);
+  const ak::test::Inputs<float> in(c, 3);
   Tensor<float> o(c.layout, c.batch, c.q_heads, c.q_len, c.dim);
-  o.for_each([](float& x) { x = 42.f; });
-  const auto untouched = [&] {
-    return std::all_of(o.memory.begin(), o.memory.end(), [](float x) { return x == 42.f; });
-  };
+  o.fill(42.f);
+  const auto untouched = [&] { return o.holds(42.f); };
   const auto spec = ak::make_spec(ak::Softmax{});
   const auto call = [&](const AhaRoutes& routes, Index window) {
     ak::all_or_here(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view, routes, window);
@@ -405,7 +277,7 @@ TEST_CASE("all_or_here: refuses bad routes, window and threshold before writing"
 
   CHECK_THROWS_AS(AhaRoutes(1, 2, 2, {1, 0, 1}), ak::Error);  // size != b * l * h
   const std::vector<float> gates(8, 0.f);
-  for (const float t : {0.f, 1.f, -0.5f, 1.5f, std::numeric_limits<float>::quiet_NaN()}) {
+  for (const float t : {0.f, 1.f, -0.5f, 1.5f, ak::test::kNaN}) {
     INFO("threshold " << t);
     CHECK_THROWS_AS(AhaRoutes::from_gates(gates, 1, 4, 2, t), ak::Error);
   }

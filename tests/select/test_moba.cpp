@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "support/keep_if.hpp"
 #include "support/test_names.hpp"
 
 namespace {
@@ -72,15 +73,13 @@ std::vector<Index> slow_route(const ak::View<const float>& q, const ak::View<con
 }
 
 // The test's own MoBA mask: keep(i, j) = j <= i and block(j) among row i's chosen blocks.
-struct RoutedMask {
-  using slot = ak::MaskSlot;
-  const ak::BlockRoutes* routes;
-  bool keep(Index b, Index h, Index i, Index j) const {
+auto routed_mask(const ak::BlockRoutes* routes) {
+  return ak::test::keep_if([routes](Index b, Index h, Index i, Index j) {
     if (j > i) return false;
     const auto list = routes->chosen(b, h, i - routes->q_offset);
     return std::find(list.begin(), list.end(), j / routes->block) != list.end();
-  }
-};
+  });
+}
 
 struct Inputs {
   Tensor<float> q, k, v;
@@ -146,7 +145,7 @@ TEST_CASE("moba_attention: equals the reference under each row's own chosen bloc
   const auto options = options_for(c);
   ak::moba_attention(ak::make_spec(), in.q.cview(), in.k.cview(), in.v.cview(), o.view, routes,
                      c.block, options.with_lse(lse.data()));
-  ak::reference::attention(ak::make_spec(RoutedMask{&routes}), in.q.cview(), in.k.cview(),
+  ak::reference::attention(ak::make_spec(routed_mask(&routes)), in.q.cview(), in.k.cview(),
                            in.v.cview(), reference_out, options.with_lse(lse_ref.data()));
   CHECK_THAT(ak::test::max_abs_diff(o.cview(), reference_out), WithinAbs(0.0, tol::kF32));
   CHECK_THAT(ak::test::max_lse_diff(lse, lse_ref), WithinAbs(0.0, tol::kLseF32));
@@ -165,7 +164,7 @@ TEST_CASE("moba_attention: bf16 storage and a soft-capped score match the refere
   const auto reference_out = ak::bhsd(expected.data(), 1, c.hq, c.lq, c.d);
   ak::moba_attention(ak::make_spec(ak::Softcap{5.f}), q.cview(), k.cview(), v.cview(), o.view,
                      routes, c.block);
-  ak::reference::attention(ak::make_spec(ak::Softcap{5.f}, RoutedMask{&routes}), q.cview(),
+  ak::reference::attention(ak::make_spec(ak::Softcap{5.f}, routed_mask(&routes)), q.cview(),
                            k.cview(), v.cview(), reference_out);
   CHECK_THAT(ak::test::max_abs_diff(o.cview(), reference_out), WithinAbs(0.0, tol::kBf16));
 }

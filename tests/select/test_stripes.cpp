@@ -11,11 +11,8 @@
 #include <vector>
 
 #include "support/attnkit_test.hpp"
-
-namespace ak = attnkit;
-using ak::Index;
-using ak::test::Layout;
-using ak::test::Tensor;
+#include "support/keep_if.hpp"
+#include "support/test_names.hpp"
 
 namespace {
 
@@ -108,17 +105,16 @@ SlowSelection slow_select(const ak::View<float>& q, const ak::View<float>& k,
 }
 
 // keep(b, h, i, j) = j <= i && (j in init or j in local(i) or j kept by i's big block).
-struct TestStripeMask {
-  using slot = ak::MaskSlot;
-  const ak::StripeSelection* sel;
-  bool keep(Index b, Index h, Index i, Index j) const {
+auto stripe_mask(const ak::StripeSelection* sel) {
+  return ak::test::keep_if([sel](Index b, Index h, Index i, Index j) {
     if (j > i) return false;
     const Index g = (i - sel->q_offset) / (sel->params.block * sel->params.step);
     const Regions reg = regions_of(sel->params, sel->q_offset, sel->kv_len, g);
     if (j < reg.init_end || j >= reg.local_begin) return true;
     return std::find(sel->kept_begin(b, h, g), sel->kept_end(b, h, g), j) != sel->kept_end(b, h, g);
-  }
-};
+  });
+}
+using TestStripeMask = decltype(stripe_mask(nullptr));
 
 struct Inputs {
   Tensor<float> q, k, v;
@@ -205,7 +201,7 @@ TEST_CASE("stripe_attention: equals the reference under the selection's mask",
   const auto options = ak::Options{}.with_threads(threads);
   ak::stripe_attention(ak::make_spec(), in.q.cview(), in.k.cview(), in.v.cview(), o.view, sel,
                        options.with_lse(lse.data()));
-  const auto masked = ak::AttentionSpec<ak::Dot, TestStripeMask>{{}, TestStripeMask{&sel}, {}, {}};
+  const auto masked = ak::AttentionSpec<ak::Dot, TestStripeMask>{{}, stripe_mask(&sel), {}, {}};
   ak::reference::attention(masked, in.q.cview(), in.k.cview(), in.v.cview(), want,
                            options.with_lse(lse_want.data()));
   CHECK(ak::test::max_abs_diff(o.cview(), ak::View<const double>(want)) < ak::test::tol::kF32);
@@ -241,7 +237,7 @@ TEST_CASE("stripe_recall: the softmax mass on the selected columns, per row", "[
   const int threads = GENERATE(1, 2);
   const ak::StripeRecall recall =
       ak::stripe_recall(in.q.cview(), in.k.cview(), sel, ak::Options{}.with_threads(threads));
-  const TestStripeMask mask{&sel};
+  const TestStripeMask mask = stripe_mask(&sel);
   const Index offset = shape.kv_len - shape.q_len;
   double total = 0;
   for (Index h = 0; h < shape.q_heads; ++h)

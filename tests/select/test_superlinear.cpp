@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "support/keep_if.hpp"
 #include "support/test_names.hpp"
 
 namespace {
@@ -69,10 +70,8 @@ std::vector<Index> slow_spans(const ak::View<const float>& r, const ak::View<con
 }
 
 // The test's own mask: j <= i, and j in a span [a - w/2, a - w/2 + w) of row i or its window.
-struct SpanMask {
-  using slot = ak::MaskSlot;
-  const ak::SpanSelection* sel;
-  bool keep(Index b, Index h, Index i, Index j) const {
+auto span_mask(const ak::SpanSelection* sel) {
+  return ak::test::keep_if([sel](Index b, Index h, Index i, Index j) {
     if (j > i) return false;
     if (j > i - sel->window) return true;
     const Index row = i - sel->q_offset;
@@ -80,8 +79,8 @@ struct SpanMask {
     for (Index t = 0; t < sel->count(b, h, row); ++t)
       if (j >= a[t] - sel->span / 2 && j < a[t] - sel->span / 2 + sel->span) return true;
     return false;
-  }
-};
+  });
+}
 
 struct Inputs {
   Tensor<float> q, k, v, r;
@@ -147,7 +146,7 @@ TEST_CASE("superlinear_attention: equals the reference under each row's own span
   std::vector<float> lse(static_cast<std::size_t>(c.hq * c.lq)), lse_ref(lse.size());
   ak::superlinear_attention(ak::make_spec(), in.q.cview(), in.k.cview(), in.v.cview(), o.view, sel,
                             options.with_lse(lse.data()));
-  ak::reference::attention(ak::make_spec(SpanMask{&sel}), in.q.cview(), in.k.cview(), in.v.cview(),
+  ak::reference::attention(ak::make_spec(span_mask(&sel)), in.q.cview(), in.k.cview(), in.v.cview(),
                            reference_out, options.with_lse(lse_ref.data()));
   CHECK_THAT(ak::test::max_abs_diff(o.cview(), reference_out), WithinAbs(0.0, tol::kF32));
   CHECK_THAT(ak::test::max_lse_diff(lse, lse_ref), WithinAbs(0.0, tol::kLseF32));
@@ -165,7 +164,7 @@ TEST_CASE("superlinear_attention: bf16 storage and a soft-capped score match the
   const auto reference_out = ak::bhsd(expected.data(), 1, c.hq, c.lq, c.d);
   ak::superlinear_attention(ak::make_spec(ak::Softcap{5.f}), q.cview(), k.cview(), v.cview(),
                             o.view, sel);
-  ak::reference::attention(ak::make_spec(ak::Softcap{5.f}, SpanMask{&sel}), q.cview(), k.cview(),
+  ak::reference::attention(ak::make_spec(ak::Softcap{5.f}, span_mask(&sel)), q.cview(), k.cview(),
                            v.cview(), reference_out);
   CHECK_THAT(ak::test::max_abs_diff(o.cview(), reference_out), WithinAbs(0.0, tol::kBf16));
 }

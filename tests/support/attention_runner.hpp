@@ -10,40 +10,13 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <optional>
 #include <utility>
 #include <vector>
 
 #include "support/attnkit_test.hpp"
+#include "support/case.hpp"
 
 namespace attnkit::test {
-
-/// One shape of a kernel test: sizes, layout, threads and the query offset.
-struct Case {
-  Index batch = 1, q_heads = 2, kv_heads = 1;
-  Index q_len = 0, kv_len = 0, dim = 64, value_dim = 0;  // value_dim 0: same as dim
-  Layout layout = Layout::Bshd;
-  int threads = 2;
-  std::optional<Index> q_offset;  // default kv_len - q_len (bottom-right)
-  float stddev = 1.f;
-
-  Index dv() const { return value_dim > 0 ? value_dim : dim; }
-  Index rows() const { return batch * q_heads * q_len; }
-  Index offset() const { return q_offset ? *q_offset : kv_len - q_len; }
-  Options options() const {
-    Options o = Options{}.with_threads(threads);
-    o.q_offset = q_offset;
-    return o;
-  }
-};
-
-/// The largest differences between kernel and reference, and the rows that see no key.
-struct Outcome {
-  double out_err = 0, lse_err = 0;
-  bool padding_intact = true;    // the output's padding still holds NaN: nothing wrote there
-  Index empty_rows = 0;          // rows whose reference LSE is -inf (they see no key)
-  bool empty_rows_exact = true;  // each such row is exactly 0 with LSE -inf in the kernel too
-};
 
 /// Runs the kernel and the reference on the same random inputs (storage type T; the
 /// reference reads the same rounded values) and compares them.
@@ -87,11 +60,21 @@ Outcome run_case(const Spec& spec, const Case& c, std::uint32_t seed = 7) {
   return r;
 }
 
-/// attention()'s output [B, Hq, Lq, Dv] (row-major) and LSE [B, Hq, Lq] for one Case; compare
-/// two with max_lse_diff (NaN counts as infinity, equal infinities as 0).
-struct KernelResult {
-  std::vector<float> out, lse;
-};
+/// call(o, options) into a Bhsd output, with the row statistic (42 where nothing is written)
+/// when the normalizer has one; `options` are c.options() and the statistic's buffer.
+template <class Spec, class Call>
+KernelResult run_into(const Case& c, Call&& call) {
+  Tensor<float> o(Layout::Bhsd, c.batch, c.q_heads, c.q_len, c.dv());
+  KernelResult r;
+  Options options = c.options();
+  if constexpr (detail::row_stat_kind<typename Spec::Normalizer>() != RowStat::None) {
+    r.lse.assign(static_cast<std::size_t>(c.rows()), 42.f);
+    options = options.with_lse(r.lse.data());
+  }
+  call(o.view, options);
+  r.out = std::move(o.memory);
+  return r;
+}
 
 /// Runs only the kernel, on the inputs run_case would draw for the same seed.
 template <class T = float, class Spec>
@@ -99,15 +82,12 @@ KernelResult run_kernel(const Spec& spec, const Case& c, std::uint32_t seed = 7)
   Tensor<T> q(c.layout, c.batch, c.q_heads, c.q_len, c.dim);
   Tensor<T> k(c.layout, c.batch, c.kv_heads, c.kv_len, c.dim);
   Tensor<T> v(c.layout, c.batch, c.kv_heads, c.kv_len, c.dv());
-  Tensor<float> o(Layout::Bhsd, c.batch, c.q_heads, c.q_len, c.dv());
   q.randomize(seed, c.stddev);
   k.randomize(seed + 1, c.stddev);
   v.randomize(seed + 2);
-  KernelResult r;
-  r.lse.resize(static_cast<std::size_t>(c.rows()));
-  attention(spec, q.cview(), k.cview(), v.cview(), o.view, c.options().with_lse(r.lse.data()));
-  r.out = std::move(o.memory);
-  return r;
+  return run_into<Spec>(c, [&](const View<float>& o, const Options& options) {
+    attention(spec, q.cview(), k.cview(), v.cview(), o, options);
+  });
 }
 
 }  // namespace attnkit::test

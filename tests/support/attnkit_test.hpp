@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 namespace attnkit::test {
@@ -19,12 +20,52 @@ inline constexpr double kF32 = 2e-5;     // f32 kernel vs f64 reference, f32 sto
 inline constexpr double kLseF32 = 2e-5;  // LSE (natural log) vs the f64 reference
 inline constexpr double kBf16 = 1.6e-2;  // result rounded to bf16 (8-bit mantissa) storage
 inline constexpr double kHalf = 2e-3;    // result rounded to f16 (11-bit mantissa) storage
+// A row sum (ReluPower's, SoftplusL1's l1 statistic) adds up to Lk positive f32 terms: relative.
+inline constexpr double kRowSumRel = 1e-5;
 }  // namespace tol
 
 enum class Layout { Bhsd, Bshd, Padded };
 
 inline const char* name(Layout l) {
   return l == Layout::Bhsd ? "bhsd" : l == Layout::Bshd ? "bshd" : "padded";
+}
+
+/// "f32", "f64", "bf16" or "f16" (Eigen's 16-bit types by their mantissa, without Eigen).
+template <class T>
+const char* storage_name() {
+  if constexpr (std::is_same_v<T, float>) return "f32";
+  if constexpr (std::is_same_v<T, double>) return "f64";
+  return std::numeric_limits<T>::digits == 8 ? "bf16" : "f16";
+}
+
+/// n values drawn from N(0, stddev^2) by mt19937(seed).
+template <class T = float>
+std::vector<T> random_values(std::size_t n, std::uint32_t seed, double stddev = 1.0) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<T> dist(T(0), T(stddev));
+  std::vector<T> v(n);
+  for (T& x : v) x = dist(rng);
+  return v;
+}
+
+/// Cut points 0 = c_0 < c_1 < ... < c_parts = n of [0, n), the inner ones drawn at random by
+/// mt19937(seed) (parts <= n).
+inline std::vector<Index> random_cuts(Index n, int parts, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<Index> c{0, n};
+  std::uniform_int_distribution<Index> at(1, n - 1);
+  while (static_cast<int>(c.size()) < parts + 1) {
+    const Index x = at(rng);
+    if (std::find(c.begin(), c.end(), x) == c.end()) c.push_back(x);
+  }
+  std::sort(c.begin(), c.end());
+  return c;
+}
+
+/// Whether every element of v equals x (a sentinel a refused call must leave in place).
+template <class T>
+bool all_equal_to(const std::vector<T>& v, T x) {
+  return std::all_of(v.begin(), v.end(), [x](T y) { return y == x; });
 }
 
 /// Owns the memory behind a View<T> in one of the tested layouts.
@@ -61,11 +102,24 @@ struct Tensor {
   }
 
   template <class F>
-  void for_each(F f) {
+  void for_each(F f) const {
     for (Index b = 0; b < view.batch; ++b)
       for (Index h = 0; h < view.heads; ++h)
         for (Index s = 0; s < view.seq; ++s)
           for (Index c = 0; c < view.dim; ++c) f(view.row(b, h, s)[c]);
+  }
+
+  /// Every element (not the padding) set to x.
+  Tensor& fill(T x) {
+    for_each([x](T& y) { y = x; });
+    return *this;
+  }
+
+  /// Whether every element (not the padding) equals x.
+  bool holds(T x) const {
+    bool all = true;
+    for_each([&](const T& y) { all = all && y == x; });
+    return all;
   }
 
   Tensor& randomize(std::uint32_t seed, float stddev = 1.f) {

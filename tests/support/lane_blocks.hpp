@@ -9,7 +9,13 @@
 #include <limits>
 #include <vector>
 
+#include "support/test_names.hpp"
+
 namespace attnkit::test::lanes {
+
+using test::kInf;  // the non-finite constants, for the files that use this namespace
+using test::kNaN;
+using test::kNegInf;
 
 inline constexpr int W = simd::kWidth;  // queries per State, one per lane
 inline constexpr Index kLd = W + 3;     // row stride of a logit block: the lanes, then padding

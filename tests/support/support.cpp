@@ -1,0 +1,85 @@
+// The non-template pieces of tests/support, compiled once for every test executable. It
+// includes no kernel or SIMD header (case.hpp, tolerance.hpp are light), so one object serves
+// the native, x86-64-v2 and ATTNKIT_NO_SIMD builds of the tests alike.
+#include <attnkit/error.hpp>
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_exception.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+#include <cstring>
+#include <sstream>
+#include <string>
+
+#include "support/case.hpp"
+#include "support/error_checks.hpp"
+#include "support/tolerance.hpp"
+
+namespace attnkit::test {
+
+std::string describe(const Case& c) {
+  std::ostringstream s;
+  s << "B" << c.batch << " Hq" << c.q_heads << " Hkv" << c.kv_heads << " Lq" << c.q_len << " Lk"
+    << c.kv_len << " d" << c.dim << " dv" << c.dv() << " " << name(c.layout) << " threads "
+    << c.threads << " q_offset " << c.offset() << (c.q_offset ? "" : " (default)");
+  return s.str();
+}
+
+std::vector<unsigned char> bytes_of(const KernelResult& r) {
+  std::vector<unsigned char> out((r.out.size() + r.lse.size()) * sizeof(float));
+  std::memcpy(out.data(), r.out.data(), r.out.size() * sizeof(float));
+  std::memcpy(out.data() + r.out.size() * sizeof(float), r.lse.data(),
+              r.lse.size() * sizeof(float));
+  return out;
+}
+
+void check_agreement(const Agreement& a) {
+  INFO("rows that see no key: " << a.empty_rows);
+  CHECK(a.out <= 1.0);
+  CHECK(a.stat <= 1.0);
+  CHECK(a.padding_intact);
+  CHECK(a.empty_exact);
+}
+
+void check_outcome(const Outcome& r, double lse_tol) {
+  INFO("rows that see no key: " << r.empty_rows);
+  CHECK(r.out_err <= tol::kF32);
+  CHECK(r.lse_err <= lse_tol);
+  CHECK(r.padding_intact);
+  CHECK(r.empty_rows_exact);  // a row that sees no key: output 0, LSE -inf
+}
+
+namespace {
+
+// The message of an attnkit::Error contains every part.
+class ContainsAll final : public Catch::Matchers::MatcherBase<Error> {
+ public:
+  explicit ContainsAll(std::initializer_list<const char*> parts)
+      : parts_(parts.begin(), parts.end()) {}
+  bool match(const Error& e) const override {
+    const std::string what = e.what();
+    for (const std::string& p : parts_)
+      if (what.find(p) == std::string::npos) return false;
+    return true;
+  }
+  std::string describe() const override {
+    std::string s = "message contains";
+    for (const std::string& p : parts_) s += " \"" + p + "\"";
+    return s;
+  }
+
+ private:
+  std::vector<std::string> parts_;
+};
+
+}  // namespace
+
+void check_error(const std::function<void()>& call, std::initializer_list<const char*> parts) {
+  CHECK_THROWS_MATCHES(call(), Error, ContainsAll(parts));
+}
+
+void check_refused(const std::function<void()>& call, std::initializer_list<const char*> parts,
+                   std::initializer_list<const std::vector<float>*> buffers, float sentinel) {
+  check_error(call, parts);
+  for (const std::vector<float>* b : buffers) CHECK(all_equal_to(*b, sentinel));
+}
+
+}  // namespace attnkit::test
