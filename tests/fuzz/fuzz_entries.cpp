@@ -354,7 +354,7 @@ void call_one(const Case& c, const Spec& spec) {
   const bool decode = c.entry == Entry::Decode;
   const auto fast = [&](Buf<O>& out, Stats& st, int threads) {
     const ak::Options o2 = opt.with_threads(threads).with_lse(st.ptr(c.lse));
-    if constexpr (kOnePass<Spec>)
+    if constexpr (ak::detail::passes<typename Spec::Normalizer>() == 1)  // decode() takes it
       if (decode) return ak::decode(spec, q.view(), k.view(), v.view(), out.view(), o2);
     ak::attention(spec, q.view(), k.view(), v.view(), out.view(), o2);
   };

@@ -331,13 +331,6 @@ bool rejected(const Case& c, bool ok, const Buf<O>& out, const Stats& lse) {
   return true;
 }
 
-template <class Spec>
-constexpr bool kOnePass = ak::detail::passes<typename Spec::Normalizer>() == 1;
-template <class Spec>
-constexpr bool kPageable =
-    kOnePass<Spec>&& std::is_same_v<typename Spec::Position, ak::NoPosition> &&
-    !std::is_same_v<typename Spec::Score, ak::Alibi>;
-
 // The same bits for another thread count (the design promises it; memcmp).
 template <class O, class F>
 void same_for_threads(const Case& c, const Buf<O>& out, const Stats& lse, F call) {

@@ -26,6 +26,15 @@ const Index kWindows[] = {1, 2, 3, 8, 64, 300, 5, 17};
 // attention_paged(): 1 to 3 sequences of their own lengths in a PagedKv, filled by append()
 // (in two pieces) or by assign() and the page accessors; against reference::attention per
 // sequence on its keys as appended.
+// What attention_paged() takes: one pass, no position policy, no Alibi (static_asserts).
+template <class Spec>
+constexpr bool pageable() {
+  using Score = typename Spec::Score;
+  return ak::detail::passes<typename Spec::Normalizer>() == 1 &&
+         std::is_same_v<typename Spec::Position, ak::NoPosition> &&
+         !std::is_same_v<Score, ak::Alibi>;
+}
+
 template <class T, class Spec>
 void paged_one(const Case& c0, const Spec& spec) {
   using Q = typename T::q;
@@ -192,7 +201,7 @@ void paged_one(const Case& c0, const Spec& spec) {
 void run_paged(const Case& c) {
   const bool made = with_spec(c, c.Hq, 1, [&](const auto& spec) {
     using Spec = std::decay_t<decltype(spec)>;
-    if constexpr (kPageable<Spec>) {
+    if constexpr (pageable<Spec>()) {
       if constexpr (mixable<Spec>())
         with_types(c.profile, [&](auto types) { paged_one<decltype(types)>(c, spec); });
       else
