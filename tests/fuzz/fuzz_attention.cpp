@@ -7,8 +7,12 @@
 //     gives the same bits for any thread count, and, with finite and moderate data, agrees
 //     with the f64 reference (a query that sees no key, by the mask's own keep(): output 0
 //     and row statistic -inf, the sink logit with sinks, 0 for ReluPower).
-// ASan and UBSan catch the rest. tests/fuzz/CMakeLists.txt builds it with clang and runs it
-// on tests/fuzz/corpus/; run `fuzz_attention <file>...` to replay single inputs.
+// ASan and UBSan catch the rest. Inputs whose first byte is >= kEntriesTag (0xc0) go to
+// fuzz_entries.cpp instead: the other entry points (decode(), merge(), varlen, paged, KvCache,
+// the sparsity drivers) and the other normalizers, scores and positions. tests/fuzz/
+// CMakeLists.txt builds it with clang and runs it on tests/fuzz/corpus/; run
+// `fuzz_attention <file>...` to replay single inputs (ATTNKIT_FUZZ_DESCRIBE=1 prints the case
+// of an entry-point input).
 #include <Eigen/Core>
 #include <algorithm>
 #include <array>
@@ -27,10 +31,14 @@
 #include <type_traits>
 #include <vector>
 
+#include "fuzz/fuzz_common.hpp"
 #include "support/attnkit_test.hpp"
 
 namespace ak = attnkit;
 using ak::Index;
+using attnkit_fuzz::Bytes;
+using attnkit_fuzz::output_tolerance;
+using attnkit_fuzz::returns;
 
 namespace {
 
@@ -143,28 +151,6 @@ struct Case {
   Defect defect = Defect::None;
   int target = 0;            // the view (or buffer) a defect applies to: q, k, v, o
   bool must_reject = false;  // invalid whatever else the call looks like
-};
-
-// Bytes, read front to back, one decision per byte (so a mutation changes one decision);
-// past the end every byte reads as 0.
-class Bytes {
- public:
-  Bytes(const std::uint8_t* data, std::size_t size) : p_(data), end_(data + size) {}
-  std::uint8_t next() { return p_ < end_ ? *p_++ : 0; }
-  Index in(Index lo, Index hi) { return lo + next() % (hi - lo + 1); }  // hi - lo < 256
-  template <class T, std::size_t N>
-  T pick(const T (&table)[N]) {
-    return table[next() % N];
-  }
-  std::uint32_t u32() {
-    std::uint32_t x = 0;
-    for (int i = 0; i < 4; ++i) x = x << 8 | next();
-    return x;
-  }
-
- private:
-  const std::uint8_t* p_;
-  const std::uint8_t* end_;
 };
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -803,26 +789,6 @@ void check_lse_written(const Case& c, const Results& r, const std::vector<float>
 // ---------------------------------------------------------------------------------------
 // The calls and the properties.
 
-// Loose on purpose: a fuzzer hunts for wrong answers, not for the last ulp; the unit tests
-// hold the tight tolerances. Relative to the largest |v| (outputs are convex combinations).
-template <class O>
-double output_tolerance() {
-  namespace tol = ak::test::tol;
-  return std::is_same_v<O, float> ? 50 * tol::kF32 : 2 * tol::kHalf;
-}
-
-// Runs f; true when it returned, false when it threw attnkit::Error. Anything else escapes
-// to libFuzzer, which reports it as a crash.
-template <class F>
-bool returns(F f) {
-  try {
-    f();
-    return true;
-  } catch (const ak::Error&) {
-    return false;
-  }
-}
-
 template <class T, class O, class Spec>
 void run(const Case& c, const Spec& spec) {
   // Aliasing needs a buffer of the right type to alias: o over q/k/v of its own storage
@@ -1084,6 +1050,10 @@ extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size > 0 && data[0] >= attnkit_fuzz::kEntriesTag) {
+    attnkit_fuzz::fuzz_entries(data + 1, size - 1);
+    return 0;
+  }
   Bytes in(data, size);
   const Case c = decode(in);
   if (c.ext) {

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Writes the seed corpus of fuzz_attention into tests/fuzz/corpus/ (run by hand; the
 test runs the committed files, never this script). Each seed is one named case in the
-byte format of decode() in fuzz_attention.cpp; keep the two in step. Files named
-regression-* are inputs the fuzzer found and are not written here."""
+byte format of decode() in fuzz_attention.cpp (seed-*, encode()) or, after the tag byte
+0xc0, of decode() in fuzz_entries.cpp (seed-entry-*, encode_entry()); keep them in step.
+Files named regression-* are inputs the fuzzer found and are not written here."""
 import os
 import sys
 
@@ -153,13 +154,205 @@ SEEDS = {
 }
 
 
+# fuzz_entries.cpp's tables.
+ENTRIES_TAG = 0xc0
+ENTRIES = ['attention', 'decode', 'merge', 'varlen', 'paged', 'cache', 'moba', 'all_or_here']
+NORMS = ['softmax', 'sinks', 'sigmoid', 'relu-power', 'softplus-l1', 'lssar']
+MODS = ['dot', 'softcap', 'alibi', 'rope', 'fope', 'tapa']
+PROFILES = ['f32', 'bf16/f16/bf16->f32', 'f16/bf16/f32->f16', 'f32/bf16/bf16->f32']
+LEFTS = ['max', 'max', 0, 1, 3, 16, 100, 700]
+RIGHTS = [0, 0, 'max', 2]
+ENTRY_HEADS = [(1, 1), (1, 2), (2, 2), (2, 4), (1, 4), (3, 3), (1, 3), (4, 4)]
+ENTRY_THREADS = [1, 2, 0, 3]
+ENTRY_MAGS = [1, 0.5, 2, 4]
+ENTRY_DEFECTS = ['none', 'decode-17-rows', 'lse-without-stat', 'scale-refused', 'policy-size',
+                 'table-short', 'merge-shape', 'merge-stats', 'merge-alias', 'varlen-start',
+                 'varlen-order', 'varlen-total', 'varlen-count', 'varlen-batch', 'paged-batch',
+                 'paged-dim', 'paged-alias', 'paged-exhausted', 'paged-repeated', 'cache-full',
+                 'cache-batch', 'routes-offset', 'routes-block', 'routes-list', 'window-zero']
+
+
+def encode_entry(entry='attention', norm='softmax', mod='dot', left='max', right=0,
+                 profile='f32', B=1, heads=(1, 1), Lq=4, Lk=16, D=16, Dv=None, bshd='0000',
+                 lse=False, threads=1, scale=None, q_offset=None, mags=(1, 1, 1), seed=1,
+                 p=(0, 0, 0, 0), e=(0,) * 8, defect='none'):
+    """p: policy bytes (cap / sigmoid / alpha / power; tapa / rope / fope; sinks; rope
+    scaling), e: the entry's bytes (see fuzz_entries.cpp); the entry may override a few
+    fields (decode() there)."""
+    Dv = D if Dv is None else Dv
+    b = bytearray([ENTRIES_TAG, ENTRIES.index(entry), NORMS.index(norm), MODS.index(mod),
+                   LEFTS.index(left) | RIGHTS.index(right) << 3, PROFILES.index(profile),
+                   B - 1, ENTRY_HEADS.index(heads), Lq])
+    if Lk <= 64:
+        b.append(Lk)
+    elif Lk < 1000:
+        assert 250 <= Lk <= 523 and (Lk - 250) % 7 == 0
+        b.append(160 + (Lk - 250) // 7)
+    else:
+        assert Lk <= 1220 and Lk % 4 == 0
+        b.append(200 + (Lk - 1000) // 4)
+    b += bytes([D - 1, Dv - 1, int(bshd[::-1], 2), int(lse) | ENTRY_THREADS.index(threads) << 1])
+    b.append(0 if scale is None else 193 if scale == 0.5 else 192)
+    if isinstance(q_offset, str):  # far: attention_paged only
+        b.append(252 + ['2^40', '-2^40', '2^62', 'max'].index(q_offset))
+    else:
+        b.append(0 if q_offset is None else at_least(192, (q_offset + 4) % 9, 9))  # Lk - Lq +
+    b.append(sum(ENTRY_MAGS.index(m) << 2 * i for i, m in enumerate(mags)))
+    b += seed.to_bytes(4, 'big')
+    b += bytes(p) + bytes(e)
+    kind = ENTRY_DEFECTS.index(defect)
+    b.append(0 if kind == 0 else 128 + kind - 1)
+    return bytes(b)
+
+
+E = dict  # an entry seed's fields
+ENTRY_SEEDS = {
+    # attention(): the normalizers, scores and positions; the routes by shape.
+    'attention-sigmoid': E(norm='sigmoid', Lq=8, Lk=40, heads=(1, 2)),
+    'attention-sigmoid-bias': E(norm='sigmoid', p=(4 | 3 << 3, 0, 0, 0), Lq=20, Lk=50),
+    'attention-relu-power-window': E(norm='relu-power', left=3, Lq=12, Lk=30, lse=True,
+                                     p=(1, 0, 0, 0)),
+    'attention-softplus-l1-lse': E(norm='softplus-l1', Lq=24, Lk=64, lse=True, threads=2),
+    'attention-lssar': E(norm='lssar', Lq=16, Lk=60, lse=True),
+    'attention-lssar-long-power-3': E(norm='lssar', Lq=10, Lk=299, D=32, p=(2 << 3, 0, 0, 0)),
+    'attention-sinks-full': E(norm='sinks', right='max', heads=(2, 4), Lq=9, Lk=33, lse=True,
+                              p=(0, 0, 3, 0)),
+    'attention-alibi-split-kv': E(mod='alibi', heads=(2, 4), Lq=8, Lk=1024, lse=True, threads=2),
+    'attention-softcap-below-split-kv': E(mod='softcap', Lq=8, Lk=1020, D=24, p=(2, 0, 0, 0)),
+    'attention-rope-gptj-partial': E(mod='rope', Lq=20, Lk=40, D=32, p=(0, 3, 0, 0), lse=True),
+    'attention-rope-yarn': E(mod='rope', Lq=7, Lk=60, D=16, p=(0, 0, 0, 2), q_offset=-2),
+    'attention-rope-linear-split-kv': E(mod='rope', Lq=3, Lk=1100, D=8, p=(0, 0, 0, 1)),
+    'attention-fope': E(mod='fope', heads=(1, 2), Lq=12, Lk=40, D=24, p=(0, 4 | 8, 0, 0),
+                        lse=True),
+    'attention-tapa': E(mod='tapa', Lq=16, Lk=64, D=20, p=(0, 1 | 1 << 2, 0, 0), lse=True),
+    'attention-tapa-long': E(mod='tapa', Lq=4, Lk=1200, D=12, p=(0, 2, 0, 0)),
+    'attention-mixed-row-engine': E(profile='bf16/f16/bf16->f32', heads=(2, 4), Lq=3, Lk=1100,
+                                    lse=True, threads=2),
+    'attention-mixed-split-kv': E(profile='f16/bf16/f32->f16', Lq=12, Lk=1024, bshd='1010'),
+    'attention-mixed-tiles': E(profile='f32/bf16/bf16->f32', Lq=24, Lk=60,
+                               bshd='0101', lse=True),
+    # decode(): the row engine (softmax, Dot or Softcap, <= 4 rows), query tiles, chunks.
+    'decode-row-engine-gqa': E(entry='decode', heads=(2, 4), Lq=1, Lk=502, lse=True,
+                               threads=2),
+    'decode-row-engine-softcap-4-rows': E(entry='decode', mod='softcap', Lq=4, Lk=523, D=40,
+                                          p=(1, 0, 0, 0)),
+    'decode-tiles-5-rows': E(entry='decode', Lq=5, Lk=1100, lse=True),
+    'decode-rope-row-engine': E(entry='decode', mod='rope', Lq=2, Lk=523, D=16),
+    'decode-fope': E(entry='decode', mod='fope', heads=(2, 2), Lq=3, Lk=64, D=8),
+    'decode-tapa': E(entry='decode', mod='tapa', Lq=1, Lk=502, D=16),
+    'decode-alibi-window': E(entry='decode', mod='alibi', left=100, Lq=16, Lk=1000, lse=True),
+    'decode-sigmoid': E(entry='decode', norm='sigmoid', Lq=2, Lk=1100, threads=3),
+    'decode-relu-power': E(entry='decode', norm='relu-power', Lq=6, Lk=299, lse=True),
+    'decode-softplus-l1': E(entry='decode', norm='softplus-l1', Lq=1, Lk=1024, lse=True),
+    'decode-sinks-mixed': E(entry='decode', norm='sinks', profile='f32/bf16/bf16->f32',
+                            heads=(1, 4), Lq=2, Lk=1004, p=(0, 0, 1, 0), lse=True),
+    'decode-17-rows': E(entry='decode', Lq=16, Lk=40, defect='decode-17-rows'),
+    # merge(): parts over key ranges.
+    'merge-softmax-3-parts': E(entry='merge', Lq=6, Lk=40, e=(2, 10, 30, 0, 0, 0, 0, 0),
+                               lse=True),
+    'merge-sinks-f16-out': E(entry='merge', norm='sinks', heads=(2, 2), Lq=4, Lk=30,
+                             e=(1, 12, 0, 0, 1, 0, 0, 0), lse=True, p=(0, 0, 2, 0)),
+    'merge-sigmoid': E(entry='merge', norm='sigmoid', Lq=5, Lk=50, e=(2, 0, 25, 0, 0, 0, 0, 0)),
+    'merge-relu-power': E(entry='merge', norm='relu-power', Lq=5, Lk=20,
+                          e=(1, 7, 0, 0, 0, 0, 0, 0), lse=True),
+    'merge-softplus-l1': E(entry='merge', norm='softplus-l1', left=16, Lq=8, Lk=64,
+                           e=(2, 20, 40, 0, 0, 0, 0, 0), lse=True),
+    'merge-shape': E(entry='merge', Lq=3, Lk=10, e=(1, 5, 0, 0, 0, 0, 0, 0), defect='merge-shape'),
+    'merge-stats': E(entry='merge', Lq=3, Lk=10, e=(1, 5, 0, 0, 0, 0, 0, 0), defect='merge-stats'),
+    'merge-alias': E(entry='merge', Lq=3, Lk=10, e=(1, 5, 0, 0, 0, 0, 0, 0), defect='merge-alias'),
+    'merge-sigmoid-stat': E(entry='merge', norm='sigmoid', lse=True, defect='lse-without-stat'),
+    # attention_varlen(): packed sequences (e: count - 1, then q | k << 4 per sequence).
+    'varlen-4-rope': E(entry='varlen', mod='rope', D=16, e=(3, 3 | 2 << 4, 0 | 5 << 4,
+                                                            8 | 1 << 4, 5 | 15 << 4, 2, 0, 0),
+                       lse=True, heads=(1, 2)),
+    'varlen-softplus-l1': E(entry='varlen', norm='softplus-l1', e=(2, 4 | 3 << 4, 7 | 7 << 4,
+                                                                   1 | 0, 0, 0, 0, 0), lse=True),
+    'varlen-lssar': E(entry='varlen', norm='lssar', e=(1, 8 | 9 << 4, 2 | 4 << 4, 0, 0, 1, 0, 0)),
+    'varlen-sigmoid-window': E(entry='varlen', norm='sigmoid', left=3,
+                               e=(2, 6 | 6 << 4, 3 | 1 << 4, 4 | 12 << 4, 0, 3, 0, 0)),
+    'varlen-start': E(entry='varlen', e=(1, 3 | 3 << 4, 3 | 3 << 4, 0, 0, 0, 0, 0),
+                      defect='varlen-start'),
+    'varlen-order': E(entry='varlen', e=(1, 3 | 3 << 4, 3 | 3 << 4, 0, 0, 0, 0, 0),
+                      defect='varlen-order'),
+    'varlen-total': E(entry='varlen', e=(1, 3 | 3 << 4, 3 | 3 << 4, 0, 0, 0, 0, 0),
+                      defect='varlen-total'),
+    'varlen-count': E(entry='varlen', e=(1, 3 | 3 << 4, 3 | 3 << 4, 0, 0, 0, 0, 0),
+                      defect='varlen-count'),
+    'varlen-batch': E(entry='varlen', e=(0, 3 | 3 << 4, 0, 0, 0, 0, 0, 0), defect='varlen-batch'),
+    'varlen-table-short': E(entry='varlen', mod='rope', D=8, e=(1, 3 | 3 << 4, 2 | 6 << 4, 0, 0,
+                                                                 0, 0, 0), defect='table-short'),
+    # attention_paged() (e: sequences - 1, page size, lengths x3, spare pages, assign, cut).
+    'paged-row-engine': E(entry='paged', heads=(2, 4), Lq=1, e=(2, 4, 210, 33, 0, 1, 0, 20),
+                          lse=True, threads=2),
+    'paged-row-engine-mixed': E(entry='paged', profile='bf16/f16/bf16->f32', Lq=3,
+                                e=(1, 6, 77, 230, 0, 0, 1, 0), lse=True),
+    'paged-pages-softcap': E(entry='paged', mod='softcap', Lq=20, e=(1, 2, 40, 13, 0, 2, 0, 5)),
+    'paged-sigmoid': E(entry='paged', norm='sigmoid', Lq=4, e=(1, 3, 30, 50, 0, 0, 0, 7)),
+    'paged-softplus-l1-assign': E(entry='paged', norm='softplus-l1', left=16, Lq=6,
+                                  e=(2, 1, 20, 0, 45, 1, 1, 0), lse=True),
+    'paged-relu-power': E(entry='paged', norm='relu-power', Lq=2, e=(0, 7, 70, 0, 0, 0, 0, 3),
+                          lse=True),
+    'paged-sinks': E(entry='paged', norm='sinks', heads=(1, 3), Lq=2,
+                     e=(1, 5, 60, 10, 0, 0, 0, 0), lse=True, p=(0, 0, 5, 0)),
+    'paged-batch': E(entry='paged', e=(1, 2, 9, 9, 0, 0, 0, 0), defect='paged-batch'),
+    'paged-dim': E(entry='paged', e=(0, 2, 9, 0, 0, 0, 0, 0), defect='paged-dim'),
+    'paged-alias': E(entry='paged', Lq=2, e=(0, 16, 40, 0, 0, 0, 0, 0), defect='paged-alias'),
+    'paged-exhausted': E(entry='paged', e=(1, 4, 20, 9, 0, 2, 0, 3), defect='paged-exhausted'),
+    'paged-exhausted-assign': E(entry='paged', e=(1, 4, 20, 9, 0, 2, 1, 3),
+                                defect='paged-exhausted'),
+    'paged-repeated': E(entry='paged', e=(0, 2, 9, 0, 0, 0, 1, 0), defect='paged-repeated'),
+    'paged-sigmoid-stat': E(entry='paged', norm='sigmoid', e=(0, 2, 9, 0, 0, 0, 0, 0),
+                            lse=True, defect='lse-without-stat'),
+    # attention() on a KvCache (e: spare capacity, two cuts of the appends).
+    'cache-appends': E(entry='cache', heads=(2, 4), Lq=3, Lk=60, e=(1, 20, 45, 0, 0, 0, 0, 0),
+                       lse=True),
+    'cache-rope': E(entry='cache', mod='rope', D=16, Lq=5, Lk=40, e=(0, 10, 30, 0, 0, 0, 0, 0),
+                    p=(0, 1, 0, 0)),
+    'cache-fope-gqa': E(entry='cache', mod='fope', heads=(1, 2), D=8, Lq=2, Lk=30,
+                        e=(2, 5, 5, 0, 0, 0, 0, 0), p=(0, 4, 0, 0)),
+    'cache-mixed': E(entry='cache', profile='f16/bf16/f32->f16', Lq=1, Lk=523,
+                     e=(0, 100, 200, 0, 0, 0, 0, 0)),
+    'cache-full': E(entry='cache', Lk=20, e=(0, 10, 15, 0, 0, 0, 0, 0), defect='cache-full'),
+    'cache-batch': E(entry='cache', B=2, Lk=20, e=(0, 10, 15, 0, 0, 0, 0, 0),
+                     defect='cache-batch'),
+    # The sparsity drivers (e: block or window, topk or share of full routes).
+    'moba': E(entry='moba', heads=(1, 2), Lq=20, Lk=64, e=(2, 1, 0, 0, 0, 0, 0, 0), lse=True),
+    'moba-long': E(entry='moba', Lq=8, Lk=299, e=(4, 3, 0, 0, 0, 0, 0, 0), threads=2),
+    'moba-routes-offset': E(entry='moba', Lq=4, Lk=20, e=(2, 1, 0, 0, 0, 0, 0, 0),
+                            defect='routes-offset'),
+    'moba-routes-block': E(entry='moba', Lq=4, Lk=20, e=(2, 1, 0, 0, 0, 0, 0, 0),
+                           defect='routes-block'),
+    'moba-routes-list': E(entry='moba', Lq=4, Lk=20, e=(2, 1, 0, 0, 0, 0, 0, 0),
+                          defect='routes-list'),
+    'moba-sinks': E(entry='moba', Lq=4, Lk=20, defect='policy-size'),
+    'all-or-here': E(entry='all_or_here', heads=(2, 4), Lq=24, Lk=64, e=(3, 2, 0, 0, 0, 0, 0, 0),
+                     lse=True),
+    'all-or-here-sinks': E(entry='all_or_here', norm='sinks', Lq=10, Lk=299,
+                           e=(4, 1, 0, 0, 0, 0, 0, 0), lse=True, p=(0, 0, 1, 0)),
+    'all-or-here-window-zero': E(entry='all_or_here', Lq=4, Lk=20, defect='window-zero'),
+    'all-or-here-routes': E(entry='all_or_here', Lq=4, Lk=20, defect='routes-list'),
+    # Policies refused by the calls.
+    'attention-tapa-scale': E(mod='tapa', scale=0.5, defect='scale-refused'),
+    'attention-lssar-scale': E(norm='lssar', defect='scale-refused'),
+    'attention-alibi-slopes': E(mod='alibi', heads=(1, 2), defect='policy-size'),
+    'attention-softplus-l1-counts': E(norm='softplus-l1', defect='policy-size'),
+    'attention-rope-table-short': E(mod='rope', D=8, Lq=4, Lk=10, defect='table-short'),
+    'decode-fope-table-short': E(entry='decode', mod='fope', D=8, Lq=1, Lk=10,
+                                 defect='table-short'),
+    'attention-sigmoid-stat': E(norm='sigmoid', lse=True, defect='lse-without-stat'),
+}
+
+
 def main():
     out = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'corpus')
     os.makedirs(out, exist_ok=True)
     for name, fields in SEEDS.items():
         with open(os.path.join(out, 'seed-' + name), 'wb') as f:
             f.write(encode(**fields))
-    print(f'{len(SEEDS)} seeds in {out}', file=sys.stderr)
+    for name, fields in ENTRY_SEEDS.items():
+        with open(os.path.join(out, 'seed-entry-' + name), 'wb') as f:
+            f.write(encode_entry(**fields))
+    print(f'{len(SEEDS) + len(ENTRY_SEEDS)} seeds in {out}', file=sys.stderr)
 
 
 if __name__ == '__main__':
