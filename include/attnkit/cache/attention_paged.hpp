@@ -164,7 +164,6 @@ void attention_paged(const Spec& spec, const View<Q>& q, const PagedKv<T>& paged
   if constexpr (detail::has_sinks<Normalizer>::value)
     require(spec.normalizer.sinks.empty() || static_cast<Index>(spec.normalizer.sinks.size()) == Hq,
             "Softmax.sinks.size()", detail::cat("q.heads = ", Hq), spec.normalizer.sinks.size());
-  if (B * Hq * Lq == 0) return;
 
   // Query offsets per sequence (checked below with each sequence's Problem).
   std::vector<Index> q_off(static_cast<std::size_t>(B));
@@ -181,6 +180,7 @@ void attention_paged(const Spec& spec, const View<Q>& q, const PagedKv<T>& paged
     pb.validate();
     validate_policies(spec, pb, options);
   }
+  if (B * Hq * Lq == 0) return;  // after the checks: an empty call refuses what others refuse
   if constexpr (detail::decode_rows_fit<Spec>()) {  // softmax decode: no call per page
     if (Lq <= kMaxDecodeQueries)
       return detail::paged_decode_rows(spec, q, paged, o, options, q_off);
