@@ -58,7 +58,7 @@ double error_of(const Spec& spec, ak::View<const float> q, ak::View<const float>
 }  // namespace
 
 int main() {
-  const Index len = 4096, heads = 2, dim = 64, window = 256, sinks = 4;
+  const Index len = 2048, heads = 2, dim = 64, window = 256, sinks = 4;
   std::vector<float> q(len * heads * dim), k(q.size()), v(q.size()), o(q.size());
   std::mt19937 rng(3);
   std::normal_distribution<float> normal;

@@ -38,6 +38,11 @@ const char* storage_name() {
   return std::numeric_limits<T>::digits == 8 ? "bf16" : "f16";
 }
 
+/// n values drawn from N(0, stddev^2) by mt19937(seed), in f32: random_values<float>'s draws.
+/// Defined in support.cpp, which is compiled with optimization: drawing the inputs at the
+/// tests' -Og was most of the run time of some tests (the libm calls of the Box-Muller step).
+std::vector<float> normal_values(std::uint32_t seed, float stddev, std::size_t n);
+
 /// n values drawn from N(0, stddev^2) by mt19937(seed).
 template <class T = float>
 std::vector<T> random_values(std::size_t n, std::uint32_t seed, double stddev = 1.0) {
@@ -122,10 +127,12 @@ struct Tensor {
     return all;
   }
 
+  /// Every element (not the padding) drawn from N(0, stddev^2), in for_each order.
   Tensor& randomize(std::uint32_t seed, float stddev = 1.f) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> dist(0.f, stddev);
-    for_each([&](T& x) { x = T(dist(rng)); });
+    const auto n = static_cast<std::size_t>(view.batch * view.heads * view.seq * view.dim);
+    const std::vector<float> values = normal_values(seed, stddev, n);
+    std::size_t next = 0;
+    for_each([&](T& x) { x = T(values[next++]); });
     return *this;
   }
 

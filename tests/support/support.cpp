@@ -1,11 +1,14 @@
-// The non-template pieces of tests/support, compiled once for every test executable. It
-// includes no kernel or SIMD header (case.hpp, tolerance.hpp are light), so one object serves
-// the native, x86-64-v2 and ATTNKIT_NO_SIMD builds of the tests alike.
+// The non-template pieces of tests/support, compiled once for every test executable, with
+// optimization (the random inputs are drawn here). It includes no kernel or SIMD header
+// (case.hpp, tolerance.hpp are light), so one object serves the native, x86-64-v2 and
+// ATTNKIT_NO_SIMD builds of the tests alike (their GCC builds clear the upper AVX state
+// before calling it: cmake/attnkitTargets.cmake).
 #include <attnkit/error.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_exception.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <cstring>
+#include <random>
 #include <sstream>
 #include <string>
 
@@ -14,6 +17,14 @@
 #include "support/tolerance.hpp"
 
 namespace attnkit::test {
+
+std::vector<float> normal_values(std::uint32_t seed, float stddev, std::size_t n) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.f, stddev);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
 
 std::string describe(const Case& c) {
   std::ostringstream s;

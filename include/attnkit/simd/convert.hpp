@@ -2,6 +2,8 @@
 // vector in a register (load_bf16, load_f16), and two bf16 vectors at once in an even / odd
 // split order (load_bf16_pair, with split_pairs / join_pairs to move between that order and
 // memory order). Each says which ISAs convert in registers; elsewhere one element at a time.
+// AArch64 (NEON, 4 lanes) has each in registers: bf16 by a widening shift (vshll), f16 by the
+// base ISA's conversion (vcvt_f32_f16), pairs by vzip.
 #pragma once
 
 #include <cstddef>
@@ -29,6 +31,12 @@ inline void widen_bf16(const std::uint16_t* src, float* dst, std::ptrdiff_t n) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
     _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
   }
+#elif defined(ATTNKIT_SIMD_NEON)
+  for (; i + 8 <= n; i += 8) {
+    const uint16x8_t h = vld1q_u16(src + i);
+    vst1q_f32(dst + i, vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h), 16)));
+    vst1q_f32(dst + i + 4, vreinterpretq_f32_u32(vshll_high_n_u16(h, 16)));
+  }
 #endif
   for (; i < n; ++i) {
     const std::uint32_t bits = std::uint32_t{src[i]} << 16;
@@ -36,11 +44,21 @@ inline void widen_bf16(const std::uint16_t* src, float* dst, std::ptrdiff_t n) {
   }
 }
 
-/// dst[0, n) = the f32 values of n IEEE half bit patterns, with the F16C / AVX-512
+/// dst[0, n) = the f32 values of n IEEE half bit patterns, with the F16C / AVX-512 / NEON
 /// conversion instructions where the ISA has them; false when it has none (the caller
 /// converts one at a time).
 inline bool widen_f16(const std::uint16_t* src, float* dst, std::ptrdiff_t n) {
-#if !defined(ATTNKIT_NO_SIMD) && defined(__F16C__)
+#if defined(ATTNKIT_SIMD_NEON)
+  std::ptrdiff_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const float16x8_t h = vreinterpretq_f16_u16(vld1q_u16(src + i));
+    vst1q_f32(dst + i, vcvt_f32_f16(vget_low_f16(h)));
+    vst1q_f32(dst + i + 4, vcvt_high_f32_f16(h));
+  }
+  for (; i < n; ++i)  // one lane at a time through the same conversion
+    dst[i] = vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(src[i]))), 0);
+  return true;
+#elif !defined(ATTNKIT_NO_SIMD) && defined(__F16C__)
   std::ptrdiff_t i = 0;
 #if defined(__AVX512F__)
   for (; i + 16 <= n; i += 16)
@@ -76,6 +94,8 @@ inline Vec load_bf16(const std::uint16_t* src) {
 #elif !defined(ATTNKIT_NO_SIMD) && defined(__AVX2__)
   return Vec(_mm256_castsi256_ps(_mm256_slli_epi32(
       _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src))), 16)));
+#elif defined(ATTNKIT_SIMD_NEON)
+  return Vec(vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(src), 16)));
 #else
   alignas(64) float out[kWidth];
   widen_bf16(src, out, kWidth);
@@ -83,9 +103,10 @@ inline Vec load_bf16(const std::uint16_t* src) {
 #endif
 }
 
-/// True when load_bf16_pair() splits even and odd elements (AVX-512, AVX2); elsewhere it
-/// returns the two vectors in memory order.
-#if !defined(ATTNKIT_NO_SIMD) && (defined(__AVX512F__) || defined(__AVX2__))
+/// True when load_bf16_pair() splits even and odd elements (AVX-512, AVX2, NEON); elsewhere
+/// it returns the two vectors in memory order.
+#if !defined(ATTNKIT_NO_SIMD) && \
+    (defined(__AVX512F__) || defined(__AVX2__) || defined(ATTNKIT_SIMD_NEON))
 inline constexpr bool kSplitsBf16Pairs = true;
 #else
 inline constexpr bool kSplitsBf16Pairs = false;
@@ -113,6 +134,13 @@ inline void load_bf16_pair(const std::uint16_t* src, Vec& even, Vec& odd) {
   even = Vec(_mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
   odd = Vec(
       _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)))));
+#elif defined(ATTNKIT_SIMD_NEON)
+  uint32x4_t w = vreinterpretq_u32_u16(vld1q_u16(src));
+#if defined(__GNUC__) || defined(__clang__)
+  asm("" : "+w"(w));
+#endif
+  even = Vec(vreinterpretq_f32_u32(vshlq_n_u32(w, 16)));
+  odd = Vec(vreinterpretq_f32_u32(vandq_u32(w, vdupq_n_u32(0xFFFF0000u))));
 #else
   even = load_bf16(src);
   odd = load_bf16(src + kWidth);
@@ -142,14 +170,19 @@ inline void join_pairs(const float* src, float f, float* dst) {
   const __m256 lo = _mm256_unpacklo_ps(even, odd), hi = _mm256_unpackhi_ps(even, odd);
   store(dst, Vec(_mm256_permute2f128_ps(lo, hi, 0x20)));
   store(dst + kWidth, Vec(_mm256_permute2f128_ps(lo, hi, 0x31)));
+#elif defined(ATTNKIT_SIMD_NEON)
+  store(dst, Vec(vzip1q_f32(even, odd)));
+  store(dst + kWidth, Vec(vzip2q_f32(even, odd)));
 #else
   store(dst, even);  // memory order (kSplitsBf16Pairs is false)
   store(dst + kWidth, odd);
 #endif
 }
 
-/// True when load_f16() converts in registers (F16C, or AVX-512's conversions).
-#if !defined(ATTNKIT_NO_SIMD) && (defined(__AVX512F__) || (defined(__AVX2__) && defined(__F16C__)))
+/// True when load_f16() converts in registers (F16C, AVX-512's conversions, NEON's).
+#if !defined(ATTNKIT_NO_SIMD) && (defined(__AVX512F__) ||                            \
+                                  (defined(__AVX2__) && defined(__F16C__)) ||       \
+                                  defined(ATTNKIT_SIMD_NEON))
 inline constexpr bool kWidensF16 = true;
 #else
 inline constexpr bool kWidensF16 = false;
@@ -163,6 +196,8 @@ inline Vec load_f16(const std::uint16_t* src) {
       _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src))));
 #elif !defined(ATTNKIT_NO_SIMD) && defined(__AVX2__) && defined(__F16C__)
   return Vec(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src))));
+#elif defined(ATTNKIT_SIMD_NEON)
+  return Vec(vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(src))));
 #else
   (void)src;
   return Vec(0.f);  // not reached: kWidensF16 is false here

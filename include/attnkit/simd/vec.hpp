@@ -23,6 +23,12 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
+// AArch64: xsimd's batch is a NEON register; the few forms xsimd lacks (simd/convert.hpp)
+// use the intrinsics under ATTNKIT_SIMD_NEON.
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#define ATTNKIT_SIMD_NEON 1
+#endif
 #endif
 
 namespace attnkit::simd {
@@ -57,8 +63,14 @@ inline Vec abs(Vec a) { return std::fabs(a.x); }
 
 using Vec = xsimd::batch<float>;
 inline constexpr int kWidth = static_cast<int>(Vec::size);
-// AVX-512 has 32 vector registers, SSE and AVX2 have 16: this sizes the GEMM register block.
+// AVX-512 and AArch64's NEON have 32 vector registers, SSE and AVX2 have 16: this sizes
+// the GEMM register block (on NEON 4-lane registers: 6 rows x 4 vectors of accumulators,
+// 24 of the 32, as on AVX-512).
+#if defined(__aarch64__)
+inline constexpr int kRegisters = 32;
+#else
 inline constexpr int kRegisters = kWidth >= 16 ? 32 : 16;
+#endif
 inline constexpr const char* kArchName = Vec::arch_type::name();
 
 inline Vec load(const float* p) { return xsimd::load_unaligned(p); }
@@ -142,9 +154,14 @@ inline Vec transpose_add(const Vec* rows) {
 /// load of its own, and Zen 4 issues one 512-bit load per cycle). An empty asm statement
 /// that claims to change v; no instruction is emitted.
 inline Vec in_register(Vec v) {
-#if !defined(ATTNKIT_NO_SIMD) && (defined(__GNUC__) || defined(__clang__))
+#if !defined(ATTNKIT_NO_SIMD) && (defined(__GNUC__) || defined(__clang__)) && \
+    (defined(__x86_64__) || defined(__i386__) || defined(__aarch64__))
   auto raw = static_cast<typename Vec::register_type>(v);
+#if defined(__aarch64__)
+  asm("" : "+w"(raw));  // "w": an FP/SIMD register (x86's "v": an SSE/AVX one)
+#else
   asm("" : "+v"(raw));
+#endif
   return Vec(raw);
 #else
   return v;
