@@ -1,6 +1,13 @@
 # Helpers for attnkit's own targets (tests, benchmarks, examples). The INTERFACE target
 # carries no flags; these targets add warnings-as-errors and the ISA chosen here.
-set(ATTNKIT_ARCH_FLAGS "-march=native" CACHE STRING
+# A cross build has no "native": its default is the toolchain's own target (for aarch64,
+# ARMv8-A with NEON).
+if(CMAKE_CROSSCOMPILING)
+  set(attnkit_default_arch "")
+else()
+  set(attnkit_default_arch "-march=native")
+endif()
+set(ATTNKIT_ARCH_FLAGS "${attnkit_default_arch}" CACHE STRING
     "ISA flags for attnkit's tests, benchmarks and examples (e.g. -march=x86-64-v2)")
 separate_arguments(ATTNKIT_ARCH_FLAGS_LIST UNIX_COMMAND "${ATTNKIT_ARCH_FLAGS}")
 
@@ -33,14 +40,6 @@ function(attnkit_target_defaults target)
   # GCC 12 warns inside its own AVX-512 intrinsic headers (PR 105593, fixed in GCC 13)
   # whenever <immintrin.h> was parsed before attnkit's SIMD layer could silence it, e.g.
   # when <Eigen/Core> is included first. Clang builds keep both warnings.
-  # GCC inserts vzeroupper (clearing the upper halves of the AVX registers before a call or
-  # return) only under -fexpensive-optimizations, which -O2 turns on and -Og / -O1 do not.
-  # Without it every call from a test's AVX-512 code into SSE code (Catch2, libstdc++, the
-  # test support library) runs with the upper state dirty, up to 10x slower on Intel cores
-  # (measured: one decode test 62 s -> 5 s). The flag costs no compile time at -Og.
-  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
-    target_compile_options(${target} PRIVATE "$<$<NOT:$<CONFIG:Debug>>:-fexpensive-optimizations>")
-  endif()
   if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
     target_compile_options(${target} PRIVATE -Wno-maybe-uninitialized -Wno-uninitialized)
   endif()

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything attnkit needs to build, test and benchmark on Debian/Ubuntu:
 # a C++17 compiler, CMake >= 3.25, Ninja, Eigen 3.4, xsimd >= 8.1, Catch2 v3,
-# Google Benchmark, OpenMP, clang with its libFuzzer runtime for the fuzz test, and
-# matplotlib for the plots of the bench report (scripts/bench_report.py).
+# Google Benchmark, OpenMP, clang with its libFuzzer runtime for the fuzz test, matplotlib
+# for the plots of the bench report (scripts/bench_report.py), and on x86-64 the aarch64
+# cross compiler, qemu and the arm64 dependencies for the Arm test.
 # Idempotent: when everything is present it only checks.
 # On Debian 12 Catch2 v3 lives in bookworm-backports, which is enabled when needed.
 set -euo pipefail
@@ -66,11 +67,49 @@ fuzzer_runtime_package() {
   fi
 }
 
+# The Arm test (tests/aarch64): Debian's cross compiler and qemu user emulation on x86-64
+# hosts, and the arm64 builds of Catch2, xsimd and Eigen unpacked under aarch64_prefix (they
+# cannot be installed next to the host's own copies: same paths). Set ATTNKIT_NO_AARCH64=1
+# to leave them out (the test then reports itself skipped).
+aarch64_prefix=${ATTNKIT_AARCH64_PREFIX:-/opt/attnkit-aarch64}
+aarch64_packages=()
+if [ "$(uname -m)" = x86_64 ] && [ -z "${ATTNKIT_NO_AARCH64:-}" ]; then
+  aarch64_packages=(g++-aarch64-linux-gnu qemu-user-static)
+  packages+=("${aarch64_packages[@]}")
+fi
+have_aarch64_prefix() {
+  [ ${#aarch64_packages[@]} -eq 0 ] ||
+    { [ -f "$aarch64_prefix/usr/lib/cmake/Catch2/Catch2Config.cmake" ] &&
+      [ -d "$aarch64_prefix/usr/include/xsimd" ] && [ -d "$aarch64_prefix/usr/include/eigen3" ]; }
+}
+
+# Unpacks the arm64 packages of the dependencies into aarch64_prefix (Debian only: its one
+# mirror serves every architecture).
+install_aarch64_prefix() {
+  if [ "${ID:-}" != debian ]; then
+    echo "install-deps.sh: warning: the arm64 packages are fetched from Debian's mirror only;" \
+         "the aarch64 test will be skipped" >&2
+    return
+  fi
+  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    "${sudo[@]}" dpkg --add-architecture arm64
+  fi
+  "${sudo[@]}" apt-get update -qq
+  local dir
+  dir=$(mktemp -d)
+  chmod 777 "$dir"
+  (cd "$dir" && "${sudo[@]}" apt-get download -qq "${backports[@]}" libcatch2-dev:arm64 &&
+     "${sudo[@]}" apt-get download -qq libxsimd-dev:arm64 libeigen3-dev)
+  "${sudo[@]}" mkdir -p "$aarch64_prefix"
+  for deb in "$dir"/*.deb; do "${sudo[@]}" dpkg-deb -x "$deb" "$aarch64_prefix"; done
+  rm -rf "$dir"
+}
+
 missing=()
 for p in "${packages[@]}"; do
   is_installed "$p" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ] && have_catch2_v3 && have_libfuzzer; then
+if [ ${#missing[@]} -eq 0 ] && have_catch2_v3 && have_libfuzzer && have_aarch64_prefix; then
   echo "install-deps.sh: all dependencies present"
   exit 0
 fi
@@ -105,6 +144,10 @@ if ! have_libfuzzer; then
   if [ -n "$runtime" ]; then
     "${sudo[@]}" apt-get install -y -qq --no-install-recommends "$runtime"
   fi
+fi
+
+if ! have_aarch64_prefix; then
+  install_aarch64_prefix
 fi
 
 if ! have_catch2_v3; then

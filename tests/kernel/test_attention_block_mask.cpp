@@ -3,7 +3,7 @@
 // and 2 threads, rows that see nothing), against the element mask it was made from, bit for
 // bit where the key tiles line up, on a user-built random pattern; the element rule is never
 // asked about full or unlisted blocks; a BlockMask laid out for another call is refused.
-// Built three times: native ISA, x86-64-v2, scalar.
+// Built natively (the flavours run test_attention_paths.cpp).
 #include <Eigen/Core>
 #include <algorithm>
 #include <atomic>

@@ -3,7 +3,7 @@
 // q_offset, Lq = 1, GQA, several head dimensions, each storage type and 1 or 2 threads;
 // then properties of the kernel's mask paths: the runs() path, the keep() path and the
 // walk over every key agree; a window reaching key 0 is Causal bit for bit; keep() runs on
-// Partial tiles only. Built three times: native ISA, x86-64-v2, scalar.
+// Partial tiles only. Built natively (the flavours run test_attention_paths.cpp).
 #include <Eigen/Core>
 #include <algorithm>
 #include <atomic>

@@ -3,7 +3,7 @@
 // without Softcap, over ragged sizes, Lq != Lk with q_offset (rows that see nothing
 // included), GQA, d 32 and 128, f32 and bf16 storage and 1 or 2 threads, row statistics
 // included; then properties: l1 rows sum to 1, a sink scales a row's weights by one factor,
-// empty rows give 0, the errors. Built three times: native ISA, x86-64-v2, scalar.
+// empty rows give 0, the errors. Built natively (the flavours run test_attention_paths.cpp).
 #include <Eigen/Core>
 #include <algorithm>
 #include <attnkit/kernel/attention.hpp>

@@ -5,7 +5,7 @@
 // with uniform LSSA weights (a zero query) or one key fall back to the LSSA output with
 // statistic -inf; given key counts equal the mask's; the errors (Options::scale, key counts,
 // row sums, power) throw before anything is written; zero and NaN rows; 1 vs 2 threads; f16
-// storage. Built three times: native ISA, x86-64-v2, scalar.
+// storage. Built natively.
 #include <Eigen/Core>
 #include <algorithm>
 #include <attnkit/kernel/attention.hpp>

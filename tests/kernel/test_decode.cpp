@@ -8,7 +8,7 @@
 // output and LSE bitwise identical for 1..4 threads; q_len > 16 refused before writing; keys
 // holding NaN that the mask removes (whole chunks or part of one) leave no trace.
 // The compile-time refusal of LSSAR is tests/compile_fail/decode_lssar.cpp.
-// Built three times: native ISA, x86-64-v2, scalar.
+// Built for every path: native ISA, x86-64-v2, scalar, aarch64.
 #include <Eigen/Core>
 #include <algorithm>
 #include <attnkit/kernel/attention.hpp>

@@ -5,8 +5,7 @@
 // their permutation; partial rotary; Rope fused in attention() against apply_position() then
 // attention() (q_offset / decode, GQA, position ids with gaps, BSHD and BHSD, 1 and 2
 // threads) and against reference::attention() (f32, bf16, f16; each pairing and scaling,
-// Softmax and SoftplusL1, Full / Causal / SlidingWindow); the errors. Built three times:
-// native ISA, x86-64-v2, scalar.
+// Softmax and SoftplusL1, Full / Causal / SlidingWindow); the errors. Built natively.
 #include <Eigen/Core>
 #include <algorithm>
 #include <attnkit/kernel/attention.hpp>

@@ -1,6 +1,6 @@
 // The SIMD layer: every operation the kernels use, lane by lane, against the scalar
-// standard library. Built three times (native ISA, x86-64-v2, ATTNKIT_NO_SIMD with one
-// lane), so each assertion below runs on every path.
+// standard library. Built for every path (native ISA, x86-64-v2, ATTNKIT_NO_SIMD with one
+// lane, aarch64 NEON), so each assertion below runs on every path.
 #include <algorithm>
 #include <array>
 #include <attnkit/simd/simd.hpp>

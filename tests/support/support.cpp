@@ -1,8 +1,7 @@
 // The non-template pieces of tests/support, compiled once for every test executable, with
 // optimization (the random inputs are drawn here). It includes no kernel or SIMD header
-// (case.hpp, tolerance.hpp are light), so one object serves the native, x86-64-v2 and
-// ATTNKIT_NO_SIMD builds of the tests alike (their GCC builds clear the upper AVX state
-// before calling it: cmake/attnkitTargets.cmake).
+// (case.hpp, tolerance.hpp are light); it is compiled for each ISA the tests are, for the
+// reason tests/CMakeLists.txt gives.
 #include <attnkit/error.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_exception.hpp>

@@ -1,0 +1,108 @@
+// attention() through the tile kernel on one SIMD path, compactly: every normalizer (its vector
+// finalize and row statistic), every kind of mask the kernel treats differently (runs() on
+// Partial tiles, keep() only, key ranges that leave Full, Partial and Empty tiles, and/or
+// combinations, a BlockMask), Softcap and ALiBi, f32 / bf16 / f16 storage, GQA, ragged tiles
+// and d 128, each against the f64 reference. The flavour builds (x86-64-v2, scalar, aarch64
+// under emulation) run this file where the native build runs the full grids of
+// test_attention_masks, test_attention_normalizers and test_attention_block_mask: what differs
+// between ISAs is the vector code each policy reaches, which one pass over each reaches; the
+// cross products check the policies' logic, which is the same source on every ISA.
+#include <Eigen/Core>
+#include <attnkit/kernel/attention.hpp>
+#include <attnkit/mask/block_mask.hpp>
+#include <attnkit/mask/causal.hpp>
+#include <attnkit/mask/chunked.hpp>
+#include <attnkit/mask/combine.hpp>
+#include <attnkit/mask/power_of_two.hpp>
+#include <attnkit/mask/sinks.hpp>
+#include <attnkit/mask/sliding_window.hpp>
+#include <attnkit/normalizer/relu_power.hpp>
+#include <attnkit/normalizer/sigmoid.hpp>
+#include <attnkit/normalizer/softmax.hpp>
+#include <attnkit/normalizer/softplus_l1.hpp>
+#include <attnkit/normalizer/softplus_l1_reweighted.hpp>
+#include <attnkit/score/alibi.hpp>
+#include <attnkit/score/softcap.hpp>
+#include <catch2/catch_test_macros.hpp>
+#include <string>
+#include <vector>
+
+#include "support/reference_check.hpp"
+#include "support/test_names.hpp"
+
+using ak::Causal;
+using ak::SlidingWindow;
+using ak::test::Case;
+using ak::test::check_attention;
+
+namespace {
+
+// One of each normalizer type, per-head parameters sized for `heads`.
+template <class Visit>
+void for_each_normalizer(Index heads, Visit&& visit) {
+  std::vector<float> biases, sinks;
+  for (Index h = 0; h < heads; ++h) {
+    biases.push_back(-1.f - 0.75f * float(h));
+    sinks.push_back(float(h % 3) - 1.f);
+  }
+  visit("Softmax", ak::Softmax{});
+  visit("Softmax::with_sinks", ak::Softmax::with_sinks(sinks));
+  visit("Sigmoid::per_head", ak::Sigmoid::per_head(biases));
+  visit("ReluPower{1.5, 0.3}", ak::ReluPower{1.5f, 0.3f});
+  visit("SoftplusL1", ak::SoftplusL1{});
+  visit("SoftplusL1Reweighted{3}", ak::SoftplusL1Reweighted{3.f});
+}
+
+// Each normalizer with a windowed causal mask (Full, Partial and Empty tiles in one call) and
+// with Softcap over every key.
+template <class T = float>
+void check_normalizers(const Case& c) {
+  for_each_normalizer(c.q_heads, [&](const char* name, const auto& n) {
+    const std::string s(name);
+    check_attention<T>(s + ", Causal & SlidingWindow{24, 0}",
+                       ak::make_spec(Causal{} & SlidingWindow{24, 0}, n), c);
+    check_attention<T>(s + ", Full, Softcap{20}", ak::make_spec(ak::Softcap{20.f}, n), c);
+  });
+}
+
+}  // namespace
+
+TEST_CASE("paths: every normalizer matches the reference on ragged tiles, GQA and d 128",
+          "[attention][paths]") {
+  check_normalizers(Case{}.lengths(77, 77).dims(32).laid_out(Layout::Bhsd));
+  check_normalizers(Case{}.lengths(37, 133).heads(4, 2).dims(32).on_threads(1));
+  check_normalizers(Case{}.lengths(33, 70).dims(128).at_offset(5));
+}
+
+TEST_CASE("paths: every normalizer matches the reference with bf16 storage", "[attention][paths]") {
+  check_normalizers<Eigen::bfloat16>(Case{}.lengths(65, 65).heads(4, 2).dims(32));
+}
+
+TEST_CASE("paths: each kind of mask matches the reference, f32 and f16", "[attention][paths]") {
+  const Case c = Case{}.lengths(150, 150).dims(64).laid_out(Layout::Padded);
+  const auto check_mask = [&](const char* name, const auto& mask) {
+    check_attention(name, ak::make_spec(mask), c);
+    check_attention(name, ak::make_spec(mask), Case{c}.lengths(1, 150));
+  };
+  check_mask("SlidingWindow{30, 17}", SlidingWindow{30, 17});
+  check_mask("Causal & Chunked{96}", Causal{} & ak::Chunked{96});
+  check_mask("Causal & (Sinks{4} | SlidingWindow{64, 0})",
+             Causal{} & (ak::Sinks{4} | SlidingWindow{64, 0}));
+  check_mask("Chunked{64} | SlidingWindow{10, 10}", ak::Chunked{64} | SlidingWindow{10, 10});
+  check_mask("PowerOfTwo{2, 8}", ak::PowerOfTwo{2, 8});
+  for (const Index lq : {150, 1})  // a BlockMask is laid out for one (Lq, Lk)
+    check_attention(
+        "BlockMask(Causal & SlidingWindow{50, 0}, 64 x 128)",
+        ak::make_spec(ak::make_block_mask(Causal{} & SlidingWindow{50, 0}, lq, 150, 64, 128)),
+        Case{c}.lengths(lq, 150));
+  check_attention<Eigen::half>("Causal & (Sinks{4} | SlidingWindow{64, 0})",
+                               ak::make_spec(Causal{} & (ak::Sinks{4} | SlidingWindow{64, 0})), c);
+}
+
+TEST_CASE("paths: ALiBi and Softcap match the reference under Causal", "[attention][paths]") {
+  const Case c = Case{}.lengths(70, 140).heads(4, 2).dims(48);
+  check_attention("Causal, Alibi::standard(4)", ak::make_spec(Causal{}, ak::Alibi::standard(4)), c);
+  check_attention("Causal, Softcap{5}", ak::make_spec(Causal{}, ak::Softcap{5.f}), c);
+  check_attention<Eigen::bfloat16>("Causal, Softcap{5}", ak::make_spec(Causal{}, ak::Softcap{5.f}),
+                                   c);
+}

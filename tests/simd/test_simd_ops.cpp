@@ -1,0 +1,188 @@
+// The SIMD layer's remaining operations (test_simd.cpp has load/store, arithmetic, exp2, tanh,
+// the reductions and the bf16 pairs): log2, cos, softplus, min, abs, the mask comparisons and
+// selects, dot, the array widenings of bf16 and f16 and in_register, each against the scalar
+// standard library. Built on every path (native ISA, x86-64-v2, ATTNKIT_NO_SIMD, aarch64 NEON
+// under emulation), so each form an ISA has of these is checked where it is compiled.
+#include <Eigen/Core>
+#include <algorithm>
+#include <array>
+#include <attnkit/simd/simd.hpp>
+#include <catch2/catch_test_macros.hpp>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+namespace simd = attnkit::simd;
+using simd::kWidth;
+
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr double kEps = std::numeric_limits<float>::epsilon();
+// xsimd's log2 and cos polynomials against the f64 library: a few float ulps (log2 relative
+// to |log2 x|, cos absolute over the range the TAPA logits use, |x| <= 1e3).
+constexpr double kLog2Rel = 4 * kEps;
+constexpr double kCosAbs = 1e3 * 4 * kEps;
+// softplus (simd/math.hpp): a few ulp plus |x| / 2 ulp from rounding |x| log2 e.
+constexpr double kSoftplusUlps = 8;
+
+using Lanes = std::array<float, kWidth>;
+
+Lanes lanes_of(simd::Vec v) {
+  Lanes out;
+  simd::store(out.data(), v);
+  return out;
+}
+
+// Runs op over xs, kWidth at a time, and checks each lane with ok(x, got).
+template <class Op, class Ok>
+void each_lane(const std::vector<float>& xs, Op op, Ok ok) {
+  for (std::size_t i = 0; i < xs.size(); i += kWidth) {
+    Lanes in;
+    for (std::size_t l = 0; l < kWidth; ++l) in[l] = xs[std::min(i + l, xs.size() - 1)];
+    const Lanes out = lanes_of(op(simd::load(in.data())));
+    for (std::size_t l = 0; l < kWidth; ++l) {
+      INFO(simd::kArchName << ": x = " << in[l] << ", got " << out[l]);
+      CHECK(ok(double(in[l]), double(out[l])));
+    }
+  }
+}
+
+std::vector<float> spread(float lo, float hi, int n) {
+  std::vector<float> xs;
+  for (int k = 0; k <= n; ++k) xs.push_back(lo + (hi - lo) * float(k) / float(n));
+  return xs;
+}
+
+}  // namespace
+
+TEST_CASE("simd ops: log2 matches std::log2, -inf at 0", "[simd][log2]") {
+  std::vector<float> xs = spread(1e-6f, 4.f, 3000);
+  for (const float x : {1e-30f, 1.f, 2.f, 1e30f, 0.5f}) xs.push_back(x);
+  each_lane(
+      xs, [](simd::Vec v) { return simd::log2(v); },
+      [](double x, double got) {
+        const double want = std::log2(x);
+        return std::abs(got - want) <= kLog2Rel * std::max(1.0, std::abs(want));
+      });
+  CHECK(lanes_of(simd::log2(simd::Vec(0.f)))[0] == -kInf);
+}
+
+TEST_CASE("simd ops: cos matches std::cos for |x| <= 1000", "[simd][cos]") {
+  each_lane(
+      spread(-1000.f, 1000.f, 4001), [](simd::Vec v) { return simd::cos(v); },
+      [](double x, double got) { return std::abs(got - std::cos(x)) <= kCosAbs; });
+}
+
+// Down to x = -87, where e^x is still a normal float: below, exp2's flush to 0 at -127
+// (simd/math.hpp) makes the result 0 instead of a subnormal.
+TEST_CASE("simd ops: softplus is log(1 + e^x) for every x, edges included", "[simd][softplus]") {
+  std::vector<float> xs = spread(-87.f, 90.f, 3540);
+  for (const float x : {-kInf, kInf, 0.f, 1e-20f, -1e-20f}) xs.push_back(x);
+  each_lane(
+      xs, [](simd::Vec v) { return simd::softplus(v); },
+      [](double x, double got) {
+        const double want = std::log1p(std::exp(x));
+        if (std::isinf(x)) return got == want;  // exactly 0 and +inf
+        return std::abs(got - want) <= (kSoftplusUlps + std::abs(x) / 2) * kEps * want;
+      });
+}
+
+TEST_CASE("simd ops: min, max and abs are lane-wise", "[simd][arith]") {
+  Lanes a, b;
+  for (int l = 0; l < kWidth; ++l) {
+    a[l] = float(l) - 1.5f;
+    b[l] = l % 2 == 0 ? -kInf : 0.25f * float(l);
+  }
+  const simd::Vec va = simd::load(a.data()), vb = simd::load(b.data());
+  const Lanes mn = lanes_of(simd::min(va, vb)), mx = lanes_of(simd::max(va, vb));
+  const Lanes ab = lanes_of(simd::abs(va));
+  for (int l = 0; l < kWidth; ++l) {
+    INFO("lane " << l);
+    CHECK(mn[l] == std::min(a[l], b[l]));
+    CHECK(mx[l] == std::max(a[l], b[l]));
+    CHECK(ab[l] == std::fabs(a[l]));
+  }
+}
+
+TEST_CASE("simd ops: comparisons, masks and selects act lane by lane", "[simd][mask]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Lanes a, b;
+  for (int l = 0; l < kWidth; ++l) {
+    a[l] = l % 3 == 0 ? nan : float(l % 4);
+    b[l] = float((l + 1) % 3);
+  }
+  const simd::Vec va = simd::load(a.data()), vb = simd::load(b.data());
+  const simd::Mask eq = simd::equal(va, vb), gt = simd::greater(va, vb);
+  const Lanes both = lanes_of(simd::select(simd::both(eq, gt), simd::Vec(1.f), simd::Vec(0.f)));
+  const Lanes e = lanes_of(simd::select(eq, simd::Vec(1.f), simd::Vec(0.f)));
+  const Lanes g = lanes_of(simd::select(gt, simd::Vec(1.f), simd::Vec(0.f)));
+  const Lanes inv = lanes_of(simd::inverse_or_zero(va));
+  bool any_gt = false;
+  for (int l = 0; l < kWidth; ++l) {
+    INFO("lane " << l << ": a " << a[l] << ", b " << b[l]);
+    CHECK(e[l] == (a[l] == b[l] ? 1.f : 0.f));  // false where a is NaN
+    CHECK(g[l] == (a[l] > b[l] ? 1.f : 0.f));
+    CHECK(both[l] == 0.f);  // never equal and greater
+    if (std::isnan(a[l]))
+      CHECK(std::isnan(inv[l]));
+    else
+      CHECK(inv[l] == (a[l] == 0.f ? 0.f : 1.f / a[l]));
+    any_gt = any_gt || a[l] > b[l];
+  }
+  CHECK(simd::any(gt) == any_gt);
+  CHECK_FALSE(simd::any(simd::greater(simd::Vec(0.f), simd::Vec(1.f))));
+}
+
+TEST_CASE("simd ops: dot equals the f64 sum for every length and alignment", "[simd][dot]") {
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> a(300), b(300);
+  for (float& x : a) x = u(rng);
+  for (float& x : b) x = u(rng);
+  for (const std::ptrdiff_t n : {0, 1, 3, 4, 15, 16, 17, 33, 64, 128, 129, 299})
+    for (const std::ptrdiff_t off : {0, 1}) {
+      double want = 0, mag = 0;
+      for (std::ptrdiff_t c = 0; c < n; ++c) {
+        want += double(a[std::size_t(off + c)]) * double(b[std::size_t(off + c)]);
+        mag += std::abs(double(a[std::size_t(off + c)]) * double(b[std::size_t(off + c)]));
+      }
+      // Any summation order of n products: within (n + 1) eps of the sum of magnitudes.
+      INFO(simd::kArchName << ": n " << n << ", offset " << off);
+      CHECK(std::abs(simd::dot(a.data() + off, b.data() + off, n) - want) <=
+            double(n + 1) * kEps * mag);
+    }
+}
+
+TEST_CASE("simd ops: widen_bf16 and widen_f16 convert whole arrays exactly, tails included",
+          "[simd][memory]") {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.f, 3.f);
+  for (const std::ptrdiff_t n : {1, 7, 8, 9, 16, 17, 40}) {
+    std::vector<std::uint16_t> bf(std::size_t(n) + 1), hf(std::size_t(n) + 1);
+    const auto count = static_cast<std::size_t>(n);
+    std::vector<float> want_bf(count), want_hf(count);
+    for (std::ptrdiff_t i = 0; i < n; ++i) {
+      const Eigen::bfloat16 x(normal(rng));
+      const Eigen::half y(normal(rng));
+      std::memcpy(&bf[std::size_t(i + 1)], &x, 2);
+      std::memcpy(&hf[std::size_t(i + 1)], &y, 2);
+      want_bf[std::size_t(i)] = float(x);
+      want_hf[std::size_t(i)] = float(y);
+    }
+    std::vector<float> got(count, -1.f);
+    INFO(simd::kArchName << ": n " << n);
+    simd::widen_bf16(bf.data() + 1, got.data(), n);  // unaligned on purpose
+    CHECK(got == want_bf);
+    if (simd::widen_f16(hf.data() + 1, got.data(), n)) CHECK(got == want_hf);
+  }
+}
+
+TEST_CASE("simd ops: in_register returns its argument", "[simd]") {
+  Lanes a;
+  for (int l = 0; l < kWidth; ++l) a[l] = float(l) * 0.5f - 1.f;
+  CHECK(lanes_of(simd::in_register(simd::load(a.data()))) == a);
+}
