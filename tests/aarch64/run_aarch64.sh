@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Cross-builds attnkit's SIMD path tests, the SIMD/scalar agreement and examples 01 and 14
+# Cross-builds attnkit's emulated SIMD path tests (ATTNKIT_EMULATED_TESTS), the SIMD/scalar
+# agreement and examples 01 and 14
 # for aarch64 (a nested build of this source tree with cmake/toolchains/aarch64-linux-gnu.cmake)
 # and runs them under qemu-aarch64 user emulation through CTest. Called by the CTest test in
 # tests/aarch64/CMakeLists.txt; exits 77 (the test's SKIP_RETURN_CODE) when the cross
@@ -56,4 +57,4 @@ echo "aarch64: configuring and building in $build"
 echo "aarch64: running under $(command -v qemu-aarch64-static || command -v qemu-aarch64)"
 cd "$build"
 "$ctest" --output-on-failure -j 2 --no-tests=error \
-  -R '^(attnkit_tests_aarch64: |simd agreement: |example: (01_dense_attention|14_decode_kv_cache)$)'
+  -R '^(attnkit_tests_aarch64:|simd agreement: |example: (01_dense_attention|14_decode_kv_cache)$)'

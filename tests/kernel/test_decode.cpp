@@ -249,11 +249,11 @@ TEST_CASE("decode: bf16 and f16 K/V stay at f32 accuracy against the rounded inp
 
 namespace {
 
-// Output and LSE bytes of one call with `threads` threads.
+// Output and LSE bytes of one call on `in` with `threads` threads.
 template <class T, class Spec>
-std::vector<unsigned char> bytes_of(const Spec& spec, Case c, int threads, Call call) {
+std::vector<unsigned char> bytes_of(const Spec& spec, Case c, const Inputs<T>& in, int threads,
+                                    Call call) {
   c.threads = threads;
-  const Inputs<T> in(c, 5);
   return ak::test::bytes_of(
       ak::test::run_into<Spec>(c, [&](const ak::View<float>& o, const ak::Options& options) {
         run(call, spec, in.q.cview(), in.k.cview(), in.v.cview(), o, options);
@@ -265,20 +265,23 @@ std::vector<unsigned char> bytes_of(const Spec& spec, Case c, int threads, Call 
 TEST_CASE("decode: output and LSE are bitwise identical for 1..4 threads", "[decode]") {
   const Case cases[] = {decode_case(1, 3000, 8, 1, 64), decode_case(4, 1500, 4, 2, 64),
                         decode_case(16, 2049, 2, 2, 64)};
-  for (const Case& c : cases)
+  for (const Case& c : cases) {
+    const Inputs<Eigen::half> half_in(c, 5);  // drawn once: the calls differ in threads only
+    const Inputs<float> float_in(c, 5);
     for (const Call call : {Call::Decode, Call::Attention})
       for_each_normalizer(c.q_heads, [&](const char* nname, const auto& n) {
         const auto spec = ak::make_spec(Causal{} & (Sinks{4} | SlidingWindow{1100, 0}), n);
         INFO(nname << ", " << name(call) << " " << ak::test::describe(c));
-        const auto one = bytes_of<Eigen::half>(spec, c, 1, call);
+        const auto one = bytes_of(spec, c, half_in, 1, call);
         for (int t = 2; t <= 4; ++t) {
           INFO("threads " << t);
-          CHECK(bytes_of<Eigen::half>(spec, c, t, call) == one);
+          CHECK(bytes_of(spec, c, half_in, t, call) == one);
         }
         const auto rope = ak::make_spec(Causal{}, ak::Rope(ak::RopeTable(64, 10000, 4096)), n);
-        const auto rope_one = bytes_of<float>(rope, c, 1, call);
-        for (int t = 2; t <= 4; ++t) CHECK(bytes_of<float>(rope, c, t, call) == rope_one);
+        const auto rope_one = bytes_of(rope, c, float_in, 1, call);
+        for (int t = 2; t <= 4; ++t) CHECK(bytes_of(rope, c, float_in, t, call) == rope_one);
       });
+  }
 }
 
 TEST_CASE("decode: q_len > 16 is an Error before anything is written", "[decode]") {
