@@ -31,6 +31,10 @@ endif()
 if(NOT CMAKE_C_COMPILER)
   set(CMAKE_C_COMPILER ${ATTNKIT_AARCH64_TRIPLE}-gcc)
 endif()
+# Clang cross-compiles with --target and the GNU cross toolchain's headers and libraries.
+if(CMAKE_CXX_COMPILER MATCHES "clang")
+  set(CMAKE_CXX_COMPILER_TARGET ${ATTNKIT_AARCH64_TRIPLE})
+endif()
 
 # The guest's libraries: the cross toolchain's (libc, libstdc++, libgomp).
 set(ATTNKIT_AARCH64_GUEST_ROOT /usr/${ATTNKIT_AARCH64_TRIPLE})

@@ -40,6 +40,7 @@ command -v qemu-aarch64-static >/dev/null 2>&1 || command -v qemu-aarch64 >/dev/
 [ -f "$prefix/usr/lib/cmake/Catch2/Catch2Config.cmake" ] ||
   skip "no arm64 Catch2 under $prefix"
 
+mkdir -p "$work"
 build="$work/build"
 configure=("$cmake" -S "$source" -B "$build"
            "-DCMAKE_TOOLCHAIN_FILE=$source/cmake/toolchains/aarch64-linux-gnu.cmake"
@@ -57,4 +58,4 @@ echo "aarch64: configuring and building in $build"
 echo "aarch64: running under $(command -v qemu-aarch64-static || command -v qemu-aarch64)"
 cd "$build"
 "$ctest" --output-on-failure -j 2 --no-tests=error \
-  -R '^(attnkit_tests_aarch64:|simd agreement: |example: (01_dense_attention|14_decode_kv_cache)$)'
+  -R "^(attnkit_tests_aarch64:|simd agreement: |example: (01_dense_attention|14_decode_kv_cache)\$)"

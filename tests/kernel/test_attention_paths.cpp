@@ -2,7 +2,8 @@
 // finalize and row statistic), every kind of mask the kernel treats differently (runs() on
 // Partial tiles, keep() only, key ranges that leave Full, Partial and Empty tiles, and/or
 // combinations, a BlockMask), Softcap and ALiBi, f32 / bf16 / f16 storage, GQA, ragged tiles
-// and d 128, each against the f64 reference. The flavour builds (x86-64-v2, scalar, aarch64
+// and d 128, each against the f64 reference (Lq 1 cases through split-KV decode); then bitwise
+// stability over thread counts. The flavour builds (x86-64-v2, scalar, aarch64
 // under emulation) run this file where the native build runs the full grids of
 // test_attention_masks, test_attention_normalizers and test_attention_block_mask: what differs
 // between ISAs is the vector code each policy reaches, which one pass over each reaches; the
@@ -105,4 +106,21 @@ TEST_CASE("paths: ALiBi and Softcap match the reference under Causal", "[attenti
   check_attention("Causal, Softcap{5}", ak::make_spec(Causal{}, ak::Softcap{5.f}), c);
   check_attention<Eigen::bfloat16>("Causal, Softcap{5}", ak::make_spec(Causal{}, ak::Softcap{5.f}),
                                    c);
+}
+
+TEST_CASE("paths: output and statistic are bitwise identical for 1..4 threads",
+          "[attention][paths][threads]") {
+  // Prefill (the tile kernel) and Lq 3 (attention() routes it to split-KV decode), each
+  // normalizer with a sliding window and sinks: Full, Partial and Empty tiles in each call.
+  for (const Index lq : {150, 3})
+    for_each_normalizer(2, [&](const char* name, const auto& n) {
+      const auto spec = ak::make_spec(Causal{} & (ak::Sinks{4} | SlidingWindow{60, 0}), n);
+      Case c = Case{}.lengths(lq, 600).dims(64).on_threads(1);
+      INFO(name << ", " << ak::test::describe(c));
+      const auto one = ak::test::bytes_of(ak::test::run_kernel(spec, c));
+      for (int t = 2; t <= 4; ++t) {
+        INFO("threads " << t);
+        CHECK(ak::test::bytes_of(ak::test::run_kernel(spec, c.on_threads(t))) == one);
+      }
+    });
 }

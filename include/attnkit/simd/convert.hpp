@@ -180,9 +180,9 @@ inline void join_pairs(const float* src, float f, float* dst) {
 }
 
 /// True when load_f16() converts in registers (F16C, AVX-512's conversions, NEON's).
-#if !defined(ATTNKIT_NO_SIMD) && (defined(__AVX512F__) ||                            \
-                                  (defined(__AVX2__) && defined(__F16C__)) ||       \
-                                  defined(ATTNKIT_SIMD_NEON))
+#if !defined(ATTNKIT_NO_SIMD) &&                                         \
+    (defined(__AVX512F__) || (defined(__AVX2__) && defined(__F16C__)) || \
+     defined(ATTNKIT_SIMD_NEON))
 inline constexpr bool kWidensF16 = true;
 #else
 inline constexpr bool kWidensF16 = false;
