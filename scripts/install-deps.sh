@@ -2,8 +2,8 @@
 # Installs everything attnkit needs to build, test and benchmark on Debian/Ubuntu:
 # a C++17 compiler, CMake >= 3.25, Ninja, Eigen 3.4, xsimd >= 8.1, Catch2 v3,
 # Google Benchmark, OpenMP, clang with its libFuzzer runtime for the fuzz test, matplotlib
-# for the plots of the bench report (scripts/bench_report.py), and on x86-64 the aarch64
-# cross compiler, qemu and the arm64 dependencies for the Arm test.
+# for the plots of the bench report (scripts/bench_report.py); with --aarch64, on x86-64,
+# the aarch64 cross compiler, qemu and the arm64 dependencies for the Arm tests.
 # Idempotent: when everything is present it only checks.
 # On Debian 12 Catch2 v3 lives in bookworm-backports, which is enabled when needed.
 set -euo pipefail
@@ -67,13 +67,20 @@ fuzzer_runtime_package() {
   fi
 }
 
-# The Arm test (tests/aarch64): Debian's cross compiler and qemu user emulation on x86-64
-# hosts, and the arm64 builds of Catch2, xsimd and Eigen unpacked under aarch64_prefix (they
-# cannot be installed next to the host's own copies: same paths). Set ATTNKIT_NO_AARCH64=1
-# to leave them out (the test then reports itself skipped).
+# --aarch64: also what the Arm tests need (tests/aarch64, the aarch64 preset): Debian's cross
+# compiler and qemu user emulation on x86-64 hosts, and the arm64 builds of Catch2, xsimd and
+# Eigen unpacked under aarch64_prefix (they cannot be installed next to the host's own
+# copies: same paths).
+with_aarch64=""
+for arg in "$@"; do
+  case "$arg" in
+    --aarch64) with_aarch64=1 ;;
+    *) echo "install-deps.sh: unknown argument '$arg' (known: --aarch64)" >&2; exit 2 ;;
+  esac
+done
 aarch64_prefix=${ATTNKIT_AARCH64_PREFIX:-/opt/attnkit-aarch64}
 aarch64_packages=()
-if [ "$(uname -m)" = x86_64 ] && [ -z "${ATTNKIT_NO_AARCH64:-}" ]; then
+if [ "$(uname -m)" = x86_64 ] && [ -n "$with_aarch64" ]; then
   aarch64_packages=(g++-aarch64-linux-gnu qemu-user-static)
   packages+=("${aarch64_packages[@]}")
 fi
