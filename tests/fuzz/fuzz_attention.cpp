@@ -39,6 +39,8 @@ using ak::Index;
 using attnkit_fuzz::Bytes;
 using attnkit_fuzz::output_tolerance;
 using attnkit_fuzz::returns;
+using attnkit_fuzz::to_double;
+using attnkit_fuzz::verdicts_differ;
 
 namespace {
 
@@ -514,14 +516,6 @@ double nan_of<double>() {
   return std::numeric_limits<double>::quiet_NaN();
 }
 
-template <class T>
-double to_double(T x) {
-  if constexpr (std::is_same_v<T, double>)
-    return x;
-  else
-    return static_cast<double>(static_cast<float>(x));
-}
-
 // Calls f(b, h, s, c, element) for every element of a view.
 template <class T, class F>
 void for_each(const ak::View<T>& v, F f) {
@@ -867,9 +861,7 @@ void run(const Case& c, const Spec& spec) {
   }
 
   if (!q.unchanged() || !k.unchanged() || !v.unchanged()) violated(c, "an input buffer changed");
-  if (fast_ok != ref_ok)
-    violated(c, std::string("attention ") + (fast_ok ? "accepted" : "rejected") +
-                    " what reference::attention " + (ref_ok ? "accepted" : "rejected"));
+  if (fast_ok != ref_ok) violated(c, verdicts_differ("attention", fast_ok, ref_ok));
   if (c.must_reject && fast_ok) violated(c, "an invalid call was accepted");
   if (!fast_ok) {
     if (!o.unchanged() || !ref.unchanged()) violated(c, "a rejected call wrote its output");

@@ -6,6 +6,7 @@
 #include <attnkit/error.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include "support/attnkit_test.hpp"
@@ -42,6 +43,22 @@ class Bytes {
   const std::uint8_t* p_;
   const std::uint8_t* end_;
 };
+
+// x in double, through f32 for the 16-bit storage types (Eigen's have no double conversion).
+template <class T>
+double to_double(T x) {
+  if constexpr (std::is_same_v<T, double>)
+    return x;
+  else
+    return static_cast<double>(static_cast<float>(x));
+}
+
+// "<call> accepted what reference::attention rejected" (or the other way round): the message
+// of a call and the reference that disagree on whether the input is valid.
+inline std::string verdicts_differ(const std::string& call, bool ok, bool ref_ok) {
+  return call + (ok ? " accepted" : " rejected") + " what reference::attention " +
+         (ref_ok ? "accepted" : "rejected");
+}
 
 // Runs f; true when it returned, false when it threw attnkit::Error. Anything else escapes
 // to libFuzzer, which reports it as a crash.

@@ -366,8 +366,7 @@ void call_one(const Case& c, const Spec& spec) {
   if (!q.unchanged() || !k.unchanged() || !v.unchanged()) violated(c, "an input buffer changed");
   if (c.defect != Defect::None && ok) violated(c, "an invalid call was accepted");
   if (c.defect != Defect::DecodeTooManyRows && ok != ref_ok)
-    violated(c, std::string(decode ? "decode " : "attention ") + (ok ? "accepted" : "rejected") +
-                    " what reference::attention " + (ref_ok ? "accepted" : "rejected"));
+    violated(c, verdicts_differ(decode ? "decode" : "attention", ok, ref_ok));
   if (rejected(c, ok, o, lse)) return;
   same_for_threads(c, o, lse, fast);
   Buf<double> mass(c.B, c.Hq, c.Lq, c.Dv);
@@ -581,9 +580,7 @@ void varlen_one(const Case& c, const Spec& spec, const Packing& pk) {
     need = std::max(need, reach_of(nq, nk, off));
   }
   if (ok != ref_ok)
-    violated(c, std::string("attention_varlen ") + (ok ? "accepted" : "rejected") +
-                    " what reference::attention " + (ref_ok ? "accepted" : "rejected") +
-                    " (per sequence)");
+    violated(c, verdicts_differ("attention_varlen", ok, ref_ok) + " (per sequence)");
   if (rejected(c, ok, o, lse)) return;
   same_for_threads(c, o, lse, fast);
   compare(c, "attention_varlen", o, ref, c.lse ? &lse : nullptr, c.lse ? &ref_lse : nullptr,

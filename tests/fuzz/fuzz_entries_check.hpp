@@ -24,14 +24,6 @@ namespace attnkit_fuzz {
 constexpr Index kGuard = 16;
 
 template <class T>
-double to_double(T x) {
-  if constexpr (std::is_same_v<T, double>)
-    return x;
-  else
-    return static_cast<double>(static_cast<float>(x));
-}
-
-template <class T>
 struct Buf {
   Index B = 0, H = 0, S = 0, D = 0;
   bool bshd = false;

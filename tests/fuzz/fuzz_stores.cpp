@@ -181,10 +181,7 @@ void paged_one(const Case& c0, const Spec& spec) {
     visible.insert(visible.end(), nb.begin(), nb.end());
     need = std::max(need, reach_of(c.Lq, n, off));
   }
-  if (ok != ref_ok)
-    violated(c, std::string("attention_paged ") + (ok ? "accepted" : "rejected") +
-                    " what reference::attention " + (ref_ok ? "accepted" : "rejected") +
-                    " (per sequence)");
+  if (ok != ref_ok) violated(c, verdicts_differ("attention_paged", ok, ref_ok) + " (per sequence)");
   if (rejected(c, ok, o, lse)) return;
   same_for_threads(c, o, lse, fast);
   double kmax = 0.0, vmax = 0.0;
@@ -270,9 +267,7 @@ void cache_one(const Case& c, const Spec& spec) {
     ak::reference::attention(spec, q.view(), k.view(), v.view(), ref.view(),
                              opt.with_lse(ref_lse.ptr(c.lse)));
   });
-  if (ok != ref_ok)
-    violated(c, std::string("the cached call ") + (ok ? "accepted" : "rejected") +
-                    " what reference::attention " + (ref_ok ? "accepted" : "rejected"));
+  if (ok != ref_ok) violated(c, verdicts_differ("the cached call", ok, ref_ok));
   if (rejected(c, ok, o, lse)) return;
   same_for_threads(c, o, lse, fast);
   compare(c, "attention on a KvCache", o, ref, c.lse ? &lse : nullptr, c.lse ? &ref_lse : nullptr,
@@ -338,9 +333,7 @@ void driver_one(const Case& c, const char* what, Call call, const RefMask& mask,
     ak::reference::attention(ak::make_spec(mask, softmax_of(c, c.Hq)), q.view(), k.view(), v.view(),
                              ref.view(), options_of(c).with_lse(ref_lse.ptr(c.lse)));
   });
-  if (ok != ref_ok)
-    violated(c, std::string(what) + (ok ? " accepted" : " rejected") +
-                    " what reference::attention " + (ref_ok ? "accepted" : "rejected"));
+  if (ok != ref_ok) violated(c, verdicts_differ(what, ok, ref_ok));
   if (rejected(c, ok, o, lse)) return;
   same_for_threads(c, o, lse, fast);
   compare(c, what, o, ref, c.lse ? &lse : nullptr, c.lse ? &ref_lse : nullptr,

@@ -1,6 +1,6 @@
 // attention() against reference::attention() over a grid of shapes, layouts, masks,
 // score mods, GQA ratios and thread counts; edge cases (empty rows, huge logits, empty
-// key sets); validation errors. Built for every path: native ISA, x86-64-v2, scalar, aarch64.
+// key sets); validation errors. Built for the native ISA and x86-64-v2 (ATTNKIT_PATH_TESTS).
 #include <Eigen/Core>
 #include <algorithm>
 #include <atomic>

@@ -3,7 +3,8 @@
 //   garbage tail, poisoned future keys under Causal);
 // - a NaN or +inf logit among a row's visible keys makes that row's output and LSE NaN, and
 //   no other row changes ("no key", LSE -inf, is never reported for a row that saw one).
-// Built for every SIMD path: exp2, max and the product handle NaN and inf differently.
+// Built for the native ISA and x86-64-v2 (ATTNKIT_PATH_TESTS): exp2, max and the product
+// handle NaN and inf differently on each.
 #include <Eigen/Core>
 #include <attnkit/kernel/attention.hpp>
 #include <attnkit/kernel/decode.hpp>

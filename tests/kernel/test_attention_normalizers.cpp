@@ -36,11 +36,8 @@ namespace {
 // The normalizers of the grid, each with its name; per-head parameters sized for `heads`.
 template <class Visit>
 void for_each_normalizer(Index heads, Visit&& visit) {
-  std::vector<float> biases, sinks;
-  for (Index h = 0; h < heads; ++h) {
-    biases.push_back(-1.f - 0.75f * float(h));
-    sinks.push_back(float(h % 3) - 1.f);  // -1, 0 (off by one), 1
-  }
+  const std::vector<float> biases = ak::test::head_biases(heads);
+  const std::vector<float> sinks = ak::test::head_sinks(heads);  // -1, 0 (off by one), 1
   visit("Sigmoid{} (-log Lk)", ak::Sigmoid{});
   visit("Sigmoid{-log 2048}", ak::Sigmoid{-std::log(2048.f)});
   visit("Sigmoid::per_head", ak::Sigmoid::per_head(biases));

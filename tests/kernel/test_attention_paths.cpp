@@ -41,11 +41,8 @@ namespace {
 // One of each normalizer type, per-head parameters sized for `heads`.
 template <class Visit>
 void for_each_normalizer(Index heads, Visit&& visit) {
-  std::vector<float> biases, sinks;
-  for (Index h = 0; h < heads; ++h) {
-    biases.push_back(-1.f - 0.75f * float(h));
-    sinks.push_back(float(h % 3) - 1.f);
-  }
+  const std::vector<float> biases = ak::test::head_biases(heads);
+  const std::vector<float> sinks = ak::test::head_sinks(heads);  // -1, 0 (off by one), 1
   visit("Softmax", ak::Softmax{});
   visit("Softmax::with_sinks", ak::Softmax::with_sinks(sinks));
   visit("Sigmoid::per_head", ak::Sigmoid::per_head(biases));

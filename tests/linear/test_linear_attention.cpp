@@ -3,8 +3,8 @@
 // recurrent form, for every feature map, with and without a per-head decay, causal and not
 // (Lq != Lk), GQA, the three layouts, f32, bf16 and f16 storage, 1 or 2 threads; then the
 // state: a prefill followed by decode steps equals one long prefill; the thread count
-// changes no bit; bad inputs throw Error before anything is written. Built for every
-// path: native ISA, x86-64-v2, scalar, aarch64.
+// changes no bit; bad inputs throw Error before anything is written. Built for the
+// native ISA and x86-64-v2 (ATTNKIT_PATH_TESTS).
 #include <Eigen/Core>
 #include <algorithm>
 #include <attnkit/linear/linear_attention.hpp>

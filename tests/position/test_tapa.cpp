@@ -2,8 +2,8 @@
 // pairs, odd head dims, Full / Causal / windowed masks, Softmax / Sigmoid / ReluPower, Softcap,
 // decode-like q_offset, GQA, 1 and 2 threads, f32 / bf16 / f16 storage; then properties
 // (theta = 1 is plain attention, the logit depends on |i - j| only), combine() on hand-made
-// tiles against the formula, and the errors. Built for every path: native ISA, x86-64-v2, scalar,
-// aarch64.
+// tiles against the formula, and the errors. Built for the native ISA and x86-64-v2
+// (ATTNKIT_PATH_TESTS).
 #include <Eigen/Core>
 #include <algorithm>
 #include <attnkit/kernel/attention.hpp>

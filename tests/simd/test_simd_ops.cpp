@@ -2,7 +2,8 @@
 // the reductions and the bf16 pairs): log2, cos, softplus, min, abs, the mask comparisons and
 // selects, dot, the array widenings of bf16 and f16 and in_register, each against the scalar
 // standard library. Built on every path (native ISA, x86-64-v2, ATTNKIT_NO_SIMD, aarch64 NEON
-// under emulation), so each form an ISA has of these is checked where it is compiled.
+// under emulation on request), so each form an ISA has of these is checked where it is
+// compiled.
 #include <Eigen/Core>
 #include <algorithm>
 #include <array>

@@ -53,6 +53,21 @@ std::vector<T> random_values(std::size_t n, std::uint32_t seed, double stddev = 
   return v;
 }
 
+/// Per-head sink logits -1, 0, 1, -1, ... for `heads` heads (0: the sink weighs like one more
+/// key of logit 0, the off-by-one softmax).
+inline std::vector<float> head_sinks(Index heads) {
+  std::vector<float> sinks;
+  for (Index h = 0; h < heads; ++h) sinks.push_back(float(h % 3) - 1.f);
+  return sinks;
+}
+
+/// Per-head sigmoid biases -1, -1.75, -2.5, ... for `heads` heads.
+inline std::vector<float> head_biases(Index heads) {
+  std::vector<float> biases;
+  for (Index h = 0; h < heads; ++h) biases.push_back(-1.f - 0.75f * float(h));
+  return biases;
+}
+
 /// Cut points 0 = c_0 < c_1 < ... < c_parts = n of [0, n), the inner ones drawn at random by
 /// mt19937(seed) (parts <= n).
 inline std::vector<Index> random_cuts(Index n, int parts, std::uint32_t seed) {
