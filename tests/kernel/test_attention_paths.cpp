@@ -1,13 +1,13 @@
 // attention() through the tile kernel on one SIMD path, compactly: every normalizer (its vector
 // finalize and row statistic), every kind of mask the kernel treats differently (runs() on
 // Partial tiles, keep() only, key ranges that leave Full, Partial and Empty tiles, and/or
-// combinations, a BlockMask), Softcap and ALiBi, f32 / bf16 / f16 storage, GQA, ragged tiles
-// and d 128, each against the f64 reference (Lq 1 cases through split-KV decode); then bitwise
-// stability over thread counts. The flavour builds (x86-64-v2, scalar, aarch64
-// under emulation) run this file where the native build runs the full grids of
-// test_attention_masks, test_attention_normalizers and test_attention_block_mask: what differs
-// between ISAs is the vector code each policy reaches, which one pass over each reaches; the
-// cross products check the policies' logic, which is the same source on every ISA.
+// combinations, a BlockMask), Softcap and ALiBi, RoPE, FoPE and TAPA, f32 / bf16 / f16 storage,
+// GQA, ragged tiles and d 128, each against the f64 reference (Lq 1 cases through split-KV decode);
+// then bitwise stability over thread counts. The flavour builds (x86-64-v2, scalar, aarch64 under
+// emulation) run this file where the native build runs the full grids of test_attention_masks,
+// test_attention_normalizers and test_attention_block_mask: what differs between ISAs is the vector
+// code each policy reaches, which one pass over each reaches; the cross products check the
+// policies' logic, which is the same source on every ISA.
 #include <Eigen/Core>
 #include <attnkit/kernel/attention.hpp>
 #include <attnkit/mask/block_mask.hpp>
@@ -22,6 +22,9 @@
 #include <attnkit/normalizer/softmax.hpp>
 #include <attnkit/normalizer/softplus_l1.hpp>
 #include <attnkit/normalizer/softplus_l1_reweighted.hpp>
+#include <attnkit/position/fope.hpp>
+#include <attnkit/position/rope.hpp>
+#include <attnkit/position/tapa.hpp>
 #include <attnkit/score/alibi.hpp>
 #include <attnkit/score/softcap.hpp>
 #include <catch2/catch_test_macros.hpp>
@@ -103,6 +106,27 @@ TEST_CASE("paths: ALiBi and Softcap match the reference under Causal", "[attenti
   check_attention("Causal, Softcap{5}", ak::make_spec(Causal{}, ak::Softcap{5.f}), c);
   check_attention<Eigen::bfloat16>("Causal, Softcap{5}", ak::make_spec(Causal{}, ak::Softcap{5.f}),
                                    c);
+}
+
+TEST_CASE("paths: RoPE, FoPE and TAPA match the reference in prefill and decode",
+          "[attention][paths][position]") {
+  // Row transforms (the keys turned once per call, each query tile as it is packed) and a
+  // product owner (TAPA's two half products and its SIMD cos), ragged, GQA, through the tile
+  // kernel and (Lq 1) split-KV decode.
+  ak::FopeConfig fc{32, 256, 1000};
+  fc.kv_heads = 2;
+  fc.q_heads = 4;
+  const ak::Fope fope = ak::Fope::drawn(fc, 0.3, 3);
+  for (const Index lq : {70, 1}) {
+    const Case c = Case{}.lengths(lq, 140).heads(4, 2).dims(32);
+    check_attention("Causal, Rope",
+                    ak::make_spec(Causal{}, ak::Rope(ak::RopeTable(32, 10000, 256))), c);
+    check_attention("Causal, Fope", ak::make_spec(Causal{}, fope), c);
+    check_attention("Causal, Tapa", ak::make_spec(Causal{}, ak::Tapa{}), c);
+    check_attention<Eigen::bfloat16>(
+        "Causal & SlidingWindow{40, 0}, Tapa, Sigmoid",
+        ak::make_spec(Causal{} & SlidingWindow{40, 0}, ak::Tapa{}, ak::Sigmoid{}), c);
+  }
 }
 
 TEST_CASE("paths: output and statistic are bitwise identical for 1..4 threads",
