@@ -59,6 +59,53 @@ struct ReluPower {
 
   simd::Vec row_sum(const State& st) const { return st.l; }
 
+  // Backward (attention_backward()): with x = s - b and the forward's row sum L,
+  // P = ReLU(x)^alpha / L and dS = alpha x^(alpha - 1) / L (dP - D) where x > 0, else 0
+  // (the subgradient below the threshold); the bias's gradient is -sum_j dS.
+  static constexpr const char* kTrainedParam = "bias";  // ParamGrads::normalizer
+  struct BackwardState {
+    simd::Vec inv_l;  // 1 / L, 0 for a row whose weights were all 0
+    simd::Vec delta;  // D_i = dO_i . O_i
+  };
+
+  BackwardState begin_backward(const RowContext& /*ctx*/, simd::Vec stat, simd::Vec delta) const {
+    return BackwardState{simd::inverse_or_zero(stat), delta};
+  }
+
+  /// s: logits -> P; ds: dP -> dS. Returns -sum_j dS per lane (the bias's gradient).
+  simd::Vec backward(const BackwardState& st, float* s, float* ds, Index keys, Index ld) const {
+    const simd::Vec b(bias), a(alpha), am1(alpha - 1.f), zero(0.f);
+    simd::Vec sum(0.f);
+    for (Index j = 0; j < keys; ++j) {
+      const simd::Vec shifted = simd::load(s + j * ld) - b;
+      const simd::Vec l2 = simd::log2(simd::max(shifted, zero));
+      const simd::Vec p = simd::exp2(a * l2) * st.inv_l;
+      const simd::Vec slope = a * simd::exp2(am1 * l2) * st.inv_l;
+      const simd::Vec g = slope * (simd::load(ds + j * ld) - st.delta);
+      const simd::Vec dsj = simd::select(simd::greater(shifted, zero), g, zero);
+      simd::store(s + j * ld, simd::select(simd::is_nan(shifted), shifted, p));
+      simd::store(ds + j * ld, simd::select(simd::is_nan(shifted), shifted, dsj));
+      sum = sum + dsj;
+    }
+    return zero - sum;
+  }
+
+  /// Reference backward in double (see Softmax::reference_backward); `stat` is the row sum.
+  /// Returns the row's share of the bias's gradient.
+  double reference_backward(const double* s, const double* p, double* dp, Index n, double stat,
+                            const RowContext& /*ctx*/) const {
+    double d = 0.0, sum = 0.0;
+    for (Index j = 0; j < n; ++j) d += p[j] * dp[j];
+    for (Index j = 0; j < n; ++j) {
+      const double x = s[j] - double(bias);
+      dp[j] = x > 0.0 && stat != 0.0
+                  ? double(alpha) * std::pow(x, double(alpha) - 1.0) / stat * (dp[j] - d)
+                  : 0.0;
+      sum += dp[j];
+    }
+    return -sum;
+  }
+
   /// Reference rule in double: weights in place; returns the row sum.
   double reference_row(double* s, Index n) const {
     double l = 0.0;

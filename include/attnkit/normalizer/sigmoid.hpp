@@ -85,6 +85,42 @@ struct Sigmoid {
     return std::nan("");
   }
 
+  // Backward (attention_backward()): P = sigmoid(s + b) is rebuilt from the logit, and
+  // dS = dP P (1 - P); the bias's gradient is the sum of dS over the row's keys.
+  static constexpr const char* kTrainedParam = "bias";  // ParamGrads::normalizer
+  struct BackwardState {
+    simd::Vec bias;
+  };
+
+  BackwardState begin_backward(const RowContext& ctx, simd::Vec /*stat*/,
+                               simd::Vec /*delta*/) const {
+    return BackwardState{simd::Vec(bias_for(ctx))};
+  }
+
+  /// s: logits -> P; ds: dP -> dS. Returns sum_j dS per lane (the bias's gradient).
+  simd::Vec backward(const BackwardState& st, float* s, float* ds, Index keys, Index ld) const {
+    const simd::Vec one(1.f), neg_log2e(-kLog2e);
+    simd::Vec sum(0.f);
+    for (Index j = 0; j < keys; ++j) {
+      const simd::Vec x = simd::load(s + j * ld) + st.bias;
+      const simd::Vec p = one / (one + simd::exp2(x * neg_log2e));
+      const simd::Vec g = simd::load(ds + j * ld) * (p - p * p);
+      simd::store(s + j * ld, p);
+      simd::store(ds + j * ld, g);
+      sum = sum + g;
+    }
+    return sum;
+  }
+
+  /// Reference backward in double (see Softmax::reference_backward); returns the row's
+  /// share of its bias's gradient.
+  double reference_backward(const double* /*s*/, const double* p, double* dp, Index n,
+                            double /*stat*/, const RowContext& /*ctx*/) const {
+    double sum = 0.0;
+    for (Index j = 0; j < n; ++j) sum += (dp[j] = dp[j] * p[j] * (1.0 - p[j]));
+    return sum;
+  }
+
   /// Throws Error when a bias is not finite (the members are public) or a per-head bias does
   /// not cover the call's heads.
   void validate(Index /*q_len*/, Index /*kv_len*/, Index /*q_offset*/, Index /*batch*/,

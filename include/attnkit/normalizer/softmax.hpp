@@ -126,6 +126,51 @@ struct Softmax {
   /// The same without a sink (the rule of plain softmax, for callers without a context).
   double reference_row(double* s, Index n) const { return Softmax{}.reference_row(s, n, {}); }
 
+  // Backward (attention_backward(); the faces are listed in kernel/backward_tiles.hpp).
+  // With the forward's LSE the weights are rebuilt as P = exp(s - LSE), and
+  // dS = P (dP - D), D_i = dO_i . O_i. A sink logit's gradient is -P_sink D_i per row,
+  // P_sink = exp(sink - LSE_i).
+  static constexpr const char* kTrainedParam = "sinks";  // ParamGrads::normalizer
+  struct BackwardState {
+    simd::Vec lse;    // the rows' LSE; 0 where it is -inf (a row that saw nothing)
+    simd::Vec delta;  // D_i
+    simd::Vec sink;   // the head's sink logit, -inf without sinks
+  };
+
+  BackwardState begin_backward(const RowContext& ctx, simd::Vec stat, simd::Vec delta) const {
+    const float sink = sinks.empty() ? kNegInf : sinks[static_cast<std::size_t>(ctx.head)];
+    return BackwardState{simd::zero_if_neg_inf(stat), delta, simd::Vec(sink)};
+  }
+
+  /// s[keys, ld]: logits (masked -inf) -> weights P; ds[keys, ld]: dP -> dS. Returns 0:
+  /// no per-head parameter gradient comes from keys.
+  simd::Vec backward(const BackwardState& st, float* s, float* ds, Index keys, Index ld) const {
+    const simd::Vec log2e(kLog2e);
+    for (Index j = 0; j < keys; ++j) {
+      const simd::Vec p = simd::exp2((simd::load(s + j * ld) - st.lse) * log2e);
+      simd::store(s + j * ld, p);
+      simd::store(ds + j * ld, p * (simd::load(ds + j * ld) - st.delta));
+    }
+    return simd::Vec(0.f);
+  }
+
+  /// The rows' share of the sink logit's gradient, -P_sink D_i (0 without sinks).
+  simd::Vec row_param_grad(const BackwardState& st) const {
+    return simd::Vec(0.f) - simd::exp2((st.sink - st.lse) * simd::Vec(kLog2e)) * st.delta;
+  }
+
+  /// Reference backward in double for one row: s[n] logits (masked -inf), p[n] the
+  /// weights reference_row() made of them, dp[n] (masked entries 0) -> dS in place; `stat`
+  /// the row's LSE. Returns the row's share of its sink logit's gradient.
+  double reference_backward(const double* /*s*/, const double* p, double* dp, Index n, double stat,
+                            const RowContext& ctx) const {
+    double d = 0.0;
+    for (Index j = 0; j < n; ++j) d += p[j] * dp[j];
+    for (Index j = 0; j < n; ++j) dp[j] = p[j] * (dp[j] - d);
+    if (sinks.empty() || std::isinf(stat)) return 0.0;
+    return -std::exp(double(sinks[static_cast<std::size_t>(ctx.head)]) - stat) * d;
+  }
+
   /// Throws Error when the sinks do not cover the call's heads.
   void validate(Index /*q_len*/, Index /*kv_len*/, Index /*q_offset*/, Index /*batch*/,
                 Index q_heads) const {

@@ -107,6 +107,40 @@ struct SoftplusL1 {
 
   simd::Vec row_sum(const State& st) const { return st.l; }
 
+  // Backward (attention_backward()): with the row's scale c and the forward's row sum L,
+  // P = softplus(c s) / L and dS = c sigmoid(c s) / L (dP - D) on the cosine s; the kernel
+  // carries dS on through the normalization of q and k.
+  struct BackwardState {
+    simd::Vec c, inv_l, delta;
+  };
+
+  BackwardState begin_backward(const RowContext& ctx, simd::Vec stat, simd::Vec delta) const {
+    return BackwardState{begin(ctx).c, simd::inverse_or_zero(stat), delta};
+  }
+
+  /// s: cosines -> P; ds: dP -> dS (on the cosine). Returns 0: no parameter.
+  simd::Vec backward(const BackwardState& st, float* s, float* ds, Index keys, Index ld) const {
+    const simd::Vec one(1.f), neg_log2e(-1.4426950408889634f);
+    for (Index j = 0; j < keys; ++j) {
+      const simd::Vec x = st.c * simd::load(s + j * ld);
+      const simd::Vec sig = one / (one + simd::exp2(x * neg_log2e));
+      simd::store(s + j * ld, simd::softplus(x) * st.inv_l);
+      simd::store(ds + j * ld, st.c * sig * st.inv_l * (simd::load(ds + j * ld) - st.delta));
+    }
+    return simd::Vec(0.f);
+  }
+
+  /// Reference backward in double (see Softmax::reference_backward); `stat` is the row sum.
+  double reference_backward(const double* s, const double* p, double* dp, Index n, double stat,
+                            const RowContext& ctx) const {
+    const double c = logit_scale(double(ctx.head_dim), double(key_count(ctx, 0)));
+    double d = 0.0;
+    for (Index j = 0; j < n; ++j) d += p[j] * dp[j];
+    for (Index j = 0; j < n; ++j)
+      dp[j] = stat == 0.0 ? 0.0 : c / (1.0 + std::exp(-c * s[j])) / stat * (dp[j] - d);
+    return 0.0;
+  }
+
   /// Reference rule in double for one row: cosines s[n] (masked = -inf) -> weights in place;
   /// returns the row sum.
   double reference_row(double* s, Index n, const RowContext& ctx) const {

@@ -60,6 +60,26 @@ struct Rope : PositionIds<Rope> {
         [&](Index m) { return f * std::sin(t * inv_freq[static_cast<std::size_t>(m)]); });
   }
 
+  /// The transposed rotation (attention_backward(): gradients of turned rows turn back):
+  /// the same pairs turned by the opposite angle.
+  void apply_transpose(float* x, Index /*dim*/, const RowAt& at) const {
+    const TableRow t = table_row(position_of(at));
+    const float* c = table->cos_at(t.at);
+    const float* s = table->sin_at(t.at);
+    rotate(
+        x, table->pairs(), [&](Index m) { return c[m]; }, [&](Index m) { return -t.sign * s[m]; });
+  }
+
+  /// The same in double.
+  void reference_apply_transpose(double* x, Index /*dim*/, const RowAt& at) const {
+    const double t = double(position_of(at)), f = table->attention_factor();
+    const std::vector<double>& inv_freq = table->inv_freq();
+    rotate(
+        x, table->pairs(),
+        [&](Index m) { return f * std::cos(t * inv_freq[static_cast<std::size_t>(m)]); },
+        [&](Index m) { return -f * std::sin(t * inv_freq[static_cast<std::size_t>(m)]); });
+  }
+
   /// Throws Error when a position falls outside the table or ids do not cover the call.
   void validate(Index q_len, Index kv_len, Index q_offset, Index batch, Index /*q_heads*/) const {
     validate_role(Role::Query, batch, q_len, q_offset, 0);

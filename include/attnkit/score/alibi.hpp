@@ -24,6 +24,9 @@ namespace attnkit {
 
 struct Alibi {
   using slot = ScoreSlot;
+  // The bias is added: d(modified logit) / d(logit) = 1 (attention_backward() needs no
+  // derivative face; the slopes are fixed, not trained).
+  static constexpr bool kUnitDerivative = true;
 
   std::vector<float> slopes;  // [Hq], one per query head
 

@@ -41,6 +41,25 @@ struct Softcap {
         simd::store(p, c * simd::tanh(simd::load(p) * ic));
       }
   }
+
+  // Backward (attention_backward()): d/ds cap tanh(s / cap) = 1 - tanh^2 = 1 - (t / cap)^2
+  // of the capped logit t.
+  /// Element rule: the derivative at the uncapped logit s.
+  double derivative(double s, Index /*b*/, Index /*h*/, Index /*i*/, Index /*j*/) const {
+    const double t = std::tanh(s / static_cast<double>(cap));
+    return 1.0 - t * t;
+  }
+
+  /// Tile form: g[keys, lanes] = the derivative, from the capped logits t[keys, lanes].
+  void derivative_tile(const float* t, float* g, Index keys, Index lanes, Index ld,
+                       const ScoreTile& /*where*/) const {
+    const simd::Vec one(1.f), ic(inv_cap);
+    for (Index r = 0; r < keys; ++r)
+      for (Index j = 0; j < lanes; j += simd::kWidth) {
+        const simd::Vec x = simd::load(t + r * ld + j) * ic;
+        simd::store(g + r * ld + j, one - x * x);
+      }
+  }
 };
 
 }  // namespace attnkit

@@ -1,0 +1,336 @@
+// BackwardTiles: the per-thread engine of attention_backward(). One item is a KV head of one
+// batch (b, hk) with every query head of its group, so the thread that runs it owns dK and dV
+// of those keys and dQ of those queries: no two threads add into the same gradient, and the
+// order of every sum is fixed, whatever the thread count (bitwise identical results).
+// For each query head g of the group and each query tile (64 rows), the key tiles the
+// forward's schedule visits (same tiles, same Full / Partial kinds) are recomputed and turned
+// into gradients (FlashAttention-2's scheme; the logit tile is transposed as in the forward,
+// S^T[keys, queries], a SIMD lane per query):
+//   S^T  = K Q^T                    (scale folded into Q; cosines: / |k|, Q normalized)
+//   score mods, mask; P = weights rebuilt from the forward's row statistic
+//   dP^T = V dO^T;  dS = the normalizer's backward (softmax: P (dP - D), D_i = dO_i . O_i)
+//   dV  += P^T dO,  dK += dS^T Q,  dQ_tile += dS K
+// dQ of a tile is finished after its key tiles, dK and dV after the whole item (in scratch
+// [Lk, D] per thread). Turned rows (RoPE) get their gradients turned back by the transposed
+// rotation; cosine logits get the projection of the normalization's derivative.
+#pragma once
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "attnkit/detail/backward_traits.hpp"
+#include "attnkit/detail/pack.hpp"
+#include "attnkit/detail/row_norms.hpp"
+#include "attnkit/detail/scratch.hpp"
+#include "attnkit/gemm/tile_gemm.hpp"
+#include "attnkit/kernel/tile_config.hpp"
+#include "attnkit/kernel/tile_mask.hpp"
+#include "attnkit/kernel/value_guard.hpp"
+#include "attnkit/mask/key_schedule.hpp"
+#include "attnkit/mask/visible_keys.hpp"
+#include "attnkit/problem.hpp"
+#include "attnkit/score/score_tile.hpp"
+#include "attnkit/simd/simd.hpp"
+
+namespace attnkit::detail {
+
+template <class Spec, class Q, class K, class V, class GO, class GQ, class GK, class GV>
+class BackwardTiles {
+ public:
+  static constexpr Index kBq = TileConfig::kBlockQ;
+  static constexpr Index kBk = TileConfig::kBlockK;
+  using Normalizer = typename Spec::Normalizer;
+  using BackwardState = typename Normalizer::BackwardState;
+  static constexpr bool kCosine = cosine_logits<Normalizer>();
+  static constexpr bool kCounts = counts_keys<Normalizer>();
+  static constexpr bool kTurnsRows = transforms_rows<typename Spec::Position>();
+  static constexpr bool kScoreTile = !unit_derivative<typename Spec::Score>();
+
+  /// k: the keys as the tiles read them (turned once per call by a row-transforming
+  /// Position); stat: the forward's row statistics, delta: D_i, key_scale: the keys' inverse
+  /// norms (cosine logits), each indexed like the row statistics / [B, Hkv, Lk].
+  BackwardTiles(const Spec& spec, const Problem& p, const View<Q>& q, const View<K>& k,
+                const View<V>& v, const View<GO>& d_o, const View<GQ>& dq, const View<GK>& dk,
+                const View<GV>& dv, const float* stat, const float* delta, const float* key_scale)
+      : spec_(spec),
+        p_(p),
+        q_(q),
+        k_(k),
+        v_(v),
+        d_o_(d_o),
+        dq_(dq),
+        dk_(dk),
+        dv_(dv),
+        stat_(stat),
+        delta_(delta),
+        key_scale_(key_scale),
+        d_pad_(simd::round_up(p.head_dim)),
+        dv_pad_(simd::round_up(p.value_dim)),
+        k_direct_(is_f32<K>() && d_pad_ == p.head_dim),
+        v_direct_(is_f32<V>()),
+        scratch_(Scratch::size_for(p.kv_len * d_pad_, p.kv_len * dv_pad_, p.head_dim * kBq,
+                                   kBq * d_pad_, p.value_dim * kBq, kBq * dv_pad_, kBk * kBq,
+                                   kBk * kBq, kScoreTile ? kBk * kBq : 0,
+                                   k_direct_ ? 0 : kBk * d_pad_, v_direct_ ? 0 : kBk * dv_pad_,
+                                   kBq * d_pad_, d_pad_, kBq, kBq, kBq, kBq)),
+        dk_acc_(scratch_.carve(p.kv_len * d_pad_)),
+        dv_acc_(scratch_.carve(p.kv_len * dv_pad_)),
+        qt_(scratch_.carve(p.head_dim * kBq)),
+        qrow_(scratch_.carve(kBq * d_pad_)),
+        dot_(scratch_.carve(p.value_dim * kBq)),
+        dorow_(scratch_.carve(kBq * dv_pad_)),
+        s_(scratch_.carve(kBk * kBq)),
+        dp_(scratch_.carve(kBk * kBq)),
+        g_(kScoreTile ? scratch_.carve(kBk * kBq) : nullptr),
+        kp_(k_direct_ ? nullptr : scratch_.carve(kBk * d_pad_)),
+        vp_(v_direct_ ? nullptr : scratch_.carve(kBk * dv_pad_)),
+        dq_tile_(scratch_.carve(kBq * d_pad_)),
+        row_(scratch_.carve(d_pad_)),
+        lane_grad_(scratch_.carve(kBq)),
+        inv_q_(scratch_.carve(kBq)),
+        counts_(scratch_.carve(kBq)),
+        lanes_(scratch_.carve(kBq)),
+        states_(kBq / simd::kWidth) {}
+
+  /// dK, dV of KV head hk in batch b and dQ of its query heads; head_grad[h] (h of the call's
+  /// q_heads) += the normalizer's per-head parameter gradient of this batch's rows.
+  void run(Index b, Index hk, double* head_grad) {
+    std::fill(dk_acc_, dk_acc_ + p_.kv_len * d_pad_, 0.f);
+    std::fill(dv_acc_, dv_acc_ + p_.kv_len * dv_pad_, 0.f);
+    const Index group = p_.q_heads / p_.kv_heads;
+    for (Index h = hk * group; h < (hk + 1) * group; ++h)
+      for (Index q0 = 0; q0 < p_.q_len; q0 += kBq)
+        head_grad[h] += query_tile(b, h, hk, q0, std::min(kBq, p_.q_len - q0));
+    write_keys(b, hk);
+  }
+
+ private:
+  // dQ of rows [q0, q0 + nq) of head h, their share of dK and dV; returns their parameter
+  // gradient.
+  double query_tile(Index b, Index h, Index hk, Index q0, Index nq) {
+    const Index lanes = simd::round_up(nq);
+    const Range q_pos{q0 + p_.q_offset, q0 + nq + p_.q_offset};
+    pack_queries(b, h, q0, nq, lanes);
+    pack_q_transposed(d_o_, b, h, q0, nq, lanes, 1.f, dot_, kBq);  // dot_ [Dv, kBq]
+    pack_rows(d_o_, b, h, q0, nq, dorow_, dv_pad_);                // dorow_ [nq, dv_pad]
+    begin_rows(b, h, q0, nq, lanes, q_pos.begin);
+    std::fill(dq_tile_, dq_tile_ + kBq * d_pad_, 0.f);
+    std::fill(lane_grad_, lane_grad_ + kBq, 0.f);
+    for_each_key_tile(spec_.mask, b, h, q_pos, p_.kv_len, kBk, [&](Range kv, TileKind kind) {
+      key_tile(b, h, hk, q_pos.begin, kv.begin, kv.end - kv.begin, nq, lanes, kind);
+    });
+    finish_queries(b, h, q0, nq);
+    double grad = 0.0;
+    for (Index r = 0; r < nq; ++r) grad += double(lane_grad_[r]);
+    if constexpr (has_row_param_grad<Normalizer>::value) {  // keys aside (softmax sinks)
+      for (Index c = 0; c < lanes; c += simd::kWidth)
+        simd::store(lanes_ + c,
+                    spec_.normalizer.row_param_grad(states_[std::size_t(c / simd::kWidth)]));
+      for (Index r = 0; r < nq; ++r) grad += double(lanes_[r]);
+    }
+    return grad;
+  }
+
+  // qt_ [D, kBq] and qrow_ [nq, d_pad]: the rows turned by the Position, times the scale (or
+  // normalized, for cosine logits: inv_q_ keeps 1 / |q|).
+  void pack_queries(Index b, Index h, Index q0, Index nq, Index lanes) {
+    const Index dim = p_.head_dim;
+    for (Index r = 0; r < nq; ++r) {
+      float* x = qrow_ + r * d_pad_;
+      const Q* src = q_.row(b, h, q0 + r);
+      for (Index c = 0; c < dim; ++c) x[c] = static_cast<float>(src[c]);
+      std::fill(x + dim, x + d_pad_, 0.f);
+      if constexpr (kTurnsRows)
+        spec_.position.apply(x, dim,
+                             RowAt{b, h, q0 + r, p_.q_len, q0 + r + p_.q_offset, Role::Query});
+      const float f = kCosine ? inverse_norm(x, dim) : p_.scale;
+      inv_q_[r] = f;
+      for (Index c = 0; c < dim; ++c) qt_[c * kBq + r] = x[c] *= f;
+    }
+    for (Index c = 0; c < dim; ++c) std::fill(qt_ + c * kBq + nq, qt_ + c * kBq + lanes, 0.f);
+  }
+
+  // The normalizer's backward state per lane block: the forward's statistic and D_i (0 in
+  // padding lanes), and for normalizers that count keys, each row's visible keys.
+  void begin_rows(Index b, Index h, Index q0, Index nq, Index lanes, Index i0) {
+    const Index row0 = (b * p_.q_heads + h) * p_.q_len + q0;
+    if constexpr (kCounts)
+      for (Index r = 0; r < nq; ++r)
+        counts_[r] = static_cast<float>(visible_key_count(spec_.mask, b, h, i0 + r, p_.kv_len));
+    alignas(64) float stat[simd::kWidth], delta[simd::kWidth];
+    for (Index c = 0; c < lanes; c += simd::kWidth) {
+      for (Index lane = 0; lane < simd::kWidth; ++lane) {
+        const bool real = c + lane < nq;
+        stat[lane] = real && stat_ != nullptr ? stat_[row0 + c + lane] : 0.f;
+        delta[lane] = real ? delta_[row0 + c + lane] : 0.f;
+      }
+      const RowContext ctx{
+          b, h, p_.kv_len, p_.head_dim, row0 + c, nq - c, kCounts ? counts_ + c : nullptr};
+      states_[std::size_t(c / simd::kWidth)] =
+          spec_.normalizer.begin_backward(ctx, simd::load(stat), simd::load(delta));
+    }
+  }
+
+  void key_tile(Index b, Index h, Index hk, Index i0, Index k0, Index nk, Index nq, Index lanes,
+                TileKind kind) {
+    const F32Rows keys = f32_rows(k_, k_direct_, b, hk, k0, nk, kp_, d_pad_);
+    gemm::gemm(nk, lanes, p_.head_dim, {keys.data, keys.ld, 1}, qt_, kBq, s_, kBq, false);
+    if constexpr (kCosine) scale_key_rows(s_, b, hk, k0, nk, lanes);
+    const ScoreTile where{b, h, i0, k0};
+    if constexpr (has_apply_tile<typename Spec::Score>::value)
+      spec_.score.apply_tile(s_, nk, lanes, kBq, where);
+    if constexpr (kScoreTile) spec_.score.derivative_tile(s_, g_, nk, lanes, kBq, where);
+    if (kind == TileKind::Partial)
+      mask_partial_tile(spec_.mask, s_, kBq, b, h, i0, k0, nk, nq, lanes);
+    const F32Rows values = f32_rows(v_, v_direct_, b, hk, k0, nk, vp_, dv_pad_);
+    gemm::gemm(nk, lanes, p_.value_dim, {values.data, values.ld, 1}, dot_, kBq, dp_, kBq, false);
+    if (kind == TileKind::Partial || nq < lanes) drop_masked(nk, nq, lanes);
+    for (Index c = 0; c < lanes; c += simd::kWidth) {
+      const simd::Vec g = spec_.normalizer.backward(states_[std::size_t(c / simd::kWidth)], s_ + c,
+                                                    dp_ + c, nk, kBq);
+      simd::store(lane_grad_ + c, simd::load(lane_grad_ + c) + g);
+    }
+    if constexpr (kScoreTile)  // dS on the raw logit: times d(modified) / d(raw)
+      for (Index jj = 0; jj < nk; ++jj)
+        for (Index c = 0; c < lanes; c += simd::kWidth)
+          simd::store(dp_ + jj * kBq + c,
+                      simd::load(dp_ + jj * kBq + c) * simd::load(g_ + jj * kBq + c));
+    if constexpr (kCosine) scale_key_rows(dp_, b, hk, k0, nk, lanes);
+    gemm::gemm(nk, dv_pad_, nq, {s_, kBq, 1}, dorow_, dv_pad_, dv_acc_ + k0 * dv_pad_, dv_pad_,
+               true);  // dV += P^T dO
+    gemm::gemm(nk, d_pad_, nq, {dp_, kBq, 1}, qrow_, d_pad_, dk_acc_ + k0 * d_pad_, d_pad_,
+               true);  // dK += dS^T Q
+    add_query_grads(keys, b, h, i0, k0, nk, nq, kind);
+  }
+
+  // dQ_tile += dS K. As in the forward's P V, a key row that is not finite on a Partial tile
+  // (garbage past a cache's length) is kept out of the product (0 * inf is NaN) and added
+  // only to the rows that see it.
+  void add_query_grads(const F32Rows& keys, Index b, Index h, Index i0, Index k0, Index nk,
+                       Index nq, TileKind kind) {
+    const auto product = [&](Index j0, Index j1) {
+      gemm::gemm(nq, d_pad_, j1 - j0, {dp_ + j0 * kBq, 1, kBq}, keys.data + j0 * keys.ld, keys.ld,
+                 dq_tile_, d_pad_, true);
+    };
+    if (kind == TileKind::Full || rows_finite(keys, 0, nk, d_pad_)) return product(0, nk);
+    Index run = 0;
+    for (Index jj = 0; jj < nk; ++jj) {
+      if (rows_finite(keys, jj, jj + 1, d_pad_)) continue;
+      if (jj > run) product(run, jj);
+      add_to_visible_rows(spec_.mask, keys, b, h, i0, k0, jj, nq, dp_, kBq, dq_tile_, d_pad_);
+      run = jj + 1;
+    }
+    if (nk > run) product(run, nk);
+  }
+
+  // Masked pairs and padding lanes: logit -inf (weight 0) and dP 0, so that whatever a
+  // masked value row holds never reaches dS.
+  void drop_masked(Index nk, Index nq, Index lanes) {
+    const simd::Vec neg_inf(-std::numeric_limits<float>::infinity()), zero(0.f);
+    for (Index jj = 0; jj < nk; ++jj) {
+      float* s = s_ + jj * kBq;
+      std::fill(s + nq, s + lanes, -std::numeric_limits<float>::infinity());
+      for (Index c = 0; c < lanes; c += simd::kWidth) {
+        const simd::Mask masked = simd::equal(simd::load(s + c), neg_inf);
+        simd::store(dp_ + jj * kBq + c, simd::select(masked, zero, simd::load(dp_ + jj * kBq + c)));
+      }
+    }
+  }
+
+  // Rows jj of t[nk, kBq] times key k0 + jj's inverse norm.
+  void scale_key_rows(float* t, Index b, Index hk, Index k0, Index nk, Index lanes) {
+    const float* inv = key_scale_ + (b * p_.kv_heads + hk) * p_.kv_len + k0;
+    for (Index jj = 0; jj < nk; ++jj) {
+      const simd::Vec f(inv[jj]);
+      for (Index c = 0; c < lanes; c += simd::kWidth)
+        simd::store(t + jj * kBq + c, simd::load(t + jj * kBq + c) * f);
+    }
+  }
+
+  // dq rows: the scale (cosines: the normalization's projection), turned back, stored.
+  void finish_queries(Index b, Index h, Index q0, Index nq) {
+    const Index dim = p_.head_dim;
+    for (Index r = 0; r < nq; ++r) {
+      float* x = dq_tile_ + r * d_pad_;
+      if constexpr (kCosine) {
+        project_out(x, qrow_ + r * d_pad_, dim);  // qrow_: the unit query
+        for (Index c = 0; c < dim; ++c) x[c] *= inv_q_[r];
+      } else {
+        for (Index c = 0; c < dim; ++c) x[c] *= p_.scale;
+      }
+      if constexpr (kTurnsRows)
+        spec_.position.apply_transpose(
+            x, dim, RowAt{b, h, q0 + r, p_.q_len, q0 + r + p_.q_offset, Role::Query});
+      GQ* out = dq_.row(b, h, q0 + r);
+      for (Index c = 0; c < dim; ++c) out[c] = static_cast<GQ>(x[c]);
+    }
+  }
+
+  // x -= (x . u) u for the unit row u (the derivative of a normalization); a zero u or x
+  // leaves x alone.
+  static void project_out(float* x, const float* u, Index dim) {
+    float dot = 0.f;
+    for (Index c = 0; c < dim; ++c) dot += x[c] * u[c];
+    for (Index c = 0; c < dim; ++c) x[c] -= dot * u[c];
+  }
+
+  void write_keys(Index b, Index hk) {
+    const Index dim = p_.head_dim;
+    for (Index j = 0; j < p_.kv_len; ++j) {
+      float* x = dk_acc_ + j * d_pad_;
+      if constexpr (kCosine) {  // the unit key; its inverse norm is already in dS
+        const float inv = key_scale_[(b * p_.kv_heads + hk) * p_.kv_len + j];
+        const K* key = k_.row(b, hk, j);
+        if (std::any_of(x, x + dim, [](float y) { return y != 0.f; })) {
+          for (Index c = 0; c < dim; ++c) row_[c] = static_cast<float>(key[c]) * inv;
+          project_out(x, row_, dim);
+        }
+      }
+      if constexpr (kTurnsRows)
+        spec_.position.apply_transpose(x, dim, RowAt{b, hk, j, p_.kv_len, j, Role::Key});
+      GK* out = dk_.row(b, hk, j);
+      for (Index c = 0; c < dim; ++c) out[c] = static_cast<GK>(x[c]);
+      const float* y = dv_acc_ + j * dv_pad_;
+      GV* vout = dv_.row(b, hk, j);
+      for (Index c = 0; c < p_.value_dim; ++c) vout[c] = static_cast<GV>(y[c]);
+    }
+  }
+
+  const Spec& spec_;
+  const Problem& p_;
+  View<Q> q_;
+  View<K> k_;
+  View<V> v_;
+  View<GO> d_o_;
+  View<GQ> dq_;
+  View<GK> dk_;
+  View<GV> dv_;
+  const float* stat_;       // [B, Hq, Lq] the forward's row statistics (null: none)
+  const float* delta_;      // [B, Hq, Lq] D_i = dO_i . O_i
+  const float* key_scale_;  // [B, Hkv, Lk] inverse key norms (cosine logits only)
+  Index d_pad_, dv_pad_;
+  bool k_direct_, v_direct_;  // f32 rows used in place (K also as a GEMM's B: whole vectors)
+  // Scratch of one thread, carved once:
+  Scratch scratch_;
+  float* dk_acc_;     // [Lk, d_pad]    dK of the item's KV head
+  float* dv_acc_;     // [Lk, dv_pad]   dV
+  float* qt_;         // [D, kBq]       queries (turned, scaled), transposed
+  float* qrow_;       // [kBq, d_pad]   the same in rows
+  float* dot_;        // [Dv, kBq]      dO transposed
+  float* dorow_;      // [kBq, dv_pad]  dO rows
+  float* s_;          // [kBk, kBq]     logits, then weights P
+  float* dp_;         // [kBk, kBq]     dP, then dS
+  float* g_;          // [kBk, kBq]     the Score's derivative (a Score that has one)
+  float* kp_;         // [kBk, d_pad]   f32 keys (unless used in place)
+  float* vp_;         // [kBk, dv_pad]  f32 values (unless used in place)
+  float* dq_tile_;    // [kBq, d_pad]   dQ of the query tile
+  float* row_;        // [d_pad]        one unit key row (cosine logits)
+  float* lane_grad_;  // [kBq]          per-row parameter gradient
+  float* inv_q_;      // [kBq]          the rows' scale (1 / |q| for cosine logits)
+  float* counts_;     // [kBq]          visible keys per row (kCountsKeys)
+  float* lanes_;      // [kBq]          staging
+  std::vector<BackwardState> states_;  // [kBq / kWidth]
+};
+
+}  // namespace attnkit::detail

@@ -1,0 +1,20 @@
+// ParamGrads: where attention_backward() writes the gradients of the policies' own trained
+// parameters, beside dQ, dK and dV. Every pointer is optional (nullptr: not computed).
+#pragma once
+
+namespace attnkit {
+
+struct ParamGrads {
+  // [q_heads]: the gradient of the normalizer's per-head parameter (its kTrainedParam):
+  // Softmax's sink logits, Sigmoid's or ReluPower's bias. A bias shared by every head has
+  // the sum over heads as its gradient. A normalizer without one refuses a buffer.
+  float* normalizer = nullptr;
+
+  ParamGrads with_normalizer(float* out) const {
+    ParamGrads g = *this;
+    g.normalizer = out;
+    return g;
+  }
+};
+
+}  // namespace attnkit

@@ -1,0 +1,265 @@
+// attention_backward(): the fast path against reference::attention_backward() (f64) for every
+// normalizer with a backward face, masks of each kind, Softcap, ALiBi, RoPE, GQA, ragged
+// tiles, layouts, offsets and storage types; bitwise identical gradients for 1..4 threads;
+// masked keys that hold NaN never reach a gradient; every bad input refused before a write.
+#include <Eigen/Core>
+#include <attnkit/mask/block_mask.hpp>
+#include <attnkit/mask/causal.hpp>
+#include <attnkit/mask/chunked.hpp>
+#include <attnkit/mask/combine.hpp>
+#include <attnkit/mask/power_of_two.hpp>
+#include <attnkit/mask/sinks.hpp>
+#include <attnkit/mask/sliding_window.hpp>
+#include <attnkit/normalizer/relu_power.hpp>
+#include <attnkit/normalizer/sigmoid.hpp>
+#include <attnkit/normalizer/softmax.hpp>
+#include <attnkit/normalizer/softplus_l1.hpp>
+#include <attnkit/position/rope.hpp>
+#include <attnkit/score/alibi.hpp>
+#include <attnkit/score/softcap.hpp>
+#include <catch2/catch_test_macros.hpp>
+#include <string>
+#include <vector>
+
+#include "support/backward_check.hpp"
+#include "support/error_checks.hpp"
+#include "support/test_names.hpp"
+
+using ak::Causal;
+using ak::SlidingWindow;
+using ak::test::Case;
+using ak::test::check_backward;
+
+namespace {
+
+// Each normalizer with a backward face, per-head parameters sized for `heads`.
+template <class Visit>
+void for_each_normalizer(Index heads, Visit&& visit) {
+  visit("Softmax", ak::Softmax{});
+  visit("Softmax::with_sinks", ak::Softmax::with_sinks(ak::test::head_sinks(heads)));
+  visit("Sigmoid::per_head", ak::Sigmoid::per_head(ak::test::head_biases(heads)));
+  visit("Sigmoid{}", ak::Sigmoid{});
+  visit("ReluPower{1.5, 0.1}", ak::ReluPower{1.5f, 0.1f});
+  visit("SoftplusL1", ak::SoftplusL1{});
+}
+
+}  // namespace
+
+TEST_CASE("attention_backward: every normalizer matches the reference, causal and windowed",
+          "[backward]") {
+  for (const Case& c : {Case{}.lengths(77, 77).dims(32),
+                        Case{}.lengths(70, 300).heads(4, 2).dims(48).laid_out(Layout::Bshd),
+                        Case{}.lengths(33, 90).dims(64, 40).at_offset(20)})
+    for_each_normalizer(c.q_heads, [&](const char* name, const auto& n) {
+      const std::string s(name);
+      check_backward(s + ", Causal", ak::make_spec(Causal{}, n), c);
+      check_backward(s + ", Causal & SlidingWindow{24, 0}",
+                     ak::make_spec(Causal{} & SlidingWindow{24, 0}, n), c);
+      check_backward(s + ", Full", ak::make_spec(n), c);
+    });
+}
+
+TEST_CASE("attention_backward: each kind of mask and score mod matches the reference",
+          "[backward]") {
+  const Case c = Case{}.lengths(150, 150).heads(2, 1).dims(32).laid_out(Layout::Padded);
+  check_backward("Chunked{64} | SlidingWindow{10, 10}",
+                 ak::make_spec(ak::Chunked{64} | SlidingWindow{10, 10}), c);
+  check_backward("Causal & (Sinks{4} | SlidingWindow{40, 0})",
+                 ak::make_spec(Causal{} & (ak::Sinks{4} | SlidingWindow{40, 0})), c);
+  check_backward("PowerOfTwo{2, 8}", ak::make_spec(ak::PowerOfTwo{2, 8}), c);
+  check_backward(
+      "BlockMask(Causal & SlidingWindow{50, 0}, 64 x 128)",
+      ak::make_spec(ak::make_block_mask(Causal{} & SlidingWindow{50, 0}, 150, 150, 64, 128)), c);
+  check_backward("Causal, Softcap{5}", ak::make_spec(Causal{}, ak::Softcap{5.f}), c);
+  check_backward("Causal, Alibi::standard(2)", ak::make_spec(Causal{}, ak::Alibi::standard(2)), c);
+  check_backward("Sigmoid, Softcap{5}", ak::make_spec(ak::Sigmoid{}, ak::Softcap{5.f}), c);
+}
+
+TEST_CASE("attention_backward: RoPE gradients turn back by the transposed rotation",
+          "[backward][position]") {
+  const Case c = Case{}.lengths(70, 140).heads(4, 2).dims(32);
+  const ak::Rope rope(ak::RopeTable(32, 10000, 256));
+  check_backward("Causal, Rope", ak::make_spec(Causal{}, rope), c);
+  check_backward("Causal, Rope, Sigmoid", ak::make_spec(Causal{}, rope, ak::Sigmoid{}), c);
+  check_backward(
+      "Causal, Rope(GptJ), SoftplusL1",
+      ak::make_spec(Causal{}, ak::Rope(ak::RopeTable(16, 500, 256), ak::RopePairing::GptJ),
+                    ak::SoftplusL1{}),
+      Case{c}.dims(32));
+}
+
+TEST_CASE("attention_backward: bf16 and f16 inputs and gradients", "[backward]") {
+  const Case c = Case{}.lengths(65, 130).heads(4, 2).dims(32);
+  const auto spec = ak::make_spec(Causal{} & SlidingWindow{50, 0});
+  check_backward<Eigen::bfloat16>("bf16 inputs", spec, c);
+  check_backward<Eigen::half>("f16 inputs", spec, c);
+  check_backward<float, Eigen::bfloat16>("bf16 gradients", spec, c);
+  check_backward<Eigen::half, Eigen::half>("f16 inputs and gradients", spec, c);
+}
+
+TEST_CASE("attention_backward: decode-like and single-row calls", "[backward]") {
+  for (const Index lq : {1, 3, 16})
+    for_each_normalizer(4, [&](const char* name, const auto& n) {
+      check_backward(name, ak::make_spec(Causal{}, n),
+                     Case{}.lengths(lq, 600).heads(4, 1).dims(64));
+    });
+}
+
+namespace {
+
+template <class G>
+std::vector<unsigned char> bytes_of(const ak::test::Grads<G>& g) {
+  std::vector<unsigned char> out;
+  for (const auto* m : {&g.dq.memory, &g.dk.memory, &g.dv.memory}) {
+    const auto* p = reinterpret_cast<const unsigned char*>(m->data());
+    out.insert(out.end(), p, p + m->size() * sizeof(G));
+  }
+  const auto* p = reinterpret_cast<const unsigned char*>(g.param.data());
+  out.insert(out.end(), p, p + g.param.size() * sizeof(float));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("attention_backward: gradients are bitwise identical for 1..4 threads",
+          "[backward][threads]") {
+  for_each_normalizer(4, [&](const char* name, const auto& n) {
+    const auto spec = ak::make_spec(Causal{} & (ak::Sinks{4} | SlidingWindow{60, 0}), n);
+    ak::test::BackwardCase<> in(spec, Case{}.lengths(150, 330).heads(4, 2).batches(2).dims(32));
+    INFO(name);
+    ak::test::Grads<float> g(in.c, in.c.layout);
+    in.c.threads = 1;
+    ak::test::run_backward(spec, in, g);
+    const auto one = bytes_of(g);
+    for (int t = 2; t <= 4; ++t) {
+      INFO("threads " << t);
+      in.c.threads = t;
+      g.dq.fill(0.f);
+      g.dk.fill(0.f);
+      g.dv.fill(0.f);
+      ak::test::run_backward(spec, in, g);
+      CHECK(bytes_of(g) == one);
+    }
+  });
+}
+
+TEST_CASE("attention_backward: NaN and inf in masked keys and values reach no gradient",
+          "[backward][nonfinite]") {
+  // Keys and values past row 100 are poison; the causal queries at 0..99 never see them.
+  const Case c = Case{}.lengths(100, 160).heads(1, 1).at_offset(0).dims(32);
+  for_each_normalizer(1, [&](const char* name, const auto& n) {
+    const auto spec = ak::make_spec(Causal{}, n);
+    ak::test::BackwardCase<> in(spec, c);
+    ak::test::Grads<float> clean(c, c.layout), poisoned(c, c.layout);
+    ak::test::run_backward(spec, in, clean);
+    for (Index j = 100; j < 160; ++j)
+      for (Index x = 0; x < 32; ++x) {
+        in.k.view.row(0, 0, j)[x] = x % 2 ? ak::test::kNaN : ak::test::kInf;
+        in.v.view.row(0, 0, j)[x] = x % 2 ? ak::test::kInf : ak::test::kNaN;
+      }
+    ak::test::run_backward(spec, in, poisoned);
+    INFO(name);
+    CHECK(ak::test::max_abs_diff(poisoned.dq.view, clean.dq.view) == 0.0);
+    CHECK(ak::test::max_abs_diff(poisoned.dv.view, clean.dv.view) == 0.0);
+    bool masked_keys_zero = true;  // dK of keys no query sees: exactly 0
+    for (Index j = 100; j < 160; ++j)
+      for (Index x = 0; x < 32; ++x)
+        masked_keys_zero = masked_keys_zero && poisoned.dk.view.row(0, 0, j)[x] == 0.f;
+    CHECK(masked_keys_zero);
+  });
+}
+
+TEST_CASE("attention_backward: rows that see no key get zero gradients", "[backward]") {
+  // Queries 0..19 at positions -20..-1 (q_offset -20) see no key under Causal.
+  check_backward("Causal, q_offset -20", ak::make_spec(Causal{}),
+                 Case{}.lengths(60, 60).at_offset(-20).dims(32));
+  check_backward("Sigmoid, Causal, q_offset -20", ak::make_spec(Causal{}, ak::Sigmoid{}),
+                 Case{}.lengths(60, 60).at_offset(-20).dims(32));
+}
+
+TEST_CASE("attention_backward: bad input throws Error naming it, before any write",
+          "[backward][errors]") {
+  const auto spec = ak::make_spec(Causal{});
+  const Case c = Case{}.lengths(20, 20).heads(1, 1).dims(16);
+  ak::test::BackwardCase<> in(spec, c);
+  ak::test::Grads<float> g(c, Layout::Bhsd);
+  g.dq.fill(42.f);
+  g.dk.fill(42.f);
+  g.dv.fill(42.f);
+  const auto refused = [&](auto&& call, std::initializer_list<const char*> parts) {
+    ak::test::check_error(call, parts);
+    CHECK(g.dq.holds(42.f));
+    CHECK(g.dk.holds(42.f));
+    CHECK(g.dv.holds(42.f));
+  };
+  const auto Q = in.q.cview();
+  const auto K = in.k.cview();
+  const auto V = in.v.cview();
+  const auto O = in.o.cview();
+  const auto dO = in.d_o.cview();
+  const ak::Options with_stat = in.options_for(spec);
+  ak::test::Tensor<float> wrong(Layout::Bhsd, 1, 1, 20, 8);  // dim 8 instead of 16
+  refused(
+      [&] {
+        ak::attention_backward(spec, Q, K, V, O, dO, wrong.view, g.dk.view, g.dv.view, with_stat);
+      },
+      {"dq.dim: expected 16 (q.dim)", "got 8"});
+  refused(
+      [&] {
+        ak::attention_backward(spec, Q, K, V, O, dO, g.dq.view, wrong.view, g.dv.view, with_stat);
+      },
+      {"dk.dim: expected 16 (k.dim)"});
+  refused(
+      [&] {
+        ak::attention_backward(spec, Q, K, V, O, wrong.cview(), g.dq.view, g.dk.view, g.dv.view,
+                               with_stat);
+      },
+      {"d_o.dim: expected 16 (o.dim)"});
+  refused(
+      [&] {
+        ak::attention_backward(spec, Q, K, V, O, dO, g.dq.view, g.dk.view, g.dv.view, c.options());
+      },
+      {"Options.lse", "row statistic", "nullptr"});
+  // gradients aliasing an input, or each other
+  refused(
+      [&] {
+        ak::attention_backward(spec, Q, K, V, O, dO, g.dq.view, in.k.view, g.dv.view, with_stat);
+      },
+      {"dk: expected memory disjoint from k"});
+  refused(
+      [&] {
+        ak::attention_backward(spec, Q, K, V, O, dO, g.dq.view, g.dk.view, in.d_o.view, with_stat);
+      },
+      {"dv: expected memory disjoint from d_o"});
+  refused(
+      [&] {
+        ak::attention_backward(spec, Q, K, V, O, dO, g.dq.view, g.dq.view, g.dv.view, with_stat);
+      },
+      {"dq: expected memory disjoint from dk"});
+  refused(
+      [&] {
+        ak::attention_backward(spec, Q, K, V, O, dO, g.dq.view, g.dk.view, g.dv.view, with_stat,
+                               ak::ParamGrads{}.with_normalizer(in.stat.data()));
+      },
+      {"ParamGrads.normalizer: expected memory disjoint from lse"});
+  refused(
+      [&] {
+        std::vector<float> d(1);
+        const auto lssa = ak::make_spec(Causal{}, ak::SoftplusL1{});
+        ak::attention_backward(lssa, Q, K, V, O, dO, g.dq.view, g.dk.view, g.dv.view, with_stat,
+                               ak::ParamGrads{}.with_normalizer(d.data()));
+      },
+      {"ParamGrads.normalizer: expected nullptr (this normalizer has no trained parameter)"});
+  refused(
+      [&] {
+        const auto sig = ak::make_spec(Causal{}, ak::Sigmoid{});
+        ak::attention_backward(sig, Q, K, V, O, dO, g.dq.view, g.dk.view, g.dv.view, with_stat);
+      },
+      {"lse: expected nullptr (this normalizer has no row statistic)"});
+  refused(
+      [&] {
+        const auto sinks = ak::make_spec(Causal{}, ak::Softmax::with_sinks({1.f, 2.f}));
+        ak::attention_backward(sinks, Q, K, V, O, dO, g.dq.view, g.dk.view, g.dv.view, with_stat);
+      },
+      {"Softmax.sinks.size()"});
+}
