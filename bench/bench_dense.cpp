@@ -194,45 +194,12 @@ void BM_Gemm_Roofline(benchmark::State& state, Shape s) {
   });
 }
 
-// The in-cache peak of attnkit's own tile GEMM on the kernel's two tile products,
-// S^T[Bk, Bq] = K[Bk, d] Q^T[d, Bq] and O[Bq, d] += P[Bq, Bk] V[Bk, d], repeated on the same
-// buffers: the FLOP rate attention could reach if the softmax, masking and memory traffic
-// were free. An upper bound, where the Eigen "roofline" on [L, L] matrices is not one, so it
-// reports the best round (each iteration is one timed round on all threads), not the mean:
-// one round slowed by another process must not lower the bound (a mean once read 2.6x low).
+// The in-cache peak of attnkit's own tile GEMM on the kernel's two tile products
+// (attnkit_bench::tile_gemm_peak: the best round, an upper bound, where the Eigen "roofline"
+// on [L, L] matrices is not one; a mean once read 2.6x low).
 void BM_Gemm_TilePeak(benchmark::State& state, Index d, int threads) {
-  constexpr Index bq = ak::TileConfig::kBlockQ, bk = ak::TileConfig::kBlockK, kReps = 64;
-  struct Tiles {  // one thread's operands, allocated outside the timed rounds
-    std::vector<float> k, qt, st, v, o;
-  };
-  const Tiles init{std::vector<float>(bk * d, 0.5f), std::vector<float>(d * bq, 0.25f),
-                   std::vector<float>(bk * bq), std::vector<float>(bk * d, 0.5f),
-                   std::vector<float>(bq * d, 0.f)};
-  std::vector<Tiles> tiles(static_cast<std::size_t>(threads), init);
-  using Clock = std::chrono::steady_clock;
-  auto best = Clock::duration::max();
   const OthersProbe probe;
-  for (auto _ : state) {
-    const auto start = Clock::now();
-#ifdef _OPENMP
-#pragma omp parallel num_threads(threads)
-#endif
-    {
-#ifdef _OPENMP
-      Tiles& t = tiles[static_cast<std::size_t>(omp_get_thread_num())];
-#else
-      Tiles& t = tiles[0];
-#endif
-      for (Index rep = 0; rep < kReps; ++rep) {
-        ak::gemm::gemm(bk, bq, d, {t.k.data(), d, 1}, t.qt.data(), bq, t.st.data(), bq, false);
-        ak::gemm::gemm(bq, d, bk, {t.st.data(), 1, bq}, t.v.data(), d, t.o.data(), d, true);
-      }
-      benchmark::DoNotOptimize(t.o.data());
-    }
-    best = std::min(best, Clock::now() - start);
-  }
-  const double flops_per_round = 4.0 * bq * bk * double(d) * kReps * threads;
-  state.counters["GFLOP/s"] = flops_per_round / std::chrono::duration<double>(best).count() / 1e9;
+  state.counters["GFLOP/s"] = attnkit_bench::tile_gemm_peak(state, d, threads);
   set_others(state, probe);
   state.SetLabel("best of " + std::to_string(state.iterations()) + " rounds");
 }

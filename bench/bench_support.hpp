@@ -10,6 +10,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include <attnkit/gemm/tile_gemm.hpp>
+#include <attnkit/kernel/tile_config.hpp>
 #include <attnkit/simd/simd.hpp>
 #include <attnkit/tensor.hpp>
 #include <chrono>
@@ -25,6 +27,10 @@
 #include <tuple>
 #include <utility>
 #include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 namespace attnkit_bench {
 
@@ -79,6 +85,49 @@ inline std::map<std::string, Best>& best_times() {
 inline const Best* find_best(const std::string& key) {
   const auto it = best_times().find(key);
   return it == best_times().end() ? nullptr : &it->second;
+}
+
+/// The in-cache peak of attnkit's own tile GEMM on the attention kernel's two tile products,
+/// S^T[Bk, Bq] = K[Bk, d] Q^T[d, Bq] and O[Bq, d] += P[Bq, Bk] V[Bk, d], repeated on the same
+/// buffers by each of `threads` threads: the FLOP rate attention could reach if the softmax,
+/// masking and memory traffic were free. An upper bound, so it returns the GFLOP/s of the
+/// best round (each iteration of `state` is one timed round on all threads), not the mean:
+/// one round slowed by another process must not lower the bound.
+inline double tile_gemm_peak(benchmark::State& state, attnkit::Index d, int threads) {
+  using attnkit::Index;
+  constexpr Index bq = attnkit::TileConfig::kBlockQ, bk = attnkit::TileConfig::kBlockK;
+  constexpr Index kReps = 64;
+  struct Tiles {  // one thread's operands, allocated outside the timed rounds
+    std::vector<float> k, qt, st, v, o;
+  };
+  const auto n = [](Index x) { return static_cast<std::size_t>(x); };
+  const Tiles init{std::vector<float>(n(bk * d), 0.5f), std::vector<float>(n(d * bq), 0.25f),
+                   std::vector<float>(n(bk * bq)), std::vector<float>(n(bk * d), 0.5f),
+                   std::vector<float>(n(bq * d), 0.f)};
+  std::vector<Tiles> tiles(n(threads), init);
+  using Clock = std::chrono::steady_clock;
+  auto best = Clock::duration::max();
+  for (auto _ : state) {
+    const auto start = Clock::now();
+#ifdef _OPENMP
+#pragma omp parallel num_threads(threads)
+#endif
+    {
+#ifdef _OPENMP
+      Tiles& t = tiles[n(omp_get_thread_num())];
+#else
+      Tiles& t = tiles[0];
+#endif
+      for (Index rep = 0; rep < kReps; ++rep) {
+        attnkit::gemm::gemm(bk, bq, d, {t.k.data(), d, 1}, t.qt.data(), bq, t.st.data(), bq, false);
+        attnkit::gemm::gemm(bq, d, bk, {t.st.data(), 1, bq}, t.v.data(), d, t.o.data(), d, true);
+      }
+      benchmark::DoNotOptimize(t.o.data());
+    }
+    best = std::min(best, Clock::now() - start);
+  }
+  const double flops_per_round = 4.0 * bq * bk * double(d) * kReps * threads;
+  return flops_per_round / std::chrono::duration<double>(best).count() / 1e9;
 }
 
 /// The clocks time_best() reads around each call: the wall clock, and for kWallAndCpu the
