@@ -4,6 +4,10 @@
 // `simd::Vec vec(simd::Vec)` (the same rule on a register); a map that mixes coordinates
 // (Taylor2) gives `features(dim)` and `map_row(x, dim, out)` for float and double.
 // `kNormalizes` is the default of LinearSpec::normalize (the denominator phi(q) . z + eps).
+// Backward face (linear_attention_backward()): an elementwise map gives `double
+// derivative(double)` (f'(x)) and may give `simd::Vec derivative_vec(simd::Vec)` (the same
+// on a register, used by the kernel when present); a mixing map gives `backward_row(x,
+// d_phi, dim, dx)`, dx = J_phi(x)^T d_phi, for float and double.
 #pragma once
 
 #include <cmath>
@@ -25,6 +29,13 @@ struct EluPlusOne {
     return simd::select(simd::greater(x, zero), x + simd::Vec(1.f),
                         simd::exp2(simd::min(x, zero) * simd::Vec(kLog2e)));
   }
+  double derivative(double x) const { return x > 0 ? 1 : std::exp(x); }
+  simd::Vec derivative_vec(simd::Vec x) const {
+    constexpr float kLog2e = 1.4426950408889634f;
+    const simd::Vec zero(0.f);
+    return simd::select(simd::greater(x, zero), simd::Vec(1.f),
+                        simd::exp2(simd::min(x, zero) * simd::Vec(kLog2e)));
+  }
 };
 
 /// max(x, 0): non-negative, a row may see a zero denominator (eps then keeps it finite).
@@ -32,6 +43,10 @@ struct Relu {
   static constexpr bool kNormalizes = true;
   double element(double x) const { return x > 0 ? x : 0; }
   simd::Vec vec(simd::Vec x) const { return simd::max(x, simd::Vec(0.f)); }
+  double derivative(double x) const { return x > 0 ? 1 : 0; }  // 0 at the kink
+  simd::Vec derivative_vec(simd::Vec x) const {
+    return simd::select(simd::greater(x, simd::Vec(0.f)), simd::Vec(1.f), simd::Vec(0.f));
+  }
 };
 
 /// phi(x) = x and no denominator: RetNet-style retention when combined with a decay.
@@ -39,6 +54,8 @@ struct Identity {
   static constexpr bool kNormalizes = false;
   double element(double x) const { return x; }
   simd::Vec vec(simd::Vec x) const { return x; }
+  double derivative(double) const { return 1; }
+  simd::Vec derivative_vec(simd::Vec) const { return simd::Vec(1.f); }
 };
 
 /// (1, x, x (x) x / sqrt 2): phi(q) . phi(k) = 1 + q.k + (q.k)^2 / 2, the second-order
@@ -57,6 +74,18 @@ struct Taylor2 {
     for (Index a = 0; a < dim; ++a) {
       const T xa = x[a] * inv_sqrt2;
       for (Index c = 0; c < dim; ++c) outer[a * dim + c] = xa * x[c];
+    }
+  }
+  /// dx[dim] = J_phi(x)^T d_phi[1 + dim + dim^2]: dx_m = d_phi[1 + m] + sum_c (d_outer[m, c]
+  /// + d_outer[c, m]) x_c / sqrt 2.
+  template <class T>
+  void backward_row(const T* x, const T* d_phi, Index dim, T* dx) const {
+    const T inv_sqrt2 = T(0.70710678118654752440);
+    const T* d_outer = d_phi + 1 + dim;
+    for (Index m = 0; m < dim; ++m) {
+      T sum = T(0);
+      for (Index c = 0; c < dim; ++c) sum += (d_outer[m * dim + c] + d_outer[c * dim + m]) * x[c];
+      dx[m] = d_phi[1 + m] + sum * inv_sqrt2;
     }
   }
 };
@@ -90,6 +119,50 @@ void feature_row(const Map& map, const T* x, Index dim, T* out) {
     for (; c < dim; ++c) out[c] = static_cast<float>(map.element(double(x[c])));
   } else {
     for (Index c = 0; c < dim; ++c) out[c] = static_cast<T>(map.element(x[c]));
+  }
+}
+
+template <class Map, class = void>
+struct has_element_derivative : std::false_type {};
+template <class Map>
+struct has_element_derivative<Map,
+                              std::void_t<decltype(std::declval<const Map&>().derivative(0.0))>>
+    : std::true_type {};
+template <class Map, class = void>
+struct has_derivative_vec : std::false_type {};
+template <class Map>
+struct has_derivative_vec<
+    Map, std::void_t<decltype(std::declval<const Map&>().derivative_vec(simd::Vec(0.f)))>>
+    : std::true_type {};
+template <class Map, class T, class = void>
+struct has_backward_row : std::false_type {};
+template <class Map, class T>
+struct has_backward_row<
+    Map, T,
+    std::void_t<decltype(std::declval<const Map&>().backward_row(
+        std::declval<const T*>(), std::declval<const T*>(), Index{}, std::declval<T*>()))>>
+    : std::true_type {};
+
+/// Whether the map has the backward face its kind needs (see the file comment).
+template <class Map>
+constexpr bool has_feature_backward() {
+  if constexpr (mixes_coordinates<Map>::value)
+    return has_backward_row<Map, float>::value && has_backward_row<Map, double>::value;
+  else
+    return has_element_derivative<Map>::value;
+}
+
+/// dx[dim] = J_phi(x)^T d_phi (d_phi[feature_count(dim)]), in float or double.
+template <class Map, class T>
+void feature_backward_row(const Map& map, const T* x, const T* d_phi, Index dim, T* dx) {
+  if constexpr (mixes_coordinates<Map>::value) {
+    map.backward_row(x, d_phi, dim, dx);
+  } else {
+    Index c = 0;
+    if constexpr (std::is_same_v<T, float> && has_derivative_vec<Map>::value)
+      for (; c + simd::kWidth <= dim; c += simd::kWidth)
+        simd::store(dx + c, map.derivative_vec(simd::load(x + c)) * simd::load(d_phi + c));
+    for (; c < dim; ++c) dx[c] = static_cast<T>(map.derivative(double(x[c])) * double(d_phi[c]));
   }
 }
 
