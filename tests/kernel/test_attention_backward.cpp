@@ -14,6 +14,7 @@
 #include <attnkit/normalizer/sigmoid.hpp>
 #include <attnkit/normalizer/softmax.hpp>
 #include <attnkit/normalizer/softplus_l1.hpp>
+#include <attnkit/position/fope.hpp>
 #include <attnkit/position/rope.hpp>
 #include <attnkit/score/alibi.hpp>
 #include <attnkit/score/softcap.hpp>
@@ -86,6 +87,21 @@ TEST_CASE("attention_backward: RoPE gradients turn back by the transposed rotati
       ak::make_spec(Causal{}, ak::Rope(ak::RopeTable(16, 500, 256), ak::RopePairing::GptJ),
                     ak::SoftplusL1{}),
       Case{c}.dims(32));
+}
+
+TEST_CASE("attention_backward: FoPE gradients and its coefficients' gradient",
+          "[backward][position]") {
+  ak::FopeConfig fc{32, 256, 100};  // train_len 100 clips the low frequencies
+  fc.kv_heads = 2;
+  fc.q_heads = 4;
+  const ak::Fope fope = ak::Fope::drawn(fc, 0.3, 3);
+  const Case c = Case{}.lengths(70, 140).heads(4, 2).dims(32);
+  check_backward("Causal, Fope", ak::make_spec(Causal{}, fope), c);
+  check_backward("Causal & SlidingWindow{40, 0}, Fope, Sigmoid",
+                 ak::make_spec(Causal{} & SlidingWindow{40, 0}, fope, ak::Sigmoid{}), c);
+  fc.padding = ak::FopePadding::ReferenceCode;
+  check_backward("Causal, Fope (reference-code padding), SoftplusL1",
+                 ak::make_spec(Causal{}, ak::Fope::drawn(fc, 0.3, 4), ak::SoftplusL1{}), c);
 }
 
 TEST_CASE("attention_backward: bf16 and f16 inputs and gradients", "[backward]") {

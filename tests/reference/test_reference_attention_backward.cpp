@@ -11,6 +11,7 @@
 #include <attnkit/normalizer/sigmoid.hpp>
 #include <attnkit/normalizer/softmax.hpp>
 #include <attnkit/normalizer/softplus_l1.hpp>
+#include <attnkit/position/fope.hpp>
 #include <attnkit/position/rope.hpp>
 #include <attnkit/score/alibi.hpp>
 #include <attnkit/score/softcap.hpp>
@@ -150,4 +151,45 @@ TEST_CASE("reference::attention_backward: per-head parameter gradients match fin
               {0.25f, -0.5f});
   check_param("Sigmoid bias", [](std::vector<float> b) { return ak::Sigmoid::per_head(b); },
               {-1.f, 0.5f});
+}
+
+TEST_CASE("reference::attention_backward: FoPE rows and coefficients match finite differences",
+          "[reference][backward][position]") {
+  ak::FopeConfig fc{4, 16, 0};
+  fc.q_heads = 2;  // one coefficient set for both query heads (GQA)
+  const ak::Fope fope = ak::Fope::drawn(fc, 0.3, 5);
+  check_reference("Fope, Causal", ak::make_spec(Causal{}, fope), kSmall);
+  ak::FopeConfig clipped = fc;
+  clipped.padding = ak::FopePadding::ReferenceCode;
+  clipped.train_len = 8;  // clips the lower frequency: one kept pair, one padded
+  check_reference("Fope (clipped, reference-code padding), Sigmoid",
+                  ak::make_spec(Causal{}, ak::Fope::drawn(clipped, 0.3, 6), ak::Sigmoid{}), kSmall);
+
+  // dL/dC and dL/dS against (L(c + h) - L(c - h)) / 2h, each coefficient in double.
+  F64Inputs in(kSmall);
+  const ak::FopeTable& table = *fope.table;
+  const auto with = [&](std::vector<double> cc, std::vector<double> ss) {
+    return ak::make_spec(Causal{}, ak::Fope::with_coefficients(table.config(), cc, ss));
+  };
+  const auto spec = with(table.cos_coef(), table.sin_coef());
+  Tensor<double> o(Layout::Bhsd, 1, 2, 5, 3);
+  ak::test::Grads<double> g(kSmall, Layout::Bhsd);
+  std::vector<float> stat(10), coef_grad(static_cast<std::size_t>(fope.param_count()));
+  ak::reference::attention_backward(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.cview(),
+                                    in.d_o.cview(), g.dq.view, g.dk.view, g.dv.view,
+                                    kSmall.options().with_lse(stat.data()),
+                                    ak::ParamGrads{}.with_position(coef_grad.data()));
+  const std::size_t per = table.cos_coef().size();  // one set: C then S
+  REQUIRE(coef_grad.size() == 2 * per);
+  for (std::size_t e = 0; e < 2 * per; ++e) {
+    std::vector<double> up_c = table.cos_coef(), up_s = table.sin_coef();
+    std::vector<double> down_c = up_c, down_s = up_s;
+    const double h = ak::test::tol::kFdStep;
+    (e < per ? up_c[e] : up_s[e - per]) += h;
+    (e < per ? down_c[e] : down_s[e - per]) -= h;
+    const double fd =
+        (loss(with(up_c, up_s), kSmall, in) - loss(with(down_c, down_s), kSmall, in)) / (2 * h);
+    INFO("coefficient " << e << ": finite difference " << fd << ", reference " << coef_grad[e]);
+    CHECK(std::abs(fd - double(coef_grad[e])) <= 1e-5 * std::max(1.0, std::abs(fd)));
+  }
 }

@@ -90,7 +90,7 @@ struct BackwardCase {
 template <class G>
 struct Grads {
   Tensor<G> dq, dk, dv;
-  std::vector<float> param;
+  std::vector<float> param, position;  // the normalizer's [Hq]; the Position's [param_count]
   explicit Grads(const Case& c, Layout layout)
       : dq(layout, c.batch, c.q_heads, c.q_len, c.dim),
         dk(layout, c.batch, c.kv_heads, c.kv_len, c.dim),
@@ -104,11 +104,31 @@ constexpr bool trains_param() {
   return detail::has_trained_param<typename Spec::Normalizer>::value;
 }
 
+/// ParamGrads into g: the normalizer's and the Position's, where they have trained parameters.
+template <class Spec, class G>
+ParamGrads param_grads_for(const Spec& spec, Grads<G>& g) {
+  ParamGrads pg = trains_param<Spec>() ? g.param_grads() : ParamGrads{};
+  g.position.assign(static_cast<std::size_t>(detail::position_param_count(spec.position)), 42.f);
+  if (!g.position.empty()) pg = pg.with_position(g.position.data());
+  return pg;
+}
+
+/// Worst |got - want| over max(|want|) of two parameter gradients.
+inline double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double scale = 1e-30, worst = 0.0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    scale = std::max(scale, std::abs(double(want[i])));
+    const double d = std::abs(double(got[i]) - double(want[i]));
+    worst = std::isnan(d) ? HUGE_VAL : std::max(worst, d);
+  }
+  return worst / scale;
+}
+
 /// attention_backward(spec) on one case's inputs into g (gradients in storage G).
 template <class G, class Spec, class T>
 void run_backward(const Spec& spec, BackwardCase<T>& in, Grads<G>& g) {
   const Options options = in.options_for(spec);
-  const ParamGrads pg = trains_param<Spec>() ? g.param_grads() : ParamGrads{};
+  const ParamGrads pg = param_grads_for(spec, g);
   attention_backward(spec, in.q.cview(), in.k.cview(), in.v.cview(), in.o.cview(), in.d_o.cview(),
                      g.dq.view, g.dk.view, g.dv.view, options, pg);
 }
@@ -123,22 +143,15 @@ void check_backward(const std::string& name, const Spec& spec, const Case& c) {
   Grads<G> got(c, c.layout);
   run_backward(spec, in, got);
   Grads<double> want(c, Layout::Bhsd);
-  reference::attention_backward(
-      spec, in.q.cview(), in.k.cview(), in.v.cview(), in.o.cview(), in.d_o.cview(), want.dq.view,
-      want.dk.view, want.dv.view, in.options_for(spec),
-      trains_param<Spec>() ? ParamGrads{}.with_normalizer(want.param.data()) : ParamGrads{});
+  reference::attention_backward(spec, in.q.cview(), in.k.cview(), in.v.cview(), in.o.cview(),
+                                in.d_o.cview(), want.dq.view, want.dk.view, want.dv.view,
+                                in.options_for(spec), param_grads_for(spec, want));
   const double allowed = grad_tolerance<G>();
   CHECK(relative_error(got.dq.view, want.dq.view) <= allowed);
   CHECK(relative_error(got.dk.view, want.dk.view) <= allowed);
   CHECK(relative_error(got.dv.view, want.dv.view) <= allowed);
-  if constexpr (trains_param<Spec>()) {
-    double scale = 1e-30, worst = 0.0;
-    for (std::size_t h = 0; h < got.param.size(); ++h) {
-      scale = std::max(scale, std::abs(double(want.param[h])));
-      worst = std::max(worst, std::abs(double(got.param[h]) - double(want.param[h])));
-    }
-    CHECK(worst / scale <= tol::kGradF32);
-  }
+  if constexpr (trains_param<Spec>()) CHECK(relative_error(got.param, want.param) <= tol::kGradF32);
+  CHECK(relative_error(got.position, want.position) <= tol::kGradF32);
 }
 
 }  // namespace attnkit::test

@@ -55,18 +55,22 @@ Problem make_backward_problem(const Spec& spec, const View<Q>& q, const View<K>&
   if constexpr (!has_trained_param<Normalizer>::value)
     require(grads.normalizer == nullptr, "ParamGrads.normalizer",
             "nullptr (this normalizer has no trained parameter)", "a buffer");
+  if (grads.position != nullptr)
+    require(position_param_count(spec.position) > 0, "ParamGrads.position",
+            "nullptr (this Position has no trained parameter)", "a buffer");
   validate_policies(spec, p, options);
 
   const Index rows = p.batch * p.q_heads * p.q_len;  // checked by make_problem with lse
   const ByteSpan in[6] = {byte_span(q), byte_span(k),   byte_span(v),
                           byte_span(o), byte_span(d_o), float_span(options.lse, rows)};
   const char* in_names[6] = {"q", "k", "v", "o", "d_o", "lse"};
-  const ByteSpan out[4] = {byte_span(dq), byte_span(dk), byte_span(dv),
-                           float_span(grads.normalizer, p.q_heads)};
-  const char* out_names[4] = {"dq", "dk", "dv", "ParamGrads.normalizer"};
-  for (int a = 0; a < 4; ++a) {
+  const ByteSpan out[5] = {byte_span(dq), byte_span(dk), byte_span(dv),
+                           float_span(grads.normalizer, p.q_heads),
+                           float_span(grads.position, position_param_count(spec.position))};
+  const char* out_names[5] = {"dq", "dk", "dv", "ParamGrads.normalizer", "ParamGrads.position"};
+  for (int a = 0; a < 5; ++a) {
     for (int i = 0; i < 6; ++i) require_disjoint(out[a], out_names[a], in[i], in_names[i]);
-    for (int b = a + 1; b < 4; ++b) require_disjoint(out[a], out_names[a], out[b], out_names[b]);
+    for (int b = a + 1; b < 5; ++b) require_disjoint(out[a], out_names[a], out[b], out_names[b]);
   }
   return p;
 }

@@ -10,7 +10,8 @@
 //               derivative(double s, b, h, i, j) and derivative_tile(t, g, keys, lanes, ld,
 //               ScoreTile).
 //   Position:   apply_transpose(float*, dim, RowAt) and reference_apply_transpose(double*,
-//               dim, RowAt) for a row transform (Rope).
+//               dim, RowAt) for a row transform (Rope, Fope); trained parameters (Fope):
+//               param_count() and accumulate_param_grad(x, g, RowAt, double* acc).
 #pragma once
 
 #include <type_traits>
@@ -85,5 +86,23 @@ struct has_apply_transpose<P,
                                        decltype(std::declval<const P&>().reference_apply_transpose(
                                            std::declval<double*>(), Index{}, RowAt{}))>>
     : std::true_type {};
+
+template <class P, class = void>
+struct has_position_param_grad : std::false_type {};
+template <class P>
+struct has_position_param_grad<
+    P, std::void_t<decltype(std::declval<const P&>().param_count()),
+                   decltype(std::declval<const P&>().accumulate_param_grad(
+                       std::declval<const float*>(), std::declval<const float*>(), RowAt{},
+                       std::declval<double*>()))>> : std::true_type {};
+
+/// The Position's trained parameters (0 for a Position without any).
+template <class P>
+Index position_param_count(const P& position) {
+  if constexpr (has_position_param_grad<P>::value)
+    return position.param_count();
+  else
+    return 0;
+}
 
 }  // namespace attnkit::detail

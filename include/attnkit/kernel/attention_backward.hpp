@@ -41,30 +41,41 @@ std::vector<float> row_deltas(const Problem& p, const View<O>& o, const View<GO>
   return delta;
 }
 
-template <class Spec, class Q, class K, class V, class GO, class GQ, class GK, class GV>
+template <class Spec, class Q, class K, class V, class GO, class GQ, class GK, class GV, class KR>
 void run_backward(const Spec& spec, const Problem& p, const View<Q>& q, const View<K>& k,
                   const View<V>& v, const View<GO>& d_o, const View<GQ>& dq, const View<GK>& dk,
-                  const View<GV>& dv, const float* stat, const float* delta, float* param_grad) {
-  using Tiles = BackwardTiles<Spec, Q, K, V, GO, GQ, GK, GV>;
+                  const View<GV>& dv, const View<KR>& k_raw, const float* stat, const float* delta,
+                  const ParamGrads& grads) {
+  using Tiles = BackwardTiles<Spec, Q, K, V, GO, GQ, GK, GV, KR>;
   const Index items = p.batch * p.kv_heads;
   const int threads = threads_for(p.threads, items);
   std::vector<float> key_scale;
   if constexpr (cosine_logits<typename Spec::Normalizer>()) key_scale = inverse_row_norms(k);
-  // [B, Hq] per-head parameter gradients of each batch, summed over batches in order below.
+  // [B, Hq] per-head parameter gradients of each batch, summed over batches in order below;
+  // [items, count] the Position's parameter gradients of each item, summed in item order.
   std::vector<double> head_grads(static_cast<std::size_t>(p.batch * p.q_heads), 0.0);
+  const Index count = grads.position != nullptr ? position_param_count(spec.position) : 0;
+  std::vector<double> position_grads(static_cast<std::size_t>(items * count), 0.0);
   std::deque<Tiles> tiles;  // per thread, allocated here (std::bad_alloc reaches the caller)
   for (int t = 0; t < threads; ++t)
-    tiles.emplace_back(spec, p, q, k, v, d_o, dq, dk, dv, stat, delta, key_scale.data());
+    tiles.emplace_back(spec, p, q, k, v, d_o, dq, dk, dv, k_raw, stat, delta, key_scale.data());
   for_each_item(tiles, items, [&](Tiles& worker, Index item) {
     const Index b = item / p.kv_heads;
-    worker.run(b, item % p.kv_heads, head_grads.data() + b * p.q_heads);
+    worker.run(b, item % p.kv_heads, head_grads.data() + b * p.q_heads,
+               count > 0 ? position_grads.data() + item * count : nullptr);
   });
-  if (param_grad == nullptr) return;
-  for (Index h = 0; h < p.q_heads; ++h) {
+  if (grads.normalizer != nullptr)
+    for (Index h = 0; h < p.q_heads; ++h) {
+      double sum = 0.0;
+      for (Index b = 0; b < p.batch; ++b)
+        sum += head_grads[static_cast<std::size_t>(b * p.q_heads + h)];
+      grads.normalizer[h] = static_cast<float>(sum);
+    }
+  for (Index c = 0; c < count; ++c) {
     double sum = 0.0;
-    for (Index b = 0; b < p.batch; ++b)
-      sum += head_grads[static_cast<std::size_t>(b * p.q_heads + h)];
-    param_grad[h] = static_cast<float>(sum);
+    for (Index item = 0; item < items; ++item)
+      sum += position_grads[static_cast<std::size_t>(item * count + c)];
+    grads.position[c] = static_cast<float>(sum);
   }
 }
 
@@ -73,7 +84,8 @@ void run_backward(const Spec& spec, const Problem& p, const View<Q>& q, const Vi
 /// Writes dq [B, Hq, Lq, D], dk [B, Hkv, Lk, D] and dv [B, Hkv, Lk, Dv], the gradients of a
 /// loss L through o = attention(spec, q, k, v, o, options) given d_o = dL/do, and, when
 /// grads.normalizer is set, dL/d(the normalizer's per-head parameter) [Hq] (Softmax's sinks,
-/// Sigmoid's or ReluPower's bias). `o` and options.lse are the forward call's output and row
+/// Sigmoid's or ReluPower's bias), and when grads.position is set, dL/d(the Position's trained
+/// parameters) (Fope's coefficients). `o` and options.lse are the forward call's output and row
 /// statistic (required when the normalizer has one: Options::with_lse on both calls); the
 /// scale, q_offset and threads options must be the forward's. GQA: dk and dv sum over the
 /// query heads of each group. Masked pairs get exactly zero gradient: whatever masked keys
@@ -117,8 +129,7 @@ void attention_backward(const Spec& spec, const View<Q>& q, const View<K>& k, co
       detail::make_backward_problem(spec, q, k, v, o, d_o, dq, dk, dv, options, grads);
   const std::vector<float> delta = detail::row_deltas(p, o, d_o);
   const auto run = [&](const auto& keys) {
-    detail::run_backward(spec, p, q, keys, v, d_o, dq, dk, dv, options.lse, delta.data(),
-                         grads.normalizer);
+    detail::run_backward(spec, p, q, keys, v, d_o, dq, dk, dv, k, options.lse, delta.data(), grads);
   };
   if constexpr (detail::transforms_rows<Position>()) {
     const std::vector<float> keys =

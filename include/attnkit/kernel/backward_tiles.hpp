@@ -35,7 +35,7 @@
 
 namespace attnkit::detail {
 
-template <class Spec, class Q, class K, class V, class GO, class GQ, class GK, class GV>
+template <class Spec, class Q, class K, class V, class GO, class GQ, class GK, class GV, class KR>
 class BackwardTiles {
  public:
   static constexpr Index kBq = TileConfig::kBlockQ;
@@ -46,13 +46,16 @@ class BackwardTiles {
   static constexpr bool kCounts = counts_keys<Normalizer>();
   static constexpr bool kTurnsRows = transforms_rows<typename Spec::Position>();
   static constexpr bool kScoreTile = !unit_derivative<typename Spec::Score>();
+  static constexpr bool kPositionGrad = has_position_param_grad<typename Spec::Position>::value;
 
   /// k: the keys as the tiles read them (turned once per call by a row-transforming
-  /// Position); stat: the forward's row statistics, delta: D_i, key_scale: the keys' inverse
-  /// norms (cosine logits), each indexed like the row statistics / [B, Hkv, Lk].
+  /// Position), k_raw: the caller's keys (for a Position's parameter gradient); stat: the forward's
+  /// row statistics, delta: D_i, key_scale: the keys' inverse norms (cosine logits), each indexed
+  /// like the row statistics / [B, Hkv, Lk].
   BackwardTiles(const Spec& spec, const Problem& p, const View<Q>& q, const View<K>& k,
                 const View<V>& v, const View<GO>& d_o, const View<GQ>& dq, const View<GK>& dk,
-                const View<GV>& dv, const float* stat, const float* delta, const float* key_scale)
+                const View<GV>& dv, const View<KR>& k_raw, const float* stat, const float* delta,
+                const float* key_scale)
       : spec_(spec),
         p_(p),
         q_(q),
@@ -62,6 +65,7 @@ class BackwardTiles {
         dq_(dq),
         dk_(dk),
         dv_(dv),
+        k_raw_(k_raw),
         stat_(stat),
         delta_(delta),
         key_scale_(key_scale),
@@ -94,8 +98,10 @@ class BackwardTiles {
         states_(kBq / simd::kWidth) {}
 
   /// dK, dV of KV head hk in batch b and dQ of its query heads; head_grad[h] (h of the call's
-  /// q_heads) += the normalizer's per-head parameter gradient of this batch's rows.
-  void run(Index b, Index hk, double* head_grad) {
+  /// q_heads) += the normalizer's per-head parameter gradient of this batch's rows, and
+  /// position_grad (when not null) += the Position's parameter gradient of these rows.
+  void run(Index b, Index hk, double* head_grad, double* position_grad) {
+    position_grad_ = position_grad;
     std::fill(dk_acc_, dk_acc_ + p_.kv_len * d_pad_, 0.f);
     std::fill(dv_acc_, dv_acc_ + p_.kv_len * dv_pad_, 0.f);
     const Index group = p_.q_heads / p_.kv_heads;
@@ -259,9 +265,11 @@ class BackwardTiles {
       } else {
         for (Index c = 0; c < dim; ++c) x[c] *= p_.scale;
       }
-      if constexpr (kTurnsRows)
-        spec_.position.apply_transpose(
-            x, dim, RowAt{b, h, q0 + r, p_.q_len, q0 + r + p_.q_offset, Role::Query});
+      const RowAt at{b, h, q0 + r, p_.q_len, q0 + r + p_.q_offset, Role::Query};
+      if constexpr (kPositionGrad)
+        if (position_grad_ != nullptr)
+          spec_.position.accumulate_param_grad(q_.row(b, h, q0 + r), x, at, position_grad_);
+      if constexpr (kTurnsRows) spec_.position.apply_transpose(x, dim, at);
       GQ* out = dq_.row(b, h, q0 + r);
       for (Index c = 0; c < dim; ++c) out[c] = static_cast<GQ>(x[c]);
     }
@@ -287,8 +295,11 @@ class BackwardTiles {
           project_out(x, row_, dim);
         }
       }
-      if constexpr (kTurnsRows)
-        spec_.position.apply_transpose(x, dim, RowAt{b, hk, j, p_.kv_len, j, Role::Key});
+      const RowAt at{b, hk, j, p_.kv_len, j, Role::Key};
+      if constexpr (kPositionGrad)
+        if (position_grad_ != nullptr)
+          spec_.position.accumulate_param_grad(k_raw_.row(b, hk, j), x, at, position_grad_);
+      if constexpr (kTurnsRows) spec_.position.apply_transpose(x, dim, at);
       GK* out = dk_.row(b, hk, j);
       for (Index c = 0; c < dim; ++c) out[c] = static_cast<GK>(x[c]);
       const float* y = dv_acc_ + j * dv_pad_;
@@ -306,9 +317,11 @@ class BackwardTiles {
   View<GQ> dq_;
   View<GK> dk_;
   View<GV> dv_;
-  const float* stat_;       // [B, Hq, Lq] the forward's row statistics (null: none)
-  const float* delta_;      // [B, Hq, Lq] D_i = dO_i . O_i
-  const float* key_scale_;  // [B, Hkv, Lk] inverse key norms (cosine logits only)
+  View<KR> k_raw_;
+  double* position_grad_ = nullptr;  // [param_count] of the current item, or null
+  const float* stat_;                // [B, Hq, Lq] the forward's row statistics (null: none)
+  const float* delta_;               // [B, Hq, Lq] D_i = dO_i . O_i
+  const float* key_scale_;           // [B, Hkv, Lk] inverse key norms (cosine logits only)
   Index d_pad_, dv_pad_;
   bool k_direct_, v_direct_;  // f32 rows used in place (K also as a GEMM's B: whole vectors)
   // Scratch of one thread, carved once:

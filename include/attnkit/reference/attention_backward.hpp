@@ -35,8 +35,9 @@ void store_row(T* out, const double* x, Index n) {
 }  // namespace detail
 
 /// The gradients of attention(spec, q, k, v, o, options) for the loss L with dL/dO = d_o:
-/// dq, dk, dv shaped as q, k, v (each may be a View<double>), and, when grads.normalizer is
-/// set, the gradient of the normalizer's per-head parameter. Same checks as
+/// dq, dk, dv shaped as q, k, v (each may be a View<double>), and, when grads.normalizer /
+/// grads.position is set, the gradient of the normalizer's per-head parameter / the
+/// Position's trained parameters. Same checks as
 /// attnkit::attention_backward(); serial.
 template <class Spec, class Q, class K, class V, class O, class GO, class GQ, class GK, class GV>
 void attention_backward(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
@@ -64,6 +65,12 @@ void attention_backward(const Spec& spec, const View<Q>& q, const View<K>& k, co
   std::vector<double> kt(n(lk * d)), dkt(n(lk * d)), dvt(n(lk * dvd));
   std::vector<char> kept(n(lk));
   std::vector<double> head_grad(n(p.q_heads), 0.0);
+  std::vector<double> position_grad(n(ad::position_param_count(spec.position)), 0.0);
+  const auto position_share = [&](const auto* x, const double* g, const RowAt& at) {
+    if constexpr (ad::has_position_param_grad<Position>::value)
+      if (grads.position != nullptr)
+        spec.position.accumulate_param_grad(x, g, at, position_grad.data());
+  };
   constexpr bool kCosine = ad::cosine_logits<Normalizer>();
 
   for (Index b = 0; b < p.batch; ++b)
@@ -138,19 +145,26 @@ void attention_backward(const Spec& spec, const View<Q>& q, const View<K>& k, co
               }
             }
           }
-          detail::turn_back(spec.position, dqt.data(), d, RowAt{b, h, r, p.q_len, i, Role::Query});
+          const RowAt at{b, h, r, p.q_len, i, Role::Query};
+          position_share(q.row(b, h, r), dqt.data(), at);
+          detail::turn_back(spec.position, dqt.data(), d, at);
           detail::store_row(dq.row(b, h, r), dqt.data(), d);
         }
       }
       for (Index j = 0; j < lk; ++j) {
         double* dkey = dkt.data() + j * d;
-        detail::turn_back(spec.position, dkey, d, RowAt{b, hk, j, lk, j, Role::Key});
+        const RowAt at{b, hk, j, lk, j, Role::Key};
+        position_share(k.row(b, hk, j), dkey, at);
+        detail::turn_back(spec.position, dkey, d, at);
         detail::store_row(dk.row(b, hk, j), dkey, d);
         detail::store_row(dv.row(b, hk, j), dvt.data() + j * dvd, dvd);
       }
     }
   if (grads.normalizer != nullptr)
     for (Index h = 0; h < p.q_heads; ++h) grads.normalizer[h] = static_cast<float>(head_grad[n(h)]);
+  if (grads.position != nullptr)
+    for (std::size_t c = 0; c < position_grad.size(); ++c)
+      grads.position[c] = static_cast<float>(position_grad[c]);
 }
 
 }  // namespace attnkit::reference
