@@ -1,0 +1,103 @@
+// all_or_here_backward(): the gradients of all_or_here() (select/all_or_here.hpp). The forward
+// runs, per (batch, head), the queries routed to full attention and those routed to the window
+// as two gathered calls under Remapped causal / windowed masks; every query row is in exactly
+// one of them, so its row statistic is its own call's. The backward runs attention_backward()
+// on the same two parts (the final o, d_o and statistic gathered for their rows) and adds the
+// parts' dq rows, dk and dv into f32 sums in a fixed order (batch, head, full then window:
+// select/gather_backward.hpp), so any normalizer with a backward face works and the result is
+// bitwise identical for any thread count.
+#pragma once
+
+#include <type_traits>
+#include <vector>
+
+#include "attnkit/detail/backward_checks.hpp"
+#include "attnkit/kernel/attention_backward.hpp"
+#include "attnkit/mask/causal.hpp"
+#include "attnkit/mask/combine.hpp"
+#include "attnkit/mask/remap.hpp"
+#include "attnkit/mask/sliding_window.hpp"
+#include "attnkit/options.hpp"
+#include "attnkit/param_grads.hpp"
+#include "attnkit/select/all_or_here.hpp"
+#include "attnkit/select/gather.hpp"
+#include "attnkit/select/gather_backward.hpp"
+#include "attnkit/spec.hpp"
+
+namespace attnkit {
+
+/// Writes dq [B, Hq, Lq, D], dk [B, Hkv, Lk, D] and dv [B, Hkv, Lk, Dv], the gradients of a
+/// loss through o = all_or_here(spec, q, k, v, o, routes, window, options) given d_o = dL/do,
+/// and, when grads.normalizer is set, the normalizer's per-head parameter gradient [Hq]
+/// (Softmax sinks, Sigmoid / ReluPower bias). `o` and options.lse are the forward call's
+/// output and row statistic (options.lse required when the normalizer has one: Options::
+/// with_lse on both calls); routes, window, scale, q_offset as in the forward. Gradients are
+/// summed in f32 and stored in their views' types; they must not share memory with any input.
+/// Throws Error before writing anything on bad input; bitwise identical for any thread count.
+template <class Spec, class Q, class K, class V, class O, class GO, class GQ, class GK, class GV>
+void all_or_here_backward(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
+                          const View<O>& o, const View<GO>& d_o, const View<GQ>& dq,
+                          const View<GK>& dk, const View<GV>& dv, const AhaRoutes& routes,
+                          Index window = 256, const Options& options = {},
+                          const ParamGrads& grads = {}) {
+  select::check_gathered_spec<Spec>();
+  const Problem p =
+      detail::make_backward_problem(spec, q, k, v, o, d_o, dq, dk, dv, options, grads);
+  detail::require(routes.batch == p.batch && routes.len == p.q_len && routes.heads == p.q_heads,
+                  "AhaRoutes shape", "[batch, Lq, q_heads] of the call", "another shape");
+  detail::require(window >= 1, "window", ">= 1", window);
+  if (p.kv_len == 0) return attention_backward(spec, q, k, v, o, d_o, dq, dk, dv, options, grads);
+
+  const auto spec_with = [&](const auto& mask, Index h) {
+    return AttentionSpec<typename Spec::Score, std::decay_t<decltype(mask)>,
+                         typename Spec::Normalizer, NoPosition>{
+        spec.score, mask, select::for_head(spec.normalizer, h), {}};
+  };
+  select::GradSum sum_q(p.batch, p.q_heads, p.q_len, p.head_dim);
+  select::GradSum sum_k(p.batch, p.kv_heads, p.kv_len, p.head_dim);
+  select::GradSum sum_v(p.batch, p.kv_heads, p.kv_len, p.value_dim);
+  std::vector<double> head_sums(static_cast<std::size_t>(p.q_heads), 0.0);
+  select::GatheredRows<Q> q_rows;
+  select::GatheredRows<O> o_rows;
+  select::GatheredRows<GO> do_rows;
+  std::vector<float> stat;
+  select::PartGrads part;
+  for (Index b = 0; b < p.batch; ++b)
+    for (Index h = 0; h < p.q_heads; ++h) {
+      const Index hk = p.kv_head(h);
+      for (const bool full : {true, false}) {
+        std::vector<Index> rows, positions;
+        for (Index r = 0; r < p.q_len; ++r)
+          if (routes.is_full(b, r, h) == full) {
+            rows.push_back(r);
+            positions.push_back(r + p.q_offset);
+          }
+        if (rows.empty()) continue;
+        select::gather_rows(q, b, h, rows, q_rows);
+        select::gather_rows(o, b, h, rows, o_rows);
+        select::gather_rows(d_o, b, h, rows, do_rows);
+        Options call = options.with_q_offset(0);
+        call.lse = select::gather_stats(options.lse, p, b, h, rows, stat);
+        const auto run = [&](const auto& mask) {
+          select::part_backward(spec_with(remap(mask, positions.data(), nullptr, 0), h),
+                                q_rows.view(), select::head_view(k, b, hk),
+                                select::head_view(v, b, hk), o_rows.view(), do_rows.view(), call,
+                                grads.normalizer != nullptr, part);
+        };
+        if (full)
+          run(Causal{});
+        else
+          run(Causal{} & SlidingWindow{window - 1, 0});
+        sum_q.add(part.dq, b, h, rows.data());
+        sum_k.add(part.dk, b, hk, nullptr);
+        sum_v.add(part.dv, b, hk, nullptr);
+        head_sums[static_cast<std::size_t>(h)] += double(part.param);
+      }
+    }
+  sum_q.store(dq);
+  sum_k.store(dk);
+  sum_v.store(dv);
+  select::store_param_grads(head_sums, grads.normalizer);
+}
+
+}  // namespace attnkit

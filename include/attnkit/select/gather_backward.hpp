@@ -1,0 +1,114 @@
+// The backward side of gathering (select/gather.hpp), shared by the drivers' backward passes
+// (moba_backward.hpp, all_or_here_backward.hpp, stripes_backward.hpp,
+// superlinear_backward.hpp). A driver's forward is a set of gathered parts combined into one
+// result per query row; its backward is the sum over the parts of attention_backward() on
+// each part, with the part's own mask and the FINAL o and row statistic gathered for the
+// part's rows. For softmax, the weights a part recomputes from the final LSE,
+// exp(s - LSE_final), are exactly its share of the merged weights, and D_i = dO_i . O_i is the
+// same in every part; a driver whose parts never share a query row (All-or-Here, stripes)
+// gives each row its own statistic, so any normalizer works there. Each part's gradients
+// (f32) are added into f32 sums of the whole dq, dk, dv (GradSum) in the driver's fixed part
+// order, then stored in the gradient views' types: bitwise identical for any thread count,
+// since attention_backward() is.
+#pragma once
+
+#include <cstddef>
+#include <type_traits>
+#include <vector>
+
+#include "attnkit/kernel/attention_backward.hpp"
+#include "attnkit/options.hpp"
+#include "attnkit/param_grads.hpp"
+#include "attnkit/problem.hpp"
+#include "attnkit/select/gather.hpp"
+#include "attnkit/tensor.hpp"
+
+namespace attnkit::select {
+
+/// The f32 sum of one gradient [B, H, L, dim] (row-major), to which parts add rows.
+class GradSum {
+ public:
+  GradSum(Index batch, Index heads, Index seq, Index dim)
+      : data_(static_cast<std::size_t>(batch * heads * seq * dim), 0.f),
+        batch_(batch),
+        heads_(heads),
+        seq_(seq),
+        dim_(dim) {}
+
+  /// The whole sum as a [B, H, L, dim] view (a part over every row writes here directly).
+  View<float> view() { return bhsd(data_.data(), batch_, heads_, seq_, dim_); }
+
+  /// Rows rows[r] (rows null: first + r) of head h in batch b += row r of part [1, 1, n, dim].
+  void add(const View<float>& part, Index b, Index h, const Index* rows, Index first = 0) {
+    for (Index r = 0; r < part.seq; ++r) {
+      const float* in = part.row(0, 0, r);
+      float* out = row(b, h, rows != nullptr ? rows[r] : first + r);
+      for (Index c = 0; c < dim_; ++c) out[c] += in[c];
+    }
+  }
+
+  /// The sums, in G's storage, into out (shaped [B, H, L, dim]).
+  template <class G>
+  void store(const View<G>& out) const {
+    for (Index b = 0; b < batch_; ++b)
+      for (Index h = 0; h < heads_; ++h)
+        for (Index s = 0; s < seq_; ++s) {
+          const float* in = data_.data() + ((b * heads_ + h) * seq_ + s) * dim_;
+          G* dst = out.row(b, h, s);
+          for (Index c = 0; c < dim_; ++c) dst[c] = static_cast<G>(in[c]);
+        }
+  }
+
+ private:
+  float* row(Index b, Index h, Index s) {
+    return data_.data() + ((b * heads_ + h) * seq_ + s) * dim_;
+  }
+
+  std::vector<float> data_;
+  Index batch_, heads_, seq_, dim_;
+};
+
+/// The f32 gradients of one gathered part: dq [1, 1, n, D], dk [1, 1, m, D], dv [1, 1, m, Dv],
+/// and its one-head normalizer parameter gradient.
+struct PartGrads {
+  std::vector<float> dq_rows, dk_rows, dv_rows;
+  float param = 0.f;
+  View<float> dq, dk, dv;
+};
+
+/// attention_backward(spec) on one gathered part (q: its n query rows, k / v: its m keys, o
+/// and d_o: the final output and its gradient on the same rows, call.lse: the final row
+/// statistic of those rows) into `out`; with_param: also the part's parameter gradient.
+template <class Spec, class Q, class K, class V, class O, class GO>
+void part_backward(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
+                   const View<O>& o, const View<GO>& d_o, const Options& call, bool with_param,
+                   PartGrads& out) {
+  const auto size = [](Index rows, Index dim) { return static_cast<std::size_t>(rows * dim); };
+  out.dq_rows.resize(size(q.seq, q.dim));
+  out.dk_rows.resize(size(k.seq, k.dim));
+  out.dv_rows.resize(size(v.seq, v.dim));
+  out.dq = bhsd(out.dq_rows.data(), 1, 1, q.seq, q.dim);
+  out.dk = bhsd(out.dk_rows.data(), 1, 1, k.seq, k.dim);
+  out.dv = bhsd(out.dv_rows.data(), 1, 1, v.seq, v.dim);
+  out.param = 0.f;
+  attention_backward(spec, q, k, v, o, d_o, out.dq, out.dk, out.dv, call,
+                     with_param ? ParamGrads{}.with_normalizer(&out.param) : ParamGrads{});
+}
+
+/// Row statistics rows[r] of head h in batch b (stat: [B, Hq, Lq]; null: none) into out.
+inline float* gather_stats(const float* stat, const Problem& p, Index b, Index h,
+                           const std::vector<Index>& rows, std::vector<float>& out) {
+  if (stat == nullptr) return nullptr;
+  out.resize(rows.size());
+  for (std::size_t r = 0; r < rows.size(); ++r)
+    out[r] = stat[(b * p.q_heads + h) * p.q_len + rows[r]];
+  return out.data();
+}
+
+/// The per-head parameter gradient [Hq]: head_sums (double, added part by part) as float.
+inline void store_param_grads(const std::vector<double>& head_sums, float* out) {
+  if (out == nullptr) return;
+  for (std::size_t h = 0; h < head_sums.size(); ++h) out[h] = static_cast<float>(head_sums[h]);
+}
+
+}  // namespace attnkit::select

@@ -1,0 +1,101 @@
+// stripe_attention_backward(): the gradients of stripe_attention() (select/stripes.hpp). The
+// forward runs, per (batch, q head, big block), the big block's contiguous query rows over
+// the key columns the selection gives it (init, kept, local) gathered into one call under a
+// Remapped causal mask; every query row is in exactly one call, so its row statistic is its
+// own call's. The backward runs attention_backward() on the same parts (the final o, d_o and
+// statistic of the big block's rows), puts dq rows back and adds each gathered key's dk, dv
+// into f32 sums of its key row (a key is gathered by several big blocks and, with GQA, by
+// every query head of its group), in (batch, head, big block) order
+// (select/gather_backward.hpp): any normalizer with a backward face, bitwise identical for
+// any thread count. As in the forward, a normalizer that reads the call's Lk sees the number
+// of gathered columns.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "attnkit/detail/backward_checks.hpp"
+#include "attnkit/kernel/attention_backward.hpp"
+#include "attnkit/mask/causal.hpp"
+#include "attnkit/mask/remap.hpp"
+#include "attnkit/options.hpp"
+#include "attnkit/param_grads.hpp"
+#include "attnkit/select/gather.hpp"
+#include "attnkit/select/gather_backward.hpp"
+#include "attnkit/select/stripes.hpp"
+#include "attnkit/spec.hpp"
+
+namespace attnkit {
+
+/// Writes dq [B, Hq, Lq, D], dk [B, Hkv, Lk, D] and dv [B, Hkv, Lk, Dv], the gradients of a
+/// loss through o = stripe_attention(spec, q, k, v, o, selection, options) given d_o = dL/do,
+/// and, when grads.normalizer is set, the normalizer's per-head parameter gradient [Hq].
+/// `o` and options.lse are the forward call's output and row statistic (options.lse required
+/// when the normalizer has one: Options::with_lse on both calls); selection, scale and
+/// q_offset as in the forward. Gradients are summed in f32 and stored in their views' types;
+/// they must not share memory with any input. Throws Error before writing anything on bad
+/// input; bitwise identical for any thread count.
+template <class Spec, class Q, class K, class V, class O, class GO, class GQ, class GK, class GV>
+void stripe_attention_backward(const Spec& spec, const View<Q>& q, const View<K>& k,
+                               const View<V>& v, const View<O>& o, const View<GO>& d_o,
+                               const View<GQ>& dq, const View<GK>& dk, const View<GV>& dv,
+                               const StripeSelection& selection, const Options& options = {},
+                               const ParamGrads& grads = {}) {
+  select::check_gathered_spec<Spec>();
+  const Problem p =
+      detail::make_backward_problem(spec, q, k, v, o, d_o, dq, dk, dv, options, grads);
+  selection.validate(p.batch, p.q_heads, p.q_len, p.kv_len, p.q_offset);
+  if (p.kv_len == 0)  // no key, no column: as the forward
+    return attention_backward(spec, q, k, v, o, d_o, dq, dk, dv, options, grads);
+
+  const auto causal_on = [&](const Index* q_pos, const std::vector<Index>& cols, Index h) {
+    return AttentionSpec<typename Spec::Score, Remapped<Causal>, typename Spec::Normalizer,
+                         NoPosition>{spec.score,
+                                     remap(Causal{}, q_pos, cols.data(), Index(cols.size())),
+                                     select::for_head(spec.normalizer, h),
+                                     {}};
+  };
+  select::GradSum sum_q(p.batch, p.q_heads, p.q_len, p.head_dim);
+  select::GradSum sum_k(p.batch, p.kv_heads, p.kv_len, p.head_dim);
+  select::GradSum sum_v(p.batch, p.kv_heads, p.kv_len, p.value_dim);
+  std::vector<double> head_sums(static_cast<std::size_t>(p.q_heads), 0.0);
+  select::GatheredRows<K> keys;
+  select::GatheredRows<V> values;
+  std::vector<Index> positions;  // [rows of the big block]: true query positions
+  select::PartGrads part;
+  for (Index b = 0; b < p.batch; ++b)
+    for (Index h = 0; h < p.q_heads; ++h)
+      for (Index g = 0; g < selection.big_blocks(); ++g) {
+        const Range rows = selection.rows(g);
+        const std::vector<Index> cols = selection.gathered_columns(b, h, g);
+        if (cols.empty()) continue;  // rows that see no key: zero gradients
+        const Index hk = p.kv_head(h);
+        select::gather_rows(k, b, hk, cols, keys);
+        select::gather_rows(v, b, hk, cols, values);
+        positions.resize(std::size_t(rows.end - rows.begin));
+        for (Index r = rows.begin; r < rows.end; ++r)
+          positions[std::size_t(r - rows.begin)] = r + p.q_offset;
+        const auto block_of = [&](auto view) {  // the big block's rows, in place
+          auto one = select::head_view(view, b, h);
+          one.data = view.row(b, h, rows.begin);
+          one.seq = rows.end - rows.begin;
+          return one;
+        };
+        Options call = options.with_q_offset(0);
+        if (options.lse != nullptr)
+          call.lse = options.lse + (b * p.q_heads + h) * p.q_len + rows.begin;
+        select::part_backward(causal_on(positions.data(), cols, h), block_of(q), keys.view(),
+                              values.view(), block_of(o), block_of(d_o), call,
+                              grads.normalizer != nullptr, part);
+        sum_q.add(part.dq, b, h, nullptr, rows.begin);
+        sum_k.add(part.dk, b, hk, cols.data());
+        sum_v.add(part.dv, b, hk, cols.data());
+        head_sums[static_cast<std::size_t>(h)] += double(part.param);
+      }
+  sum_q.store(dq);
+  sum_k.store(dk);
+  sum_v.store(dv);
+  select::store_param_grads(head_sums, grads.normalizer);
+}
+
+}  // namespace attnkit
