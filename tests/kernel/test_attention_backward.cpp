@@ -16,6 +16,7 @@
 #include <attnkit/normalizer/softplus_l1.hpp>
 #include <attnkit/position/fope.hpp>
 #include <attnkit/position/rope.hpp>
+#include <attnkit/position/tapa.hpp>
 #include <attnkit/score/alibi.hpp>
 #include <attnkit/score/softcap.hpp>
 #include <catch2/catch_test_macros.hpp>
@@ -102,6 +103,19 @@ TEST_CASE("attention_backward: FoPE gradients and its coefficients' gradient",
   fc.padding = ak::FopePadding::ReferenceCode;
   check_backward("Causal, Fope (reference-code padding), SoftplusL1",
                  ak::make_spec(Causal{}, ak::Fope::drawn(fc, 0.3, 4), ak::SoftplusL1{}), c);
+}
+
+TEST_CASE("attention_backward: TAPA splits dS into its amplitude and phase products",
+          "[backward][position]") {
+  // d 33: the split (17 amplitude dims) falls inside a SIMD vector; theta 1: no phase part.
+  for (const Case& c : {Case{}.lengths(70, 300).heads(4, 2).dims(33, 20),
+                        Case{}.lengths(3, 300).heads(4, 1).dims(64).at_offset(40)}) {
+    check_backward("Causal, Tapa", ak::make_spec(Causal{}, ak::Tapa{}), c);
+    check_backward("Causal, Tapa{0.3, 0.7}, Softcap{5}",
+                   ak::make_spec(Causal{}, ak::Tapa{0.3f, 0.7f}, ak::Softcap{5.f}), c);
+    check_backward("Full, Tapa{0.1, 1}, Sigmoid", ak::make_spec(ak::Tapa{0.1f, 1.f}, ak::Sigmoid{}),
+                   c);
+  }
 }
 
 TEST_CASE("attention_backward: bf16 and f16 inputs and gradients", "[backward]") {

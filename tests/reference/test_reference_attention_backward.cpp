@@ -13,6 +13,7 @@
 #include <attnkit/normalizer/softplus_l1.hpp>
 #include <attnkit/position/fope.hpp>
 #include <attnkit/position/rope.hpp>
+#include <attnkit/position/tapa.hpp>
 #include <attnkit/score/alibi.hpp>
 #include <attnkit/score/softcap.hpp>
 #include <catch2/catch_test_macros.hpp>
@@ -105,7 +106,7 @@ TEST_CASE("reference::attention_backward: each normalizer matches finite differe
   check_reference("SoftplusL1, Causal", ak::make_spec(Causal{}, ak::SoftplusL1{}), kSmall);
 }
 
-TEST_CASE("reference::attention_backward: score mods and RoPE match finite differences",
+TEST_CASE("reference::attention_backward: score mods, RoPE and TAPA match finite differences",
           "[reference][backward]") {
   check_reference("Softcap{1.5}, Full", ak::make_spec(ak::Softcap{1.5f}),
                   Case{kSmall}.at_offset(2));
@@ -113,6 +114,10 @@ TEST_CASE("reference::attention_backward: score mods and RoPE match finite diffe
                   kSmall);
   const ak::Rope rope(ak::RopeTable(4, 100, 16));
   check_reference("Rope, Causal", ak::make_spec(Causal{}, rope), kSmall);
+  check_reference("Tapa{0.3, 0.5}, Causal", ak::make_spec(Causal{}, ak::Tapa{0.3f, 0.5f}), kSmall);
+  check_reference("Tapa{0.1, 0.75}, Softcap{2}, ReluPower",
+                  ak::make_spec(ak::Tapa{0.1f, 0.75f}, ak::Softcap{2.f}, ak::ReluPower{1.5f, 0.f}),
+                  Case{kSmall}.at_offset(3));
   check_reference("Rope, SoftplusL1, Softcap{0.5}",
                   ak::make_spec(rope, ak::SoftplusL1{}, ak::Softcap{0.5f}), kSmall);
 }

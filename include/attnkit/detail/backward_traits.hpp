@@ -11,7 +11,9 @@
 //               ScoreTile).
 //   Position:   apply_transpose(float*, dim, RowAt) and reference_apply_transpose(double*,
 //               dim, RowAt) for a row transform (Rope, Fope); trained parameters (Fope):
-//               param_count() and accumulate_param_grad(x, g, RowAt, double* acc).
+//               param_count() and accumulate_param_grad(x, g, RowAt, double* acc); a product
+//               owner (Tapa): combine_backward(s, s2, ds, ds2, keys, lanes, ld, q_begin,
+//               k_begin, d, work) and reference_logit_grad(q, k, d, i, j, dlogit, dq, dk).
 #pragma once
 
 #include <type_traits>
@@ -85,6 +87,20 @@ struct has_apply_transpose<P,
                                            std::declval<float*>(), Index{}, RowAt{})),
                                        decltype(std::declval<const P&>().reference_apply_transpose(
                                            std::declval<double*>(), Index{}, RowAt{}))>>
+    : std::true_type {};
+
+template <class P, class = void>
+struct has_product_backward : std::false_type {};
+template <class P>
+struct has_product_backward<
+    P,
+    std::void_t<decltype(std::declval<const P&>().combine_backward(
+                    std::declval<const float*>(), std::declval<const float*>(),
+                    std::declval<float*>(), std::declval<float*>(), Index{}, Index{}, Index{},
+                    Index{}, Index{}, Index{}, std::declval<float*>())),
+                decltype(std::declval<const P&>().reference_logit_grad(
+                    std::declval<const double*>(), std::declval<const double*>(), Index{}, Index{},
+                    Index{}, double{}, std::declval<double*>(), std::declval<double*>()))>>
     : std::true_type {};
 
 template <class P, class = void>

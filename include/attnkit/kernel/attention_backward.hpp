@@ -118,13 +118,13 @@ void attention_backward(const Spec& spec, const View<Q>& q, const View<K>& k, co
                                                      detail::has_derivative_tile<Score>::value),
                 "attention_backward(): the Score needs derivative() and derivative_tile() (or "
                 "kUnitDerivative = true for an added bias)");
-  static_assert(!detail::owns_product<Position>(),
-                "attention_backward(): a Position that owns the product (Tapa) has no backward "
-                "face yet");
-  static_assert(
-      std::is_same_v<Position, NoPosition> || detail::has_apply_transpose<Position>::value,
-      "attention_backward(): the Position needs apply_transpose() and "
-      "reference_apply_transpose() (Fope has none yet)");
+  static_assert(!detail::owns_product<Position>() || detail::has_product_backward<Position>::value,
+                "attention_backward(): a Position that owns the product needs combine_backward() "
+                "and reference_logit_grad()");
+  static_assert(std::is_same_v<Position, NoPosition> || detail::owns_product<Position>() ||
+                    detail::has_apply_transpose<Position>::value,
+                "attention_backward(): the Position needs apply_transpose() and "
+                "reference_apply_transpose()");
   const Problem p =
       detail::make_backward_problem(spec, q, k, v, o, d_o, dq, dk, dv, options, grads);
   const std::vector<float> delta = detail::row_deltas(p, o, d_o);

@@ -24,6 +24,7 @@
 #include "attnkit/detail/row_norms.hpp"
 #include "attnkit/detail/scratch.hpp"
 #include "attnkit/gemm/tile_gemm.hpp"
+#include "attnkit/kernel/owned_products.hpp"
 #include "attnkit/kernel/tile_config.hpp"
 #include "attnkit/kernel/tile_mask.hpp"
 #include "attnkit/kernel/value_guard.hpp"
@@ -47,6 +48,7 @@ class BackwardTiles {
   static constexpr bool kTurnsRows = transforms_rows<typename Spec::Position>();
   static constexpr bool kScoreTile = !unit_derivative<typename Spec::Score>();
   static constexpr bool kPositionGrad = has_position_param_grad<typename Spec::Position>::value;
+  static constexpr bool kOwnsProduct = owns_product<typename Spec::Position>();
 
   /// k: the keys as the tiles read them (turned once per call by a row-transforming
   /// Position), k_raw: the caller's keys (for a Position's parameter gradient); stat: the forward's
@@ -73,11 +75,11 @@ class BackwardTiles {
         dv_pad_(simd::round_up(p.value_dim)),
         k_direct_(is_f32<K>() && d_pad_ == p.head_dim),
         v_direct_(is_f32<V>()),
-        scratch_(Scratch::size_for(p.kv_len * d_pad_, p.kv_len * dv_pad_, p.head_dim * kBq,
-                                   kBq * d_pad_, p.value_dim * kBq, kBq * dv_pad_, kBk * kBq,
-                                   kBk * kBq, kScoreTile ? kBk * kBq : 0,
-                                   k_direct_ ? 0 : kBk * d_pad_, v_direct_ ? 0 : kBk * dv_pad_,
-                                   kBq * d_pad_, d_pad_, kBq, kBq, kBq, kBq)),
+        scratch_(Scratch::size_for(
+            p.kv_len * d_pad_, p.kv_len * dv_pad_, p.head_dim * kBq, kBq * d_pad_,
+            p.value_dim * kBq, kBq * dv_pad_, kBk * kBq, kBk * kBq, kScoreTile ? kBk * kBq : 0,
+            k_direct_ ? 0 : kBk * d_pad_, v_direct_ ? 0 : kBk * dv_pad_, kBq * d_pad_, d_pad_, kBq,
+            kBq, kBq, kBq, kOwnsProduct ? OwnedProducts::floats(d_pad_) : 0)),
         dk_acc_(scratch_.carve(p.kv_len * d_pad_)),
         dv_acc_(scratch_.carve(p.kv_len * dv_pad_)),
         qt_(scratch_.carve(p.head_dim * kBq)),
@@ -95,7 +97,10 @@ class BackwardTiles {
         inv_q_(scratch_.carve(kBq)),
         counts_(scratch_.carve(kBq)),
         lanes_(scratch_.carve(kBq)),
-        states_(kBq / simd::kWidth) {}
+        states_(kBq / simd::kWidth) {
+    if constexpr (kOwnsProduct)
+      owned_ = OwnedProducts(scratch_.carve(OwnedProducts::floats(d_pad_)), d_pad_);
+  }
 
   /// dK, dV of KV head hk in batch b and dQ of its query heads; head_grad[h] (h of the call's
   /// q_heads) += the normalizer's per-head parameter gradient of this batch's rows, and
@@ -118,6 +123,8 @@ class BackwardTiles {
     const Index lanes = simd::round_up(nq);
     const Range q_pos{q0 + p_.q_offset, q0 + nq + p_.q_offset};
     pack_queries(b, h, q0, nq, lanes);
+    if constexpr (kOwnsProduct)
+      owned_.split_queries(qrow_, nq, spec_.position.amplitude_dims(p_.head_dim));
     pack_q_transposed(d_o_, b, h, q0, nq, lanes, 1.f, dot_, kBq);  // dot_ [Dv, kBq]
     pack_rows(d_o_, b, h, q0, nq, dorow_, dv_pad_);                // dorow_ [nq, dv_pad]
     begin_rows(b, h, q0, nq, lanes, q_pos.begin);
@@ -150,7 +157,8 @@ class BackwardTiles {
       if constexpr (kTurnsRows)
         spec_.position.apply(x, dim,
                              RowAt{b, h, q0 + r, p_.q_len, q0 + r + p_.q_offset, Role::Query});
-      const float f = kCosine ? inverse_norm(x, dim) : p_.scale;
+      // A Position that owns the product (Tapa) scales its own logits.
+      const float f = kCosine ? inverse_norm(x, dim) : kOwnsProduct ? 1.f : p_.scale;
       inv_q_[r] = f;
       for (Index c = 0; c < dim; ++c) qt_[c * kBq + r] = x[c] *= f;
     }
@@ -181,7 +189,10 @@ class BackwardTiles {
   void key_tile(Index b, Index h, Index hk, Index i0, Index k0, Index nk, Index nq, Index lanes,
                 TileKind kind) {
     const F32Rows keys = f32_rows(k_, k_direct_, b, hk, k0, nk, kp_, d_pad_);
-    gemm::gemm(nk, lanes, p_.head_dim, {keys.data, keys.ld, 1}, qt_, kBq, s_, kBq, false);
+    if constexpr (kOwnsProduct)
+      owned_.logits(spec_.position, keys, qt_, nk, lanes, i0, k0, p_.head_dim, s_);
+    else
+      gemm::gemm(nk, lanes, p_.head_dim, {keys.data, keys.ld, 1}, qt_, kBq, s_, kBq, false);
     if constexpr (kCosine) scale_key_rows(s_, b, hk, k0, nk, lanes);
     const ScoreTile where{b, h, i0, k0};
     if constexpr (has_apply_tile<typename Spec::Score>::value)
@@ -204,19 +215,27 @@ class BackwardTiles {
                       simd::load(dp_ + jj * kBq + c) * simd::load(g_ + jj * kBq + c));
     if constexpr (kCosine) scale_key_rows(dp_, b, hk, k0, nk, lanes);
     gemm::gemm(nk, dv_pad_, nq, {s_, kBq, 1}, dorow_, dv_pad_, dv_acc_ + k0 * dv_pad_, dv_pad_,
-               true);  // dV += P^T dO
+               true);              // dV += P^T dO
+    if constexpr (kOwnsProduct) {  // dS splits into the two products' gradients
+      owned_.backward(spec_.position, dp_, nk, nq, lanes, i0, k0, p_.head_dim,
+                      dk_acc_ + k0 * d_pad_);
+      const Index a = spec_.position.amplitude_dims(p_.head_dim);
+      add_query_grads(owned_.keys_amp(keys, nk, a), dp_, b, h, i0, k0, nk, nq, kind);
+      add_query_grads(owned_.keys_phase(), owned_.ds2(), b, h, i0, k0, nk, nq, kind);
+      return;
+    }
     gemm::gemm(nk, d_pad_, nq, {dp_, kBq, 1}, qrow_, d_pad_, dk_acc_ + k0 * d_pad_, d_pad_,
                true);  // dK += dS^T Q
-    add_query_grads(keys, b, h, i0, k0, nk, nq, kind);
+    add_query_grads(keys, dp_, b, h, i0, k0, nk, nq, kind);
   }
 
-  // dQ_tile += dS K. As in the forward's P V, a key row that is not finite on a Partial tile
-  // (garbage past a cache's length) is kept out of the product (0 * inf is NaN) and added
-  // only to the rows that see it.
-  void add_query_grads(const F32Rows& keys, Index b, Index h, Index i0, Index k0, Index nk,
-                       Index nq, TileKind kind) {
+  // dQ_tile += ds K (ds [nk, kBq] transposed). As in the forward's P V, a key row that is not
+  // finite on a Partial tile (garbage past a cache's length) is kept out of the product (0 * inf is
+  // NaN) and added only to the rows that see it.
+  void add_query_grads(const F32Rows& keys, const float* ds, Index b, Index h, Index i0, Index k0,
+                       Index nk, Index nq, TileKind kind) {
     const auto product = [&](Index j0, Index j1) {
-      gemm::gemm(nq, d_pad_, j1 - j0, {dp_ + j0 * kBq, 1, kBq}, keys.data + j0 * keys.ld, keys.ld,
+      gemm::gemm(nq, d_pad_, j1 - j0, {ds + j0 * kBq, 1, kBq}, keys.data + j0 * keys.ld, keys.ld,
                  dq_tile_, d_pad_, true);
     };
     if (kind == TileKind::Full || rows_finite(keys, 0, nk, d_pad_)) return product(0, nk);
@@ -224,7 +243,7 @@ class BackwardTiles {
     for (Index jj = 0; jj < nk; ++jj) {
       if (rows_finite(keys, jj, jj + 1, d_pad_)) continue;
       if (jj > run) product(run, jj);
-      add_to_visible_rows(spec_.mask, keys, b, h, i0, k0, jj, nq, dp_, kBq, dq_tile_, d_pad_);
+      add_to_visible_rows(spec_.mask, keys, b, h, i0, k0, jj, nq, ds, kBq, dq_tile_, d_pad_);
       run = jj + 1;
     }
     if (nk > run) product(run, nk);
@@ -263,7 +282,8 @@ class BackwardTiles {
         project_out(x, qrow_ + r * d_pad_, dim);  // qrow_: the unit query
         for (Index c = 0; c < dim; ++c) x[c] *= inv_q_[r];
       } else {
-        for (Index c = 0; c < dim; ++c) x[c] *= p_.scale;
+        if constexpr (!kOwnsProduct)
+          for (Index c = 0; c < dim; ++c) x[c] *= p_.scale;
       }
       const RowAt at{b, h, q0 + r, p_.q_len, q0 + r + p_.q_offset, Role::Query};
       if constexpr (kPositionGrad)
@@ -326,23 +346,24 @@ class BackwardTiles {
   bool k_direct_, v_direct_;  // f32 rows used in place (K also as a GEMM's B: whole vectors)
   // Scratch of one thread, carved once:
   Scratch scratch_;
-  float* dk_acc_;     // [Lk, d_pad]    dK of the item's KV head
-  float* dv_acc_;     // [Lk, dv_pad]   dV
-  float* qt_;         // [D, kBq]       queries (turned, scaled), transposed
-  float* qrow_;       // [kBq, d_pad]   the same in rows
-  float* dot_;        // [Dv, kBq]      dO transposed
-  float* dorow_;      // [kBq, dv_pad]  dO rows
-  float* s_;          // [kBk, kBq]     logits, then weights P
-  float* dp_;         // [kBk, kBq]     dP, then dS
-  float* g_;          // [kBk, kBq]     the Score's derivative (a Score that has one)
-  float* kp_;         // [kBk, d_pad]   f32 keys (unless used in place)
-  float* vp_;         // [kBk, dv_pad]  f32 values (unless used in place)
-  float* dq_tile_;    // [kBq, d_pad]   dQ of the query tile
-  float* row_;        // [d_pad]        one unit key row (cosine logits)
-  float* lane_grad_;  // [kBq]          per-row parameter gradient
-  float* inv_q_;      // [kBq]          the rows' scale (1 / |q| for cosine logits)
-  float* counts_;     // [kBq]          visible keys per row (kCountsKeys)
-  float* lanes_;      // [kBq]          staging
+  float* dk_acc_;        // [Lk, d_pad]    dK of the item's KV head
+  float* dv_acc_;        // [Lk, dv_pad]   dV
+  float* qt_;            // [D, kBq]       queries (turned, scaled), transposed
+  float* qrow_;          // [kBq, d_pad]   the same in rows
+  float* dot_;           // [Dv, kBq]      dO transposed
+  float* dorow_;         // [kBq, dv_pad]  dO rows
+  float* s_;             // [kBk, kBq]     logits, then weights P
+  float* dp_;            // [kBk, kBq]     dP, then dS
+  float* g_;             // [kBk, kBq]     the Score's derivative (a Score that has one)
+  float* kp_;            // [kBk, d_pad]   f32 keys (unless used in place)
+  float* vp_;            // [kBk, dv_pad]  f32 values (unless used in place)
+  float* dq_tile_;       // [kBq, d_pad]   dQ of the query tile
+  float* row_;           // [d_pad]        one unit key row (cosine logits)
+  float* lane_grad_;     // [kBq]          per-row parameter gradient
+  float* inv_q_;         // [kBq]          the rows' scale (1 / |q| for cosine logits)
+  float* counts_;        // [kBq]          visible keys per row (kCountsKeys)
+  float* lanes_;         // [kBq]          staging
+  OwnedProducts owned_;  // a Position's own products (Tapa)
   std::vector<BackwardState> states_;  // [kBq / kWidth]
 };
 

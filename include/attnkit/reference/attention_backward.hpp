@@ -54,9 +54,10 @@ void attention_backward(const Spec& spec, const View<Q>& q, const View<K>& k, co
   static_assert(ad::unit_derivative<Score>() || ad::has_derivative<Score>::value,
                 "reference::attention_backward(): the Score needs derivative() (or "
                 "kUnitDerivative)");
-  static_assert(std::is_same_v<Position, NoPosition> || ad::has_apply_transpose<Position>::value,
+  static_assert(std::is_same_v<Position, NoPosition> || ad::has_apply_transpose<Position>::value ||
+                    ad::has_product_backward<Position>::value,
                 "reference::attention_backward(): the Position needs apply_transpose() and "
-                "reference_apply_transpose()");
+                "reference_apply_transpose(), or (owning the product) reference_logit_grad()");
   const Problem p = ad::make_backward_problem(spec, q, k, v, o, d_o, dq, dk, dv, options, grads);
   const double neg_inf = -std::numeric_limits<double>::infinity();
   const Index lk = p.kv_len, d = p.head_dim, dvd = p.value_dim;
@@ -102,6 +103,8 @@ void attention_backward(const Spec& spec, const View<Q>& q, const View<K>& k, co
             }
             double x = double(p.scale) * dot;
             if constexpr (kCosine) x = qq == 0.0 || kk == 0.0 ? 0.0 : dot / std::sqrt(qq * kk);
+            if constexpr (ad::owns_product<Position>())
+              x = spec.position.reference_logit(qt.data(), key, d, i, j);
             if (std::fabs(x) > double(FLT_MAX)) x = std::copysign(HUGE_VAL, x);
             raw[n(j)] = x;
             if constexpr (ad::has_modify<Score>::value) x = spec.score.modify(x, b, h, i, j);
@@ -129,7 +132,9 @@ void attention_backward(const Spec& spec, const View<Q>& q, const View<K>& k, co
             for (Index c = 0; c < dvd; ++c) dvt[n(j * dvd + c)] += w[n(j)] * double(g[c]);
             const double* key = kt.data() + j * d;
             double* dkey = dkt.data() + j * d;
-            if constexpr (kCosine) {  // d cos / dq = k / (|q||k|) - cos q / |q|^2
+            if constexpr (ad::owns_product<Position>()) {
+              spec.position.reference_logit_grad(qt.data(), key, d, i, j, ds, dqt.data(), dkey);
+            } else if constexpr (kCosine) {  // d cos / dq = k / (|q||k|) - cos q / |q|^2
               double kk = 0.0;
               for (Index c = 0; c < d; ++c) kk += key[c] * key[c];
               if (qq == 0.0 || kk == 0.0) continue;
