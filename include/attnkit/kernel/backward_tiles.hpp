@@ -24,6 +24,7 @@
 #include "attnkit/detail/row_norms.hpp"
 #include "attnkit/detail/scratch.hpp"
 #include "attnkit/gemm/tile_gemm.hpp"
+#include "attnkit/kernel/backward_stages.hpp"
 #include "attnkit/kernel/owned_products.hpp"
 #include "attnkit/kernel/tile_config.hpp"
 #include "attnkit/kernel/tile_mask.hpp"
@@ -193,7 +194,7 @@ class BackwardTiles {
       owned_.logits(spec_.position, keys, qt_, nk, lanes, i0, k0, p_.head_dim, s_);
     else
       gemm::gemm(nk, lanes, p_.head_dim, {keys.data, keys.ld, 1}, qt_, kBq, s_, kBq, false);
-    if constexpr (kCosine) scale_key_rows(s_, b, hk, k0, nk, lanes);
+    if constexpr (kCosine) scale_rows(s_, kBq, key_norms(b, hk, k0), nk, lanes);
     const ScoreTile where{b, h, i0, k0};
     if constexpr (has_apply_tile<typename Spec::Score>::value)
       spec_.score.apply_tile(s_, nk, lanes, kBq, where);
@@ -202,7 +203,7 @@ class BackwardTiles {
       mask_partial_tile(spec_.mask, s_, kBq, b, h, i0, k0, nk, nq, lanes);
     const F32Rows values = f32_rows(v_, v_direct_, b, hk, k0, nk, vp_, dv_pad_);
     gemm::gemm(nk, lanes, p_.value_dim, {values.data, values.ld, 1}, dot_, kBq, dp_, kBq, false);
-    if (kind == TileKind::Partial || nq < lanes) drop_masked(nk, nq, lanes);
+    if (kind == TileKind::Partial || nq < lanes) drop_masked(s_, dp_, kBq, nk, nq, lanes);
     for (Index c = 0; c < lanes; c += simd::kWidth) {
       const simd::Vec g = spec_.normalizer.backward(states_[std::size_t(c / simd::kWidth)], s_ + c,
                                                     dp_ + c, nk, kBq);
@@ -213,7 +214,7 @@ class BackwardTiles {
         for (Index c = 0; c < lanes; c += simd::kWidth)
           simd::store(dp_ + jj * kBq + c,
                       simd::load(dp_ + jj * kBq + c) * simd::load(g_ + jj * kBq + c));
-    if constexpr (kCosine) scale_key_rows(dp_, b, hk, k0, nk, lanes);
+    if constexpr (kCosine) scale_rows(dp_, kBq, key_norms(b, hk, k0), nk, lanes);
     gemm::gemm(nk, dv_pad_, nq, {s_, kBq, 1}, dorow_, dv_pad_, dv_acc_ + k0 * dv_pad_, dv_pad_,
                true);              // dV += P^T dO
     if constexpr (kOwnsProduct) {  // dS splits into the two products' gradients
@@ -249,28 +250,9 @@ class BackwardTiles {
     if (nk > run) product(run, nk);
   }
 
-  // Masked pairs and padding lanes: logit -inf (weight 0) and dP 0, so that whatever a
-  // masked value row holds never reaches dS.
-  void drop_masked(Index nk, Index nq, Index lanes) {
-    const simd::Vec neg_inf(-std::numeric_limits<float>::infinity()), zero(0.f);
-    for (Index jj = 0; jj < nk; ++jj) {
-      float* s = s_ + jj * kBq;
-      std::fill(s + nq, s + lanes, -std::numeric_limits<float>::infinity());
-      for (Index c = 0; c < lanes; c += simd::kWidth) {
-        const simd::Mask masked = simd::equal(simd::load(s + c), neg_inf);
-        simd::store(dp_ + jj * kBq + c, simd::select(masked, zero, simd::load(dp_ + jj * kBq + c)));
-      }
-    }
-  }
-
-  // Rows jj of t[nk, kBq] times key k0 + jj's inverse norm.
-  void scale_key_rows(float* t, Index b, Index hk, Index k0, Index nk, Index lanes) {
-    const float* inv = key_scale_ + (b * p_.kv_heads + hk) * p_.kv_len + k0;
-    for (Index jj = 0; jj < nk; ++jj) {
-      const simd::Vec f(inv[jj]);
-      for (Index c = 0; c < lanes; c += simd::kWidth)
-        simd::store(t + jj * kBq + c, simd::load(t + jj * kBq + c) * f);
-    }
+  // The inverse norms of keys k0, k0 + 1, ... of KV head hk (cosine logits).
+  const float* key_norms(Index b, Index hk, Index k0) const {
+    return key_scale_ + (b * p_.kv_heads + hk) * p_.kv_len + k0;
   }
 
   // dq rows: the scale (cosines: the normalization's projection), turned back, stored.
@@ -293,14 +275,6 @@ class BackwardTiles {
       GQ* out = dq_.row(b, h, q0 + r);
       for (Index c = 0; c < dim; ++c) out[c] = static_cast<GQ>(x[c]);
     }
-  }
-
-  // x -= (x . u) u for the unit row u (the derivative of a normalization); a zero u or x
-  // leaves x alone.
-  static void project_out(float* x, const float* u, Index dim) {
-    float dot = 0.f;
-    for (Index c = 0; c < dim; ++c) dot += x[c] * u[c];
-    for (Index c = 0; c < dim; ++c) x[c] -= dot * u[c];
   }
 
   void write_keys(Index b, Index hk) {

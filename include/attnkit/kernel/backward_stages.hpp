@@ -1,0 +1,45 @@
+// Small stages of the backward tile (kernel/backward_tiles.hpp) that need none of its state:
+// masked pairs out of dP, rows times a per-key factor, and a normalization's projection.
+#pragma once
+
+#include <algorithm>
+#include <limits>
+
+#include "attnkit/simd/simd.hpp"
+#include "attnkit/tensor.hpp"
+
+namespace attnkit::detail {
+
+/// Masked pairs and padding lanes (lanes nq .. lanes) of s[nk, ld]: logit -inf (weight 0)
+/// and dp 0, so that whatever a masked value row holds never reaches dS.
+inline void drop_masked(float* s, float* dp, Index ld, Index nk, Index nq, Index lanes) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const simd::Vec neg_inf(kNegInf), zero(0.f);
+  for (Index jj = 0; jj < nk; ++jj) {
+    float* row = s + jj * ld;
+    std::fill(row + nq, row + lanes, kNegInf);
+    for (Index c = 0; c < lanes; c += simd::kWidth) {
+      const simd::Mask masked = simd::equal(simd::load(row + c), neg_inf);
+      simd::store(dp + jj * ld + c, simd::select(masked, zero, simd::load(dp + jj * ld + c)));
+    }
+  }
+}
+
+/// Rows jj of t[nk, ld] (lanes wide) times f[jj].
+inline void scale_rows(float* t, Index ld, const float* f, Index nk, Index lanes) {
+  for (Index jj = 0; jj < nk; ++jj) {
+    const simd::Vec x(f[jj]);
+    for (Index c = 0; c < lanes; c += simd::kWidth)
+      simd::store(t + jj * ld + c, simd::load(t + jj * ld + c) * x);
+  }
+}
+
+/// x -= (x . u) u for the unit row u: the derivative of a normalization x / |x| applied to a
+/// gradient (a zero u leaves x alone).
+inline void project_out(float* x, const float* u, Index dim) {
+  float dot = 0.f;
+  for (Index c = 0; c < dim; ++c) dot += x[c] * u[c];
+  for (Index c = 0; c < dim; ++c) x[c] -= dot * u[c];
+}
+
+}  // namespace attnkit::detail
