@@ -7,6 +7,7 @@
 // parameter gradients likewise. Ragged lengths, Lq != Lk with offsets (rows that see no key),
 // GQA / MQA, padded layouts, Dv != D; 1 and 2 threads give the same bits; a bad input per
 // driver throws before any gradient is written.
+#include <Eigen/Core>
 #include <algorithm>
 #include <attnkit/normalizer/sigmoid.hpp>
 #include <attnkit/normalizer/softmax.hpp>
@@ -34,8 +35,10 @@ using ak::test::relative_error;
 namespace {
 
 // q, k, v, dO of a case, and o with its row statistic as the driver's forward wrote them.
+template <class T = float>
 struct Io {
-  Tensor<float> q, k, v, d_o, o;
+  Tensor<T> q, k, v, d_o;
+  Tensor<float> o;
   std::vector<float> stat;
   explicit Io(const Case& c, std::uint32_t seed)
       : q(c.layout, c.batch, c.q_heads, c.q_len, c.dim),
@@ -71,13 +74,14 @@ double param_error(const std::vector<float>& got, const std::vector<double>& wan
 
 // forward(o view, options) writes o and the statistic; backward(io, grads, options, param)
 // the driver's gradients; the reference runs on ref_spec (the element mask) with the same o.
-template <class RefSpec, class Forward, class Backward>
-void check_driver(const std::string& name, const Case& c, Io& io, const RefSpec& ref_spec,
+template <class G = float, class T, class RefSpec, class Forward, class Backward>
+void check_driver(const std::string& name, const Case& c, Io<T>& io, const RefSpec& ref_spec,
                   Forward&& forward, Backward&& backward, bool with_param = false) {
-  INFO(name << ", " << ak::test::describe(c));
-  const ak::Options options = io.options<RefSpec>(c);
+  INFO(name << ", " << ak::test::describe(c) << ", inputs " << ak::test::storage_name<T>()
+            << ", gradients " << ak::test::storage_name<G>());
+  const ak::Options options = io.template options<RefSpec>(c);
   forward(io.o.view, options);
-  Grads<float> got(c, c.layout);
+  Grads<G> got(c, c.layout);
   backward(got, options, with_param ? got.param.data() : nullptr);
   Grads<double> want(c, Layout::Bhsd);
   std::vector<double> want_param(static_cast<std::size_t>(c.q_heads), 0.0);
@@ -86,9 +90,10 @@ void check_driver(const std::string& name, const Case& c, Io& io, const RefSpec&
       ref_spec, io.q.cview(), io.k.cview(), io.v.cview(), io.o.cview(), io.d_o.cview(),
       want.dq.view, want.dk.view, want.dv.view, options,
       with_param ? ak::ParamGrads{}.with_normalizer(want_param_f.data()) : ak::ParamGrads{});
-  CHECK(relative_error(got.dq.view, want.dq.view) <= tol::kGradF32);
-  CHECK(relative_error(got.dk.view, want.dk.view) <= tol::kGradF32);
-  CHECK(relative_error(got.dv.view, want.dv.view) <= tol::kGradF32);
+  const double allowed = ak::test::grad_tolerance<G>();
+  CHECK(relative_error(got.dq.view, want.dq.view) <= allowed);
+  CHECK(relative_error(got.dk.view, want.dk.view) <= allowed);
+  CHECK(relative_error(got.dv.view, want.dv.view) <= allowed);
   if (with_param) {
     std::copy(want_param_f.begin(), want_param_f.end(), want_param.begin());
     CHECK(param_error(got.param, want_param) <= tol::kGradF32);
@@ -136,20 +141,20 @@ struct MobaCase {
   Index block, topk;
 };
 
-template <class Score>
+template <class T = float, class G = float, class Score>
 void check_moba(const MobaCase& m, const Score& score, std::uint32_t seed) {
   const Case& c = m.c;
-  Io io(c, seed);
+  Io<T> io(c, seed);
   const auto routes =
       ak::route_topk_blocks(io.q.cview(), io.k.cview(), m.block, m.topk, c.q_offset);
   const auto spec = ak::make_spec(score);
-  check_driver(
+  check_driver<G>(
       "moba block " + std::to_string(m.block) + " topk " + std::to_string(m.topk), c, io,
       ak::make_spec(score, moba_mask(&routes)),
       [&](const ak::View<float>& o, const ak::Options& opt) {
         ak::moba_attention(spec, io.q.cview(), io.k.cview(), io.v.cview(), o, routes, m.block, opt);
       },
-      [&](Grads<float>& g, const ak::Options& opt, float*) {
+      [&](Grads<G>& g, const ak::Options& opt, float*) {
         ak::moba_attention_backward(spec, io.q.cview(), io.k.cview(), io.v.cview(), io.o.cview(),
                                     io.d_o.cview(), g.dq.view, g.dk.view, g.dv.view, routes,
                                     m.block, opt);
@@ -175,20 +180,20 @@ ak::AhaRoutes random_routes(const Case& c, double p_full, std::uint32_t seed) {
   return ak::AhaRoutes(c.batch, c.q_len, c.q_heads, std::move(r));
 }
 
-template <class Score, class N>
+template <class T = float, class G = float, class Score, class N>
 void check_aha(const std::string& name, const Case& c, const Score& score, const N& n,
                double p_full, Index window, std::uint32_t seed) {
-  Io io(c, seed);
+  Io<T> io(c, seed);
   const auto routes = random_routes(c, p_full, seed);
   const auto spec = ak::make_spec(score, n);
-  check_driver(
+  check_driver<G>(
       "all_or_here " + name + " full " + std::to_string(p_full) + " window " +
           std::to_string(window),
       c, io, ak::make_spec(score, n, AhaMask{&routes, window, c.offset()}),
       [&](const ak::View<float>& o, const ak::Options& opt) {
         ak::all_or_here(spec, io.q.cview(), io.k.cview(), io.v.cview(), o, routes, window, opt);
       },
-      [&](Grads<float>& g, const ak::Options& opt, float* param) {
+      [&](Grads<G>& g, const ak::Options& opt, float* param) {
         ak::all_or_here_backward(spec, io.q.cview(), io.k.cview(), io.v.cview(), io.o.cview(),
                                  io.d_o.cview(), g.dq.view, g.dk.view, g.dv.view, routes, window,
                                  opt, ak::ParamGrads{}.with_normalizer(param));
@@ -224,7 +229,7 @@ auto stripe_mask(const ak::StripeSelection* sel) {
 template <class Score, class N>
 void check_stripes(const std::string& name, const Case& c, const Score& score, const N& n,
                    Index local, std::uint32_t seed) {
-  Io io(c, seed);
+  Io<> io(c, seed);
   const auto sel =
       ak::anchor_stripes(io.q.cview(), io.k.cview(), stripe_params(local), c.options());
   const auto spec = ak::make_spec(score, n);
@@ -261,7 +266,7 @@ auto span_mask(const ak::SpanSelection* sel) {
 template <class Score>
 void check_superlinear(const Case& c, const Score& score, const ak::SuperlinearParams& params,
                        std::uint32_t seed) {
-  Io io(c, seed);
+  Io<> io(c, seed);
   Tensor<float> routing(c.layout, c.batch, c.q_heads, c.q_len, c.dim);
   routing.randomize(seed + 7);
   const auto sel = ak::superlinear_spans(routing.cview(), io.k.cview(), params, c.options());
@@ -294,6 +299,17 @@ TEST_CASE("moba_attention_backward: matches the reference under each row's chose
   std::uint32_t seed = 100;
   for (const MobaCase& m : cases) check_moba(m, ak::Dot{}, seed += 10);
   check_moba(cases[0], ak::Softcap{5.f}, 7);
+}
+
+TEST_CASE("moba / all_or_here backward: bf16 inputs, bf16 and f32 gradients",
+          "[select][backward][bf16]") {
+  using Bf16 = Eigen::bfloat16;
+  const MobaCase m{Case{}.lengths(70, 70).heads(4, 2).dims(64), 16, 3};
+  check_moba<Bf16, float>(m, ak::Dot{}, 61);
+  check_moba<Bf16, Bf16>(m, ak::Softcap{5.f}, 62);
+  check_moba<float, Eigen::half>(m, ak::Dot{}, 63);
+  check_aha<Bf16, float>("Softmax", m.c, ak::Dot{}, ak::Softmax{}, 0.4, 12, 64);
+  check_aha<Bf16, Bf16>("SoftplusL1", m.c, ak::Dot{}, ak::SoftplusL1{}, 0.4, 12, 65);
 }
 
 TEST_CASE("all_or_here_backward: matches the reference routing mask, every normalizer",
@@ -353,7 +369,7 @@ TEST_CASE("superlinear_attention_backward: matches the reference under each row'
 
 TEST_CASE("select backward: 1 and 2 threads give the same bits", "[select][backward]") {
   const Case c = Case{}.lengths(300, 300).heads(4, 2).dims(64);
-  Io io(c, 500);
+  Io<> io(c, 500);
   const ak::Options base = io.options(c);
   {
     const Index block = 32;
@@ -403,7 +419,7 @@ TEST_CASE("select backward: 1 and 2 threads give the same bits", "[select][backw
 TEST_CASE("select backward: bad inputs throw before any gradient is written",
           "[select][backward][errors]") {
   const Case c = Case{}.lengths(40, 40).heads(2, 1).dims(32);
-  Io io(c, 600);
+  Io<> io(c, 600);
   const ak::Options with_lse = io.options(c);
   Grads<float> g(c, Layout::Bhsd);
   fill_sevens(g);
