@@ -207,6 +207,13 @@ TEST_CASE("attention_backward: rows that see no key get zero gradients", "[backw
                  Case{}.lengths(60, 60).at_offset(-20).dims(32));
 }
 
+TEST_CASE("row_statistic_of: the statistic each normalizer's backward reads", "[backward]") {
+  STATIC_REQUIRE(ak::row_statistic_of<ak::Softmax>() == ak::RowStat::LogSumExp);
+  STATIC_REQUIRE(ak::row_statistic_of<ak::Sigmoid>() == ak::RowStat::None);
+  STATIC_REQUIRE(ak::row_statistic_of<ak::ReluPower>() == ak::RowStat::Sum);
+  STATIC_REQUIRE(ak::row_statistic_of<ak::SoftplusL1>() == ak::RowStat::Sum);
+}
+
 TEST_CASE("attention_backward: bad input throws Error naming it, before any write",
           "[backward][errors]") {
   const auto spec = ak::make_spec(Causal{});

@@ -202,4 +202,13 @@ double reference_row(const N& n, double* s, Index count, const RowContext& ctx) 
 }
 
 }  // namespace detail
+
+/// The row statistic normalizer N reports (its kRowStat; LogSumExp when it declares none):
+/// what attention() writes through Options::lse and attention_backward() reads back. None
+/// (Sigmoid): both refuse a buffer. `if constexpr (row_statistic_of<N>() != RowStat::None)`.
+template <class N>
+constexpr RowStat row_statistic_of() {
+  return detail::row_stat_kind<N>();
+}
+
 }  // namespace attnkit
