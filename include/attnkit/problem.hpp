@@ -93,28 +93,31 @@ void check_outputs_disjoint(const View<Q>& q, const View<K>& k, const View<V>& v
 
 }  // namespace detail
 
-/// Deduces and validates the Problem of attention(q [B,Hq,Lq,D], k [B,Hkv,Lk,D],
-/// v [B,Hkv,Lk,Dv], o [B,Hq,Lq,Dv]). Throws Error on any disagreement.
-template <class Q, class K, class V, class O>
-Problem make_problem(const View<Q>& q, const View<K>& k, const View<V>& v, const View<O>& o,
-                     const Options& options = {}) {
-  using detail::require_dim;
-  detail::check_view(q, "q");
-  detail::check_view(k, "k");
-  detail::check_view(v, "v");
-  detail::check_view(o, "o");
-  detail::check_rows_distinct(o, "o");
-  detail::check_outputs_disjoint(q, k, v, o, options.lse);
+namespace detail {
+
+/// k and v against q: batch, head dim, and v against k: heads and length.
+template <class Q, class K, class V>
+void require_qkv_dims(const View<Q>& q, const View<K>& k, const View<V>& v) {
   require_dim(k.batch, q.batch, "k.batch", "q.batch");
   require_dim(v.batch, q.batch, "v.batch", "q.batch");
-  require_dim(o.batch, q.batch, "o.batch", "q.batch");
   require_dim(k.dim, q.dim, "k.dim", "q.dim");
   require_dim(v.heads, k.heads, "v.heads", "k.heads");
   require_dim(v.seq, k.seq, "v.seq", "k.seq");
-  require_dim(o.heads, q.heads, "o.heads", "q.heads");
-  require_dim(o.seq, q.seq, "o.seq", "q.seq");
-  require_dim(o.dim, v.dim, "o.dim", "v.dim");
+}
 
+/// An output-shaped view (o, or d_o for a backward) against q and v: [B, Hq, Lq, Dv].
+template <class O, class Q, class V>
+void require_out_dims(const View<O>& o, const View<Q>& q, const View<V>& v, const char* name) {
+  require_dim(o.batch, q.batch, cat(name, ".batch"), "q.batch");
+  require_dim(o.heads, q.heads, cat(name, ".heads"), "q.heads");
+  require_dim(o.seq, q.seq, cat(name, ".seq"), "q.seq");
+  require_dim(o.dim, v.dim, cat(name, ".dim"), "v.dim");
+}
+
+/// The Problem of views whose shapes were checked, with the given scalars, validated.
+template <class Q, class K, class V>
+Problem problem_of(const View<Q>& q, const View<K>& k, const View<V>& v, float scale,
+                   Index q_offset, int threads) {
   Problem p;
   p.batch = q.batch;
   p.q_heads = q.heads;
@@ -123,11 +126,30 @@ Problem make_problem(const View<Q>& q, const View<K>& k, const View<V>& v, const
   p.kv_len = k.seq;
   p.head_dim = q.dim;
   p.value_dim = v.dim;
-  p.scale = detail::scale_for(options, q.dim);
-  p.q_offset = options.q_offset ? *options.q_offset : p.kv_len - p.q_len;
-  p.threads = options.threads;
+  p.scale = scale;
+  p.q_offset = q_offset;
+  p.threads = threads;
   p.validate();
   return p;
+}
+
+}  // namespace detail
+
+/// Deduces and validates the Problem of attention(q [B,Hq,Lq,D], k [B,Hkv,Lk,D],
+/// v [B,Hkv,Lk,Dv], o [B,Hq,Lq,Dv]). Throws Error on any disagreement.
+template <class Q, class K, class V, class O>
+Problem make_problem(const View<Q>& q, const View<K>& k, const View<V>& v, const View<O>& o,
+                     const Options& options = {}) {
+  detail::check_view(q, "q");
+  detail::check_view(k, "k");
+  detail::check_view(v, "v");
+  detail::check_view(o, "o");
+  detail::check_rows_distinct(o, "o");
+  detail::check_outputs_disjoint(q, k, v, o, options.lse);
+  detail::require_qkv_dims(q, k, v);
+  detail::require_out_dims(o, q, v, "o");
+  return detail::problem_of(q, k, v, detail::scale_for(options, q.dim),
+                            options.q_offset ? *options.q_offset : k.seq - q.seq, options.threads);
 }
 
 /// Lets each policy of `spec` that carries data of its own (a BlockMask built for other

@@ -251,7 +251,7 @@ TEST_CASE("attention_backward: bad input throws Error naming it, before any writ
         ak::attention_backward(spec, Q, K, V, O, wrong.cview(), g.dq.view, g.dk.view, g.dv.view,
                                with_stat);
       },
-      {"d_o.dim: expected 16 (o.dim)"});
+      {"d_o.dim: expected 16 (v.dim)"});
   refused(
       [&] {
         ak::attention_backward(spec, Q, K, V, O, dO, g.dq.view, g.dk.view, g.dv.view, c.options());

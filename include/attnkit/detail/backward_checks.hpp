@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
+#include <vector>
 
 #include "attnkit/detail/backward_traits.hpp"
 #include "attnkit/detail/view_checks.hpp"
@@ -29,6 +31,40 @@ inline ByteSpan float_span(const float* p, Index n) {
   return {begin, p == nullptr ? begin : begin + static_cast<std::uintptr_t>(n) * sizeof(float)};
 }
 
+/// A named byte range, for the aliasing checks.
+struct NamedSpan {
+  ByteSpan bytes;
+  const char* name;
+};
+
+/// dq, dk, dv checked as views, shaped as q, k, v, with distinct rows; each of them and of
+/// `outputs` (more written buffers) disjoint from q, k, v, every one of `inputs` and each
+/// other. Shared by every backward entry point.
+template <class Q, class K, class V, class GQ, class GK, class GV>
+void check_gradients(const View<Q>& q, const View<K>& k, const View<V>& v, const View<GQ>& dq,
+                     const View<GK>& dk, const View<GV>& dv,
+                     std::initializer_list<NamedSpan> inputs,
+                     std::initializer_list<NamedSpan> outputs = {}) {
+  check_view(dq, "dq");
+  check_view(dk, "dk");
+  check_view(dv, "dv");
+  require_same_shape(dq, q, "dq", "q");
+  require_same_shape(dk, k, "dk", "k");
+  require_same_shape(dv, v, "dv", "v");
+  check_rows_distinct(dq, "dq");
+  check_rows_distinct(dk, "dk");
+  check_rows_distinct(dv, "dv");
+  std::vector<NamedSpan> in{{byte_span(q), "q"}, {byte_span(k), "k"}, {byte_span(v), "v"}};
+  in.insert(in.end(), inputs.begin(), inputs.end());
+  std::vector<NamedSpan> out{{byte_span(dq), "dq"}, {byte_span(dk), "dk"}, {byte_span(dv), "dv"}};
+  out.insert(out.end(), outputs.begin(), outputs.end());
+  for (std::size_t a = 0; a < out.size(); ++a) {
+    for (const NamedSpan& i : in) require_disjoint(out[a].bytes, out[a].name, i.bytes, i.name);
+    for (std::size_t b = a + 1; b < out.size(); ++b)
+      require_disjoint(out[a].bytes, out[a].name, out[b].bytes, out[b].name);
+  }
+}
+
 /// The Problem of a backward call, every argument checked (see the file comment).
 template <class Spec, class Q, class K, class V, class O, class GO, class GQ, class GK, class GV>
 Problem make_backward_problem(const Spec& spec, const View<Q>& q, const View<K>& k,
@@ -38,16 +74,7 @@ Problem make_backward_problem(const Spec& spec, const View<Q>& q, const View<K>&
   using Normalizer = typename Spec::Normalizer;
   const Problem p = make_problem(q, k, v, o, options);
   check_view(d_o, "d_o");
-  check_view(dq, "dq");
-  check_view(dk, "dk");
-  check_view(dv, "dv");
-  require_same_shape(d_o, o, "d_o", "o");
-  require_same_shape(dq, q, "dq", "q");
-  require_same_shape(dk, k, "dk", "k");
-  require_same_shape(dv, v, "dv", "v");
-  check_rows_distinct(dq, "dq");
-  check_rows_distinct(dk, "dk");
-  check_rows_distinct(dv, "dv");
+  require_out_dims(d_o, q, v, "d_o");
   if constexpr (row_stat_kind<Normalizer>() != RowStat::None)
     require(options.lse != nullptr, "Options.lse",
             "the forward call's row statistic (Options::with_lse), read by the backward",
@@ -61,17 +88,11 @@ Problem make_backward_problem(const Spec& spec, const View<Q>& q, const View<K>&
   validate_policies(spec, p, options);
 
   const Index rows = p.batch * p.q_heads * p.q_len;  // checked by make_problem with lse
-  const ByteSpan in[6] = {byte_span(q), byte_span(k),   byte_span(v),
-                          byte_span(o), byte_span(d_o), float_span(options.lse, rows)};
-  const char* in_names[6] = {"q", "k", "v", "o", "d_o", "lse"};
-  const ByteSpan out[5] = {byte_span(dq), byte_span(dk), byte_span(dv),
-                           float_span(grads.normalizer, p.q_heads),
-                           float_span(grads.position, position_param_count(spec.position))};
-  const char* out_names[5] = {"dq", "dk", "dv", "ParamGrads.normalizer", "ParamGrads.position"};
-  for (int a = 0; a < 5; ++a) {
-    for (int i = 0; i < 6; ++i) require_disjoint(out[a], out_names[a], in[i], in_names[i]);
-    for (int b = a + 1; b < 5; ++b) require_disjoint(out[a], out_names[a], out[b], out_names[b]);
-  }
+  check_gradients(
+      q, k, v, dq, dk, dv,
+      {{byte_span(o), "o"}, {byte_span(d_o), "d_o"}, {float_span(options.lse, rows), "lse"}},
+      {{float_span(grads.normalizer, p.q_heads), "ParamGrads.normalizer"},
+       {float_span(grads.position, position_param_count(spec.position)), "ParamGrads.position"}});
   return p;
 }
 

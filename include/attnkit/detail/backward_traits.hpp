@@ -20,6 +20,7 @@
 
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/normalizer/row_context.hpp"
+#include "attnkit/position/no_position.hpp"
 #include "attnkit/position/row_at.hpp"
 #include "attnkit/score/score_tile.hpp"
 #include "attnkit/simd/simd.hpp"
@@ -119,6 +120,33 @@ Index position_param_count(const P& position) {
     return position.param_count();
   else
     return 0;
+}
+
+/// The faces a spec needs for attention_backward() and reference::attention_backward(),
+/// each a static_assert naming what is missing. True when they are all there.
+template <class Spec>
+constexpr bool check_backward_spec() {
+  using Normalizer = typename Spec::Normalizer;
+  using Score = typename Spec::Score;
+  using Position = typename Spec::Position;
+  static_assert(has_normalizer_backward<Normalizer>::value,
+                "attention_backward(): the normalizer has no backward face (begin_backward(), "
+                "backward(), reference_backward(): detail/backward_traits.hpp). LSSAR "
+                "(SoftplusL1Reweighted) has none yet");
+  static_assert(passes<Normalizer>() == 1,
+                "attention_backward(): multi-pass normalizers (LSSAR) are not supported yet");
+  static_assert(unit_derivative<Score>() ||
+                    (has_derivative<Score>::value && has_derivative_tile<Score>::value),
+                "attention_backward(): the Score needs derivative() and derivative_tile() (or "
+                "kUnitDerivative = true for an added bias)");
+  static_assert(!owns_product<Position>() || has_product_backward<Position>::value,
+                "attention_backward(): a Position that owns the product needs combine_backward() "
+                "and reference_logit_grad()");
+  static_assert(std::is_same_v<Position, NoPosition> || owns_product<Position>() ||
+                    has_apply_transpose<Position>::value,
+                "attention_backward(): the Position needs apply_transpose() and "
+                "reference_apply_transpose()");
+  return true;
 }
 
 }  // namespace attnkit::detail

@@ -99,8 +99,6 @@ void attention_backward(const Spec& spec, const View<Q>& q, const View<K>& k, co
                         const View<GK>& dk, const View<GV>& dv, const Options& options = {},
                         const ParamGrads& grads = {}) {
   using Position = typename Spec::Position;
-  using Normalizer = typename Spec::Normalizer;
-  using Score = typename Spec::Score;
   static_assert(!std::is_const_v<GQ> && !std::is_const_v<GK> && !std::is_const_v<GV>,
                 "attention_backward(): the gradient views must be writable");
   static_assert(detail::is_storage<Q>() && detail::is_storage<K>() && detail::is_storage<V>() &&
@@ -108,23 +106,7 @@ void attention_backward(const Spec& spec, const View<Q>& q, const View<K>& k, co
                     detail::is_storage<GQ>() && detail::is_storage<GK>() &&
                     detail::is_storage<GV>(),
                 "attention_backward(): storage must be float, Eigen::bfloat16 or Eigen::half");
-  static_assert(detail::has_normalizer_backward<Normalizer>::value,
-                "attention_backward(): the normalizer has no backward face (begin_backward(), "
-                "backward(), reference_backward(): detail/backward_traits.hpp). LSSAR "
-                "(SoftplusL1Reweighted) has none yet");
-  static_assert(detail::passes<Normalizer>() == 1,
-                "attention_backward(): multi-pass normalizers (LSSAR) are not supported yet");
-  static_assert(detail::unit_derivative<Score>() || (detail::has_derivative<Score>::value &&
-                                                     detail::has_derivative_tile<Score>::value),
-                "attention_backward(): the Score needs derivative() and derivative_tile() (or "
-                "kUnitDerivative = true for an added bias)");
-  static_assert(!detail::owns_product<Position>() || detail::has_product_backward<Position>::value,
-                "attention_backward(): a Position that owns the product needs combine_backward() "
-                "and reference_logit_grad()");
-  static_assert(std::is_same_v<Position, NoPosition> || detail::owns_product<Position>() ||
-                    detail::has_apply_transpose<Position>::value,
-                "attention_backward(): the Position needs apply_transpose() and "
-                "reference_apply_transpose()");
+  static_assert(detail::check_backward_spec<Spec>());  // each face says what is missing
   const Problem p =
       detail::make_backward_problem(spec, q, k, v, o, d_o, dq, dk, dv, options, grads);
   const std::vector<float> delta = detail::row_deltas(p, o, d_o);

@@ -37,44 +37,11 @@ Problem make_linear_backward_problem(const LinearSpec<Map>& spec, const View<Q>&
   check_view(k, "k");
   check_view(v, "v");
   check_view(d_o, "d_o");
-  check_view(dq, "dq");
-  check_view(dk, "dk");
-  check_view(dv, "dv");
-  require_dim(k.batch, q.batch, "k.batch", "q.batch");
-  require_dim(v.batch, q.batch, "v.batch", "q.batch");
-  require_dim(k.dim, q.dim, "k.dim", "q.dim");
-  require_dim(v.heads, k.heads, "v.heads", "k.heads");
-  require_dim(v.seq, k.seq, "v.seq", "k.seq");
-  require_dim(d_o.batch, q.batch, "d_o.batch", "q.batch");
-  require_dim(d_o.heads, q.heads, "d_o.heads", "q.heads");
-  require_dim(d_o.seq, q.seq, "d_o.seq", "q.seq");
-  require_dim(d_o.dim, v.dim, "d_o.dim", "v.dim");
-  require_same_shape(dq, q, "dq", "q");
-  require_same_shape(dk, k, "dk", "k");
-  require_same_shape(dv, v, "dv", "v");
-  check_rows_distinct(dq, "dq");
-  check_rows_distinct(dk, "dk");
-  check_rows_distinct(dv, "dv");
-  const ByteSpan in[4] = {byte_span(q), byte_span(k), byte_span(v), byte_span(d_o)};
-  const char* in_names[4] = {"q", "k", "v", "d_o"};
-  const ByteSpan out[3] = {byte_span(dq), byte_span(dk), byte_span(dv)};
-  const char* out_names[3] = {"dq", "dk", "dv"};
-  for (int a = 0; a < 3; ++a) {
-    for (int i = 0; i < 4; ++i) require_disjoint(out[a], out_names[a], in[i], in_names[i]);
-    for (int b = a + 1; b < 3; ++b) require_disjoint(out[a], out_names[a], out[b], out_names[b]);
-  }
-  Problem p;
-  p.batch = q.batch;
-  p.q_heads = q.heads;
-  p.kv_heads = k.heads;
-  p.q_len = q.seq;
-  p.kv_len = k.seq;
-  p.head_dim = q.dim;
-  p.value_dim = v.dim;
-  p.scale = options.scale.value_or(1.f);
-  p.q_offset = options.q_offset.value_or(0);
-  p.threads = options.threads;
-  p.validate();
+  require_qkv_dims(q, k, v);
+  require_out_dims(d_o, q, v, "d_o");
+  check_gradients(q, k, v, dq, dk, dv, {{byte_span(d_o), "d_o"}});
+  const Problem p = problem_of(q, k, v, options.scale.value_or(1.f), options.q_offset.value_or(0),
+                               options.threads);
   validate_linear(spec, p, options, nullptr);
   return p;
 }

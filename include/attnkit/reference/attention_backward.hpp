@@ -48,16 +48,7 @@ void attention_backward(const Spec& spec, const View<Q>& q, const View<K>& k, co
   using Normalizer = typename Spec::Normalizer;
   using Score = typename Spec::Score;
   namespace ad = attnkit::detail;
-  static_assert(ad::has_normalizer_backward<Normalizer>::value,
-                "reference::attention_backward(): the normalizer needs begin_backward(), "
-                "backward() and reference_backward() (detail/backward_traits.hpp)");
-  static_assert(ad::unit_derivative<Score>() || ad::has_derivative<Score>::value,
-                "reference::attention_backward(): the Score needs derivative() (or "
-                "kUnitDerivative)");
-  static_assert(std::is_same_v<Position, NoPosition> || ad::has_apply_transpose<Position>::value ||
-                    ad::has_product_backward<Position>::value,
-                "reference::attention_backward(): the Position needs apply_transpose() and "
-                "reference_apply_transpose(), or (owning the product) reference_logit_grad()");
+  static_assert(ad::check_backward_spec<Spec>());  // each face says what is missing
   const Problem p = ad::make_backward_problem(spec, q, k, v, o, d_o, dq, dk, dv, options, grads);
   const double neg_inf = -std::numeric_limits<double>::infinity();
   const Index lk = p.kv_len, d = p.head_dim, dvd = p.value_dim;

@@ -73,6 +73,51 @@ struct AhaRoutes {
   }
 };
 
+namespace select {
+
+/// The call's own checks: routes shaped [batch, Lq, q_heads] and window >= 1.
+inline void check_aha_call(const Problem& p, const AhaRoutes& routes, Index window) {
+  detail::require(routes.batch == p.batch && routes.len == p.q_len && routes.heads == p.q_heads,
+                  "AhaRoutes shape", "[batch, Lq, q_heads] of the call", "another shape");
+  detail::require(window >= 1, "window", ">= 1", window);
+}
+
+/// The parts of an All-or-Here call, in the order its forward and backward both take them:
+/// per (batch, head), the rows routed to full attention, then those routed to the window.
+/// visit(b, h, rows, part) gets the part's query rows and its spec: the Score and the head's
+/// normalizer with a causal (or causal-windowed) mask Remapped to the rows' true positions.
+template <class Spec, class Visit>
+void for_each_aha_part(const Spec& spec, const Problem& p, const AhaRoutes& routes, Index window,
+                       Visit&& visit) {
+  const auto spec_with = [&](const auto& mask, Index h) {
+    return AttentionSpec<typename Spec::Score, std::decay_t<decltype(mask)>,
+                         typename Spec::Normalizer, NoPosition>{
+        spec.score, mask, for_head(spec.normalizer, h), {}};
+  };
+  std::vector<Index> rows, positions;
+  for (Index b = 0; b < p.batch; ++b)
+    for (Index h = 0; h < p.q_heads; ++h)
+      for (const bool full : {true, false}) {
+        rows.clear();
+        positions.clear();
+        for (Index r = 0; r < p.q_len; ++r)
+          if (routes.is_full(b, r, h) == full) {
+            rows.push_back(r);
+            positions.push_back(r + p.q_offset);
+          }
+        if (rows.empty()) continue;
+        if (full)
+          visit(b, h, rows, spec_with(remap(Causal{}, positions.data(), nullptr, 0), h));
+        else
+          visit(
+              b, h, rows,
+              spec_with(
+                  remap(Causal{} & SlidingWindow{window - 1, 0}, positions.data(), nullptr, 0), h));
+      }
+}
+
+}  // namespace select
+
 /// o = All-or-Here attention of q over k, v: query row r of head h in batch b attends
 /// causally to every key when routes.is_full(b, r, h), else to the last `window` keys. The
 /// spec gives the Score and Normalizer (its Mask must be Full, its Position NoPosition);
@@ -84,28 +129,13 @@ void all_or_here(const Spec& spec, const View<Q>& q, const View<K>& k, const Vie
   select::check_gathered_spec<Spec>();
   const Problem p = make_problem(q, k, v, o, options);
   validate_policies(spec, p, options);
-  detail::require(routes.batch == p.batch && routes.len == p.q_len && routes.heads == p.q_heads,
-                  "AhaRoutes shape", "[batch, Lq, q_heads] of the call", "another shape");
-  detail::require(window >= 1, "window", ">= 1", window);
-
-  const auto spec_with = [&](const auto& mask, Index h) {
-    return AttentionSpec<typename Spec::Score, std::decay_t<decltype(mask)>,
-                         typename Spec::Normalizer, NoPosition>{
-        spec.score, mask, select::for_head(spec.normalizer, h), {}};
-  };
+  select::check_aha_call(p, routes, window);
   select::GatheredRows<Q> gathered;
   std::vector<float> out, stat;
-  for (Index b = 0; b < p.batch; ++b)
-    for (Index h = 0; h < p.q_heads; ++h) {
-      const Index hk = p.kv_head(h);
-      for (const bool full : {true, false}) {
-        std::vector<Index> rows, positions;
-        for (Index r = 0; r < p.q_len; ++r)
-          if (routes.is_full(b, r, h) == full) {
-            rows.push_back(r);
-            positions.push_back(r + p.q_offset);
-          }
-        if (rows.empty()) continue;
+  select::for_each_aha_part(
+      spec, p, routes, window,
+      [&](Index b, Index h, const std::vector<Index>& rows, const auto& part) {
+        const Index hk = p.kv_head(h);
         select::gather_rows(q, b, h, rows, gathered);
         const auto n = static_cast<Index>(rows.size());
         out.assign(static_cast<std::size_t>(n * p.value_dim), 0.f);
@@ -113,20 +143,13 @@ void all_or_here(const Spec& spec, const View<Q>& q, const View<K>& k, const Vie
         const View<float> o_rows = bhsd(out.data(), 1, 1, n, p.value_dim);
         Options call = options.with_q_offset(0);
         call.lse = options.lse != nullptr ? stat.data() : nullptr;
-        const auto run = [&](const auto& mask) {
-          attention(spec_with(remap(mask, positions.data(), nullptr, 0), h), gathered.view(),
-                    select::head_view(k, b, hk), select::head_view(v, b, hk), o_rows, call);
-        };
-        if (full)
-          run(Causal{});
-        else
-          run(Causal{} & SlidingWindow{window - 1, 0});
+        attention(part, gathered.view(), select::head_view(k, b, hk), select::head_view(v, b, hk),
+                  o_rows, call);
         select::scatter_rows(View<const float>(o_rows), rows, o, b, h);
         if (options.lse != nullptr)
           for (std::size_t r = 0; r < rows.size(); ++r)
             options.lse[(b * p.q_heads + h) * p.q_len + rows[r]] = stat[r];
-      }
-    }
+      });
 }
 
 }  // namespace attnkit

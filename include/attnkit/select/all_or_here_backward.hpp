@@ -43,16 +43,9 @@ void all_or_here_backward(const Spec& spec, const View<Q>& q, const View<K>& k, 
   select::check_gathered_spec<Spec>();
   const Problem p =
       detail::make_backward_problem(spec, q, k, v, o, d_o, dq, dk, dv, options, grads);
-  detail::require(routes.batch == p.batch && routes.len == p.q_len && routes.heads == p.q_heads,
-                  "AhaRoutes shape", "[batch, Lq, q_heads] of the call", "another shape");
-  detail::require(window >= 1, "window", ">= 1", window);
+  select::check_aha_call(p, routes, window);
   if (p.kv_len == 0) return attention_backward(spec, q, k, v, o, d_o, dq, dk, dv, options, grads);
 
-  const auto spec_with = [&](const auto& mask, Index h) {
-    return AttentionSpec<typename Spec::Score, std::decay_t<decltype(mask)>,
-                         typename Spec::Normalizer, NoPosition>{
-        spec.score, mask, select::for_head(spec.normalizer, h), {}};
-  };
   select::GradSum sum_q(p.batch, p.q_heads, p.q_len, p.head_dim);
   select::GradSum sum_k(p.batch, p.kv_heads, p.kv_len, p.head_dim);
   select::GradSum sum_v(p.batch, p.kv_heads, p.kv_len, p.value_dim);
@@ -62,38 +55,23 @@ void all_or_here_backward(const Spec& spec, const View<Q>& q, const View<K>& k, 
   select::GatheredRows<GO> do_rows;
   std::vector<float> stat;
   select::PartGrads part;
-  for (Index b = 0; b < p.batch; ++b)
-    for (Index h = 0; h < p.q_heads; ++h) {
-      const Index hk = p.kv_head(h);
-      for (const bool full : {true, false}) {
-        std::vector<Index> rows, positions;
-        for (Index r = 0; r < p.q_len; ++r)
-          if (routes.is_full(b, r, h) == full) {
-            rows.push_back(r);
-            positions.push_back(r + p.q_offset);
-          }
-        if (rows.empty()) continue;
+  select::for_each_aha_part(
+      spec, p, routes, window,
+      [&](Index b, Index h, const std::vector<Index>& rows, const auto& part_spec) {
+        const Index hk = p.kv_head(h);
         select::gather_rows(q, b, h, rows, q_rows);
         select::gather_rows(o, b, h, rows, o_rows);
         select::gather_rows(d_o, b, h, rows, do_rows);
         Options call = options.with_q_offset(0);
         call.lse = select::gather_stats(options.lse, p, b, h, rows, stat);
-        const auto run = [&](const auto& mask) {
-          select::part_backward(spec_with(remap(mask, positions.data(), nullptr, 0), h),
-                                q_rows.view(), select::head_view(k, b, hk),
-                                select::head_view(v, b, hk), o_rows.view(), do_rows.view(), call,
-                                grads.normalizer != nullptr, part);
-        };
-        if (full)
-          run(Causal{});
-        else
-          run(Causal{} & SlidingWindow{window - 1, 0});
+        select::part_backward(part_spec, q_rows.view(), select::head_view(k, b, hk),
+                              select::head_view(v, b, hk), o_rows.view(), do_rows.view(), call,
+                              grads.normalizer != nullptr, part);
         sum_q.add(part.dq, b, h, rows.data());
         sum_k.add(part.dk, b, hk, nullptr);
         sum_v.add(part.dv, b, hk, nullptr);
         head_sums[static_cast<std::size_t>(h)] += double(part.param);
-      }
-    }
+      });
   sum_q.store(dq);
   sum_k.store(dk);
   sum_v.store(dv);

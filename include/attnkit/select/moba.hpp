@@ -169,55 +169,38 @@ inline void check_routes(const BlockRoutes& routes, const Problem& p, Index bloc
 
 }  // namespace detail
 
-/// o[B, Hq, Lq, Dv] = MoBA attention of q over k, v: row i of head h sees the keys j <= its
-/// position in the blocks routes.chosen(b, h, i). Softmax without sinks only (Score Dot or
-/// Softcap, Mask Full, NoPosition: the routes are the mask); options as for attention(),
-/// options.lse receives the whole row's LSE. The result does not depend on options.threads.
-/// Throws Error before writing anything when routes, block or inputs disagree.
-template <class Spec, class Q, class K, class V, class O>
-void moba_attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
-                    const View<O>& o, const BlockRoutes& routes, Index block = 512,
-                    const Options& options = {}) {
-  using Score = typename Spec::Score;
-  static_assert(std::is_same_v<typename Spec::Normalizer, Softmax>,
-                "moba_attention(): parts merge by their LSE: Softmax only");
-  select::check_gathered_spec<Spec>();
-  const Problem p = make_problem(q, k, v, o, options);
-  validate_policies(spec, p, options);
+namespace select {
+
+/// The checks moba_attention() and its backward add to the views': no sinks, a block size in
+/// range, routes made for this call.
+template <class Spec>
+void check_moba_call(const Spec& spec, const Problem& p, const BlockRoutes& routes, Index block) {
   detail::require(spec.normalizer.sinks.empty(), "Softmax.sinks", "empty (no sinks in MoBA)",
                   "a sink per head");
   detail::require(block >= 1 && block <= (Index{1} << 60), "block", "1 to 2^60", block);
   detail::check_routes(routes, p, block);
+}
 
-  const auto spec_with = [&](const auto& mask) {
-    return AttentionSpec<Score, std::decay_t<decltype(mask)>, Softmax, NoPosition>{
-        spec.score, mask, Softmax{}, {}};
-  };
-  const Index rows_all = p.batch * p.q_heads * p.q_len, dv = p.value_dim;
-  const Index others = routes.topk - 1;  // parts besides the own block, per row
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+/// A MoBA part's spec: the Score of `spec` with `mask` and plain Softmax.
+template <class Spec, class Mask>
+AttentionSpec<typename Spec::Score, Mask, Softmax, NoPosition> moba_part(const Spec& spec,
+                                                                         const Mask& mask) {
+  return {spec.score, mask, Softmax{}, {}};
+}
 
-  // 1. The own block of every query, in one call: causal inside the block.
-  std::vector<float> own_out(static_cast<std::size_t>(rows_all * dv));  // [B, Hq, Lq, Dv]
-  std::vector<float> own_lse(static_cast<std::size_t>(rows_all));       // [B, Hq, Lq]
-  const View<float> own = bhsd(own_out.data(), p.batch, p.q_heads, p.q_len, dv);
-  attention(spec_with(Causal{} & Chunked{block}), q, k, v, own,
-            options.with_q_offset(p.q_offset).with_lse(own_lse.data()));
-
-  // 2. Per (batch, head): slot t of a row holds its t-th past block (ascending), -inf LSE
-  // where it chose fewer; each block's choosers run in one gathered call over its keys.
-  std::vector<float> slot_out(static_cast<std::size_t>(others * p.q_len * dv));  // [t, Lq, Dv]
-  std::vector<float> slot_lse(static_cast<std::size_t>(others * p.q_len));       // [t, Lq]
+/// The past-block parts of a MoBA call, in the order its forward and backward both take them:
+/// per (batch, head) and past key block c that some rows chose, visit(b, h, c, rows, slots,
+/// keys, values) with those rows (ascending), the slot of block c in each row's list, and
+/// the block's keys and values (views of that block only); head_done(b, h) after each head.
+template <class K, class V, class Visit, class HeadDone>
+void for_each_moba_block(const Problem& p, const BlockRoutes& routes, Index block, const View<K>& k,
+                         const View<V>& v, Visit&& visit, HeadDone&& head_done) {
   std::vector<std::vector<Index>> rows_of(static_cast<std::size_t>(routes.num_blocks()));
   std::vector<std::vector<Index>> slot_of(rows_of.size());
-  select::GatheredRows<Q> gathered;
-  std::vector<float> part_out, part_lse;
   for (Index b = 0; b < p.batch; ++b)
     for (Index h = 0; h < p.q_heads; ++h) {
-      std::fill(slot_out.begin(), slot_out.end(), 0.f);
-      std::fill(slot_lse.begin(), slot_lse.end(), kNegInf);
       for (auto& r : rows_of) r.clear();
-      for (auto& s : slot_of) s.clear();
+      for (auto& t : slot_of) t.clear();
       for (Index i = 0; i < p.q_len; ++i) {
         const BlockRoutes::List list = routes.chosen(b, h, i);
         for (Index t = 0; t + 1 < list.size(); ++t) {
@@ -227,44 +210,87 @@ void moba_attention(const Spec& spec, const View<Q>& q, const View<K>& k, const 
       }
       const Index hk = p.kv_head(h);
       for (std::size_t c = 0; c < rows_of.size(); ++c) {
-        const std::vector<Index>& rows = rows_of[c];
-        if (rows.empty()) continue;
-        const auto n = static_cast<Index>(rows.size());
+        if (rows_of[c].empty()) continue;
         const Index first = static_cast<Index>(c) * block,
                     count = std::min(block, p.kv_len - first);
-        View<K> keys = select::head_view(k, b, hk);  // [1, 1, count, D]: block c only
-        View<V> values = select::head_view(v, b, hk);
+        View<K> keys = head_view(k, b, hk);  // [1, 1, count, D]: block c only
+        View<V> values = head_view(v, b, hk);
         keys.data = keys.row(0, 0, first), keys.seq = count;
         values.data = values.row(0, 0, first), values.seq = count;
-        select::gather_rows(q, b, h, rows, gathered);
-        part_out.resize(static_cast<std::size_t>(n * dv));
-        part_lse.resize(static_cast<std::size_t>(n));
-        attention(spec_with(Full{}), gathered.view(), keys, values,
-                  bhsd(part_out.data(), 1, 1, n, dv),
-                  options.with_q_offset(0).with_lse(part_lse.data()));
-        for (Index r = 0; r < n; ++r) {  // row r of the call -> slot t of query rows[r]
-          const Index t = slot_of[c][static_cast<std::size_t>(r)],
-                      i = rows[static_cast<std::size_t>(r)];
-          std::copy_n(part_out.begin() + r * dv, dv, slot_out.begin() + (t * p.q_len + i) * dv);
-          slot_lse[static_cast<std::size_t>(t * p.q_len + i)] =
-              part_lse[static_cast<std::size_t>(r)];
-        }
+        visit(b, h, static_cast<Index>(c), rows_of[c], slot_of[c], keys, values);
       }
-
-      // 3. Merge in block order (the past blocks ascending, the own block last): fixed,
-      // whatever the thread count. Empty parts (-inf) weigh 0; a row without keys stays 0.
-      std::vector<View<const float>> parts;
-      std::vector<const float*> stats;
-      for (Index t = 0; t < others; ++t) {
-        parts.push_back(
-            bhsd(static_cast<const float*>(slot_out.data()) + t * p.q_len * dv, 1, 1, p.q_len, dv));
-        stats.push_back(slot_lse.data() + t * p.q_len);
-      }
-      parts.push_back(select::head_view(View<const float>(own), b, h));
-      stats.push_back(own_lse.data() + routes.row(b, h, 0));
-      merge(Softmax{}, parts, stats, select::head_view(o, b, h),
-            options.lse != nullptr ? options.lse + routes.row(b, h, 0) : nullptr);
+      head_done(b, h);
     }
+}
+
+}  // namespace select
+
+/// o[B, Hq, Lq, Dv] = MoBA attention of q over k, v: row i of head h sees the keys j <= its
+/// position in the blocks routes.chosen(b, h, i). Softmax without sinks only (Score Dot or
+/// Softcap, Mask Full, NoPosition: the routes are the mask); options as for attention(),
+/// options.lse receives the whole row's LSE. The result does not depend on options.threads.
+/// Throws Error before writing anything when routes, block or inputs disagree.
+template <class Spec, class Q, class K, class V, class O>
+void moba_attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
+                    const View<O>& o, const BlockRoutes& routes, Index block = 512,
+                    const Options& options = {}) {
+  static_assert(std::is_same_v<typename Spec::Normalizer, Softmax>,
+                "moba_attention(): parts merge by their LSE: Softmax only");
+  select::check_gathered_spec<Spec>();
+  const Problem p = make_problem(q, k, v, o, options);
+  validate_policies(spec, p, options);
+  select::check_moba_call(spec, p, routes, block);
+  const Index rows_all = p.batch * p.q_heads * p.q_len, dv = p.value_dim;
+  const Index others = routes.topk - 1;  // parts besides the own block, per row
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+  // 1. The own block of every query, in one call: causal inside the block.
+  std::vector<float> own_out(static_cast<std::size_t>(rows_all * dv));  // [B, Hq, Lq, Dv]
+  std::vector<float> own_lse(static_cast<std::size_t>(rows_all));       // [B, Hq, Lq]
+  const View<float> own = bhsd(own_out.data(), p.batch, p.q_heads, p.q_len, dv);
+  attention(select::moba_part(spec, Causal{} & Chunked{block}), q, k, v, own,
+            options.with_q_offset(p.q_offset).with_lse(own_lse.data()));
+
+  // 2. Per (batch, head): slot t of a row holds its t-th past block (ascending), -inf LSE
+  // where it chose fewer; each block's choosers run in one gathered call over its keys.
+  std::vector<float> slot_out(static_cast<std::size_t>(others * p.q_len * dv), 0.f);  // [t, Lq, Dv]
+  std::vector<float> slot_lse(static_cast<std::size_t>(others * p.q_len), kNegInf);   // [t, Lq]
+  select::GatheredRows<Q> gathered;
+  std::vector<float> part_out, part_lse;
+  const auto run_block = [&](Index b, Index h, Index, const std::vector<Index>& rows,
+                             const std::vector<Index>& slots, const View<K>& keys,
+                             const View<V>& values) {
+    const auto n = static_cast<Index>(rows.size());
+    select::gather_rows(q, b, h, rows, gathered);
+    part_out.resize(static_cast<std::size_t>(n * dv));
+    part_lse.resize(static_cast<std::size_t>(n));
+    attention(select::moba_part(spec, Full{}), gathered.view(), keys, values,
+              bhsd(part_out.data(), 1, 1, n, dv),
+              options.with_q_offset(0).with_lse(part_lse.data()));
+    for (Index r = 0; r < n; ++r) {  // row r of the call -> slot t of query rows[r]
+      const Index t = slots[static_cast<std::size_t>(r)], i = rows[static_cast<std::size_t>(r)];
+      std::copy_n(part_out.begin() + r * dv, dv, slot_out.begin() + (t * p.q_len + i) * dv);
+      slot_lse[static_cast<std::size_t>(t * p.q_len + i)] = part_lse[static_cast<std::size_t>(r)];
+    }
+  };
+  // 3. Merge in block order (the past blocks ascending, the own block last): fixed, whatever
+  // the thread count. Empty parts (-inf) weigh 0; a row without keys stays 0.
+  const auto merge_head = [&](Index b, Index h) {
+    std::vector<View<const float>> parts;
+    std::vector<const float*> stats;
+    for (Index t = 0; t < others; ++t) {
+      parts.push_back(
+          bhsd(static_cast<const float*>(slot_out.data()) + t * p.q_len * dv, 1, 1, p.q_len, dv));
+      stats.push_back(slot_lse.data() + t * p.q_len);
+    }
+    parts.push_back(select::head_view(View<const float>(own), b, h));
+    stats.push_back(own_lse.data() + routes.row(b, h, 0));
+    merge(Softmax{}, parts, stats, select::head_view(o, b, h),
+          options.lse != nullptr ? options.lse + routes.row(b, h, 0) : nullptr);
+    std::fill(slot_out.begin(), slot_out.end(), 0.f);  // the next head starts empty
+    std::fill(slot_lse.begin(), slot_lse.end(), kNegInf);
+  };
+  select::for_each_moba_block(p, routes, block, k, v, run_block, merge_head);
 }
 
 }  // namespace attnkit

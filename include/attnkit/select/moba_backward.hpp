@@ -42,66 +42,42 @@ void moba_attention_backward(const Spec& spec, const View<Q>& q, const View<K>& 
                              const View<O>& o, const View<GO>& d_o, const View<GQ>& dq,
                              const View<GK>& dk, const View<GV>& dv, const BlockRoutes& routes,
                              Index block = 512, const Options& options = {}) {
-  using Score = typename Spec::Score;
   static_assert(std::is_same_v<typename Spec::Normalizer, Softmax>,
                 "moba_attention_backward(): parts merge by their LSE: Softmax only");
   select::check_gathered_spec<Spec>();
   const Problem p =
       detail::make_backward_problem(spec, q, k, v, o, d_o, dq, dk, dv, options, ParamGrads{});
-  detail::require(spec.normalizer.sinks.empty(), "Softmax.sinks", "empty (no sinks in MoBA)",
-                  "a sink per head");
-  detail::require(block >= 1 && block <= (Index{1} << 60), "block", "1 to 2^60", block);
-  detail::check_routes(routes, p, block);
-
-  const auto spec_with = [&](const auto& mask) {
-    return AttentionSpec<Score, std::decay_t<decltype(mask)>, Softmax, NoPosition>{
-        spec.score, mask, Softmax{}, {}};
-  };
+  select::check_moba_call(spec, p, routes, block);
   select::GradSum sum_q(p.batch, p.q_heads, p.q_len, p.head_dim);
   select::GradSum sum_k(p.batch, p.kv_heads, p.kv_len, p.head_dim);
   select::GradSum sum_v(p.batch, p.kv_heads, p.kv_len, p.value_dim);
 
   // 1. The own block of every query, in one call, into the sums themselves.
-  attention_backward(spec_with(Causal{} & Chunked{block}), q, k, v, o, d_o, sum_q.view(),
-                     sum_k.view(), sum_v.view(), options.with_q_offset(p.q_offset));
+  attention_backward(select::moba_part(spec, Causal{} & Chunked{block}), q, k, v, o, d_o,
+                     sum_q.view(), sum_k.view(), sum_v.view(), options.with_q_offset(p.q_offset));
 
   // 2. Per (batch, head, past block): the rows that chose it, over its keys.
-  std::vector<std::vector<Index>> rows_of(static_cast<std::size_t>(routes.num_blocks()));
   select::GatheredRows<Q> q_rows;
   select::GatheredRows<O> o_rows;
   select::GatheredRows<GO> do_rows;
   std::vector<float> stat;
   select::PartGrads part;
-  for (Index b = 0; b < p.batch; ++b)
-    for (Index h = 0; h < p.q_heads; ++h) {
-      for (auto& r : rows_of) r.clear();
-      for (Index i = 0; i < p.q_len; ++i) {
-        const BlockRoutes::List list = routes.chosen(b, h, i);
-        for (Index t = 0; t + 1 < list.size(); ++t)
-          rows_of[static_cast<std::size_t>(list[t])].push_back(i);
-      }
-      const Index hk = p.kv_head(h);
-      for (std::size_t c = 0; c < rows_of.size(); ++c) {
-        const std::vector<Index>& rows = rows_of[c];
-        if (rows.empty()) continue;
-        const Index first = static_cast<Index>(c) * block,
-                    count = std::min(block, p.kv_len - first);
-        View<K> keys = select::head_view(k, b, hk);  // [1, 1, count, D]: block c only
-        View<V> values = select::head_view(v, b, hk);
-        keys.data = keys.row(0, 0, first), keys.seq = count;
-        values.data = values.row(0, 0, first), values.seq = count;
-        select::gather_rows(q, b, h, rows, q_rows);
-        select::gather_rows(o, b, h, rows, o_rows);
-        select::gather_rows(d_o, b, h, rows, do_rows);
-        const Options call = options.with_q_offset(0).with_lse(
-            select::gather_stats(options.lse, p, b, h, rows, stat));
-        select::part_backward(spec_with(Full{}), q_rows.view(), keys, values, o_rows.view(),
-                              do_rows.view(), call, false, part);
-        sum_q.add(part.dq, b, h, rows.data());
-        sum_k.add(part.dk, b, hk, nullptr, first);
-        sum_v.add(part.dv, b, hk, nullptr, first);
-      }
-    }
+  const auto run_block = [&](Index b, Index h, Index c, const std::vector<Index>& rows,
+                             const std::vector<Index>&, const View<K>& keys,
+                             const View<V>& values) {
+    const Index hk = p.kv_head(h);
+    select::gather_rows(q, b, h, rows, q_rows);
+    select::gather_rows(o, b, h, rows, o_rows);
+    select::gather_rows(d_o, b, h, rows, do_rows);
+    const Options call =
+        options.with_q_offset(0).with_lse(select::gather_stats(options.lse, p, b, h, rows, stat));
+    select::part_backward(select::moba_part(spec, Full{}), q_rows.view(), keys, values,
+                          o_rows.view(), do_rows.view(), call, false, part);
+    sum_q.add(part.dq, b, h, rows.data());
+    sum_k.add(part.dk, b, hk, nullptr, c * block);
+    sum_v.add(part.dv, b, hk, nullptr, c * block);
+  };
+  select::for_each_moba_block(p, routes, block, k, v, run_block, [](Index, Index) {});
   sum_q.store(dq);
   sum_k.store(dk);
   sum_v.store(dv);

@@ -173,6 +173,49 @@ StripeSelection anchor_stripes(const View<Q>& q, const View<K>& k, const StripeP
   return sel;
 }
 
+namespace select {
+
+/// Rows [rows.begin, rows.end) of head h in batch b of `view`, in place: one big block.
+template <class T>
+View<T> block_rows(const View<T>& view, Index b, Index h, Range rows) {
+  View<T> one = head_view(view, b, h);
+  one.data = view.row(b, h, rows.begin);
+  one.seq = rows.end - rows.begin;
+  return one;
+}
+
+/// The parts of a stripe_attention() call, in the order its forward and backward both take
+/// them: per (batch, head, big block), visit(b, h, rows, cols, part, call) with the block's
+/// query rows (contiguous), its gathered key columns, the part's spec (the Score and the
+/// head's normalizer, Causal Remapped to the rows' and columns' true positions) and the
+/// options of its call (q_offset 0, the statistic at the block's rows).
+template <class Spec, class Visit>
+void for_each_stripe_part(const Spec& spec, const Problem& p, const StripeSelection& selection,
+                          const Options& options, Visit&& visit) {
+  std::vector<Index> positions;  // [rows of the big block]: true query positions
+  for (Index b = 0; b < p.batch; ++b)
+    for (Index h = 0; h < p.q_heads; ++h)
+      for (Index g = 0; g < selection.big_blocks(); ++g) {
+        const Range rows = selection.rows(g);
+        const std::vector<Index> cols = selection.gathered_columns(b, h, g);
+        positions.resize(std::size_t(rows.end - rows.begin));
+        for (Index r = rows.begin; r < rows.end; ++r)
+          positions[std::size_t(r - rows.begin)] = r + p.q_offset;
+        const AttentionSpec<typename Spec::Score, Remapped<Causal>, typename Spec::Normalizer,
+                            NoPosition>
+            part{spec.score,
+                 remap(Causal{}, positions.data(), cols.data(), Index(cols.size())),
+                 for_head(spec.normalizer, h),
+                 {}};
+        Options call = options.with_q_offset(0);
+        if (options.lse != nullptr)
+          call.lse = options.lse + (b * p.q_heads + h) * p.q_len + rows.begin;
+        visit(b, h, rows, cols, part, call);
+      }
+}
+
+}  // namespace select
+
 /// o[B, Hq, Lq, Dv] = attention of q over the columns `selection` gives each query (init,
 /// kept, local; causal), for q, k, v, o as in attention(). The spec gives the Score (Dot or
 /// Softcap) and Normalizer (its Mask must be Full, its Position NoPosition); options as for
@@ -188,39 +231,18 @@ void stripe_attention(const Spec& spec, const View<Q>& q, const View<K>& k, cons
   selection.validate(p.batch, p.q_heads, p.q_len, p.kv_len, p.q_offset);
   if (p.kv_len == 0) return attention(spec, q, k, v, o, options);  // no key, no column
 
-  const auto causal_on = [&](const Index* q_pos, const std::vector<Index>& cols, Index h) {
-    return AttentionSpec<typename Spec::Score, Remapped<Causal>, typename Spec::Normalizer,
-                         NoPosition>{spec.score,
-                                     remap(Causal{}, q_pos, cols.data(), Index(cols.size())),
-                                     select::for_head(spec.normalizer, h),
-                                     {}};
-  };
   select::GatheredRows<K> keys;
   select::GatheredRows<V> values;
-  std::vector<Index> positions;  // [rows of the big block]: true query positions
-  for (Index b = 0; b < p.batch; ++b)
-    for (Index h = 0; h < p.q_heads; ++h)
-      for (Index g = 0; g < selection.big_blocks(); ++g) {
-        const Range rows = selection.rows(g);
-        const std::vector<Index> cols = selection.gathered_columns(b, h, g);
-        select::gather_rows(k, b, p.kv_head(h), cols, keys);
-        select::gather_rows(v, b, p.kv_head(h), cols, values);
-        positions.resize(std::size_t(rows.end - rows.begin));
-        for (Index r = rows.begin; r < rows.end; ++r)
-          positions[std::size_t(r - rows.begin)] = r + p.q_offset;
-        // The big block's rows are contiguous: the call reads and writes them in place.
-        const auto block_of = [&](auto view) {
-          auto one = select::head_view(view, b, h);
-          one.data = view.row(b, h, rows.begin);
-          one.seq = rows.end - rows.begin;
-          return one;
-        };
-        Options call = options.with_q_offset(0);
-        if (options.lse != nullptr)
-          call.lse = options.lse + (b * p.q_heads + h) * p.q_len + rows.begin;
-        attention(causal_on(positions.data(), cols, h), block_of(q), keys.view(), values.view(),
-                  block_of(o), call);
-      }
+  select::for_each_stripe_part(spec, p, selection, options,
+                               [&](Index b, Index h, Range rows, const std::vector<Index>& cols,
+                                   const auto& part, const Options& call) {
+                                 select::gather_rows(k, b, p.kv_head(h), cols, keys);
+                                 select::gather_rows(v, b, p.kv_head(h), cols, values);
+                                 // The big block's rows are contiguous: the call reads and writes
+                                 // them in place.
+                                 attention(part, select::block_rows(q, b, h, rows), keys.view(),
+                                           values.view(), select::block_rows(o, b, h, rows), call);
+                               });
 }
 
 /// How much of the full causal softmax mass of each query the selection keeps: per row,

@@ -48,50 +48,30 @@ void stripe_attention_backward(const Spec& spec, const View<Q>& q, const View<K>
   if (p.kv_len == 0)  // no key, no column: as the forward
     return attention_backward(spec, q, k, v, o, d_o, dq, dk, dv, options, grads);
 
-  const auto causal_on = [&](const Index* q_pos, const std::vector<Index>& cols, Index h) {
-    return AttentionSpec<typename Spec::Score, Remapped<Causal>, typename Spec::Normalizer,
-                         NoPosition>{spec.score,
-                                     remap(Causal{}, q_pos, cols.data(), Index(cols.size())),
-                                     select::for_head(spec.normalizer, h),
-                                     {}};
-  };
   select::GradSum sum_q(p.batch, p.q_heads, p.q_len, p.head_dim);
   select::GradSum sum_k(p.batch, p.kv_heads, p.kv_len, p.head_dim);
   select::GradSum sum_v(p.batch, p.kv_heads, p.kv_len, p.value_dim);
   std::vector<double> head_sums(static_cast<std::size_t>(p.q_heads), 0.0);
   select::GatheredRows<K> keys;
   select::GatheredRows<V> values;
-  std::vector<Index> positions;  // [rows of the big block]: true query positions
   select::PartGrads part;
-  for (Index b = 0; b < p.batch; ++b)
-    for (Index h = 0; h < p.q_heads; ++h)
-      for (Index g = 0; g < selection.big_blocks(); ++g) {
-        const Range rows = selection.rows(g);
-        const std::vector<Index> cols = selection.gathered_columns(b, h, g);
-        if (cols.empty()) continue;  // rows that see no key: zero gradients
-        const Index hk = p.kv_head(h);
-        select::gather_rows(k, b, hk, cols, keys);
-        select::gather_rows(v, b, hk, cols, values);
-        positions.resize(std::size_t(rows.end - rows.begin));
-        for (Index r = rows.begin; r < rows.end; ++r)
-          positions[std::size_t(r - rows.begin)] = r + p.q_offset;
-        const auto block_of = [&](auto view) {  // the big block's rows, in place
-          auto one = select::head_view(view, b, h);
-          one.data = view.row(b, h, rows.begin);
-          one.seq = rows.end - rows.begin;
-          return one;
-        };
-        Options call = options.with_q_offset(0);
-        if (options.lse != nullptr)
-          call.lse = options.lse + (b * p.q_heads + h) * p.q_len + rows.begin;
-        select::part_backward(causal_on(positions.data(), cols, h), block_of(q), keys.view(),
-                              values.view(), block_of(o), block_of(d_o), call,
-                              grads.normalizer != nullptr, part);
-        sum_q.add(part.dq, b, h, nullptr, rows.begin);
-        sum_k.add(part.dk, b, hk, cols.data());
-        sum_v.add(part.dv, b, hk, cols.data());
-        head_sums[static_cast<std::size_t>(h)] += double(part.param);
-      }
+  select::for_each_stripe_part(spec, p, selection, options,
+                               [&](Index b, Index h, Range rows, const std::vector<Index>& cols,
+                                   const auto& part_spec, const Options& call) {
+                                 if (cols.empty()) return;  // rows that see no key: zero gradients
+                                 const Index hk = p.kv_head(h);
+                                 select::gather_rows(k, b, hk, cols, keys);
+                                 select::gather_rows(v, b, hk, cols, values);
+                                 select::part_backward(part_spec, select::block_rows(q, b, h, rows),
+                                                       keys.view(), values.view(),
+                                                       select::block_rows(o, b, h, rows),
+                                                       select::block_rows(d_o, b, h, rows), call,
+                                                       grads.normalizer != nullptr, part);
+                                 sum_q.add(part.dq, b, h, nullptr, rows.begin);
+                                 sum_k.add(part.dk, b, hk, cols.data());
+                                 sum_v.add(part.dv, b, hk, cols.data());
+                                 head_sums[static_cast<std::size_t>(h)] += double(part.param);
+                               });
   sum_q.store(dq);
   sum_k.store(dk);
   sum_v.store(dv);
