@@ -23,12 +23,14 @@ set(ATTNKIT_TEST_OPT_FLAGS "-Og" CACHE STRING "Optimization of attnkit's tests (
 set(ATTNKIT_EXAMPLE_OPT_FLAGS "-Og" CACHE STRING "Optimization of attnkit's examples")
 set(ATTNKIT_BENCH_OPT_FLAGS "-O3" CACHE STRING "Optimization of attnkit's benchmarks")
 
-# attnkit_target_defaults(<target> [ARCH <flags...>] [OPT <flags...>]): warnings as errors,
+# attnkit_target_defaults(<target> [BASELINE | ARCH <flags...>] [OPT <flags...>]): warnings as errors,
 # the optimization OPT for non-Debug builds (default ATTNKIT_TEST_OPT_FLAGS) and the ISA
 # flags (ATTNKIT_ARCH_FLAGS unless ARCH is given).
 function(attnkit_target_defaults target)
-  cmake_parse_arguments(ARG "" "" "ARCH;OPT" ${ARGN})
-  if(NOT DEFINED ARG_ARCH)
+  cmake_parse_arguments(ARG "BASELINE" "" "ARCH;OPT" ${ARGN})
+  if(ARG_BASELINE)
+    set(ARG_ARCH "")  # the compiler's default ISA
+  elseif(NOT DEFINED ARG_ARCH)
     set(ARG_ARCH ${ATTNKIT_ARCH_FLAGS_LIST})
   endif()
   if(NOT DEFINED ARG_OPT)

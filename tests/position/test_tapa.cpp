@@ -126,16 +126,16 @@ void check_grid(const Case& c) {
 }  // namespace
 
 TEST_CASE("Tapa: attention matches the reference on ragged square shapes", "[position][tapa]") {
-  for (const Index d : {33, 64, 80})
-    for (const int threads : {1, 2}) {
-      // three query tiles, the last one ragged
-      Case c = Case{}
-                   .lengths(150, 150)
-                   .dims(d)
-                   .laid_out(d == 33 ? Layout::Padded : Layout::Bshd)
-                   .on_threads(threads);
-      check_grid(c);
-    }
+  // three query tiles, the last one ragged; 1 and 2 threads alternate over the head dims
+  // (bitwise thread stability is test_attention_paths')
+  for (const Index d : {33, 64, 80}) {
+    Case c = Case{}
+                 .lengths(150, 150)
+                 .dims(d)
+                 .laid_out(d == 33 ? Layout::Padded : Layout::Bshd)
+                 .on_threads(d == 64 ? 1 : 2);
+    check_grid(c);
+  }
 }
 
 TEST_CASE("Tapa: attention matches the reference with two key tiles and GQA", "[position][tapa]") {
