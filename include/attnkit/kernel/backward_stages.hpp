@@ -25,12 +25,16 @@ inline void drop_masked(float* s, float* dp, Index ld, Index nk, Index nq, Index
   }
 }
 
-/// Rows jj of t[nk, ld] (lanes wide) times f[jj].
+/// Rows jj of t[nk, ld] (lanes wide) times f[jj]; exact zeros stay zero, so a masked pair's
+/// dS stays 0 even where a key's factor is not finite (the inverse norm of a NaN key row).
 inline void scale_rows(float* t, Index ld, const float* f, Index nk, Index lanes) {
+  const simd::Vec zero(0.f);
   for (Index jj = 0; jj < nk; ++jj) {
     const simd::Vec x(f[jj]);
-    for (Index c = 0; c < lanes; c += simd::kWidth)
-      simd::store(t + jj * ld + c, simd::load(t + jj * ld + c) * x);
+    for (Index c = 0; c < lanes; c += simd::kWidth) {
+      const simd::Vec y = simd::load(t + jj * ld + c);
+      simd::store(t + jj * ld + c, simd::select(simd::equal(y, zero), y, y * x));
+    }
   }
 }
 
