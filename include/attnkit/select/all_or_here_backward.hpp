@@ -46,10 +46,7 @@ void all_or_here_backward(const Spec& spec, const View<Q>& q, const View<K>& k, 
   select::check_aha_call(p, routes, window);
   if (p.kv_len == 0) return attention_backward(spec, q, k, v, o, d_o, dq, dk, dv, options, grads);
 
-  select::GradSum sum_q(p.batch, p.q_heads, p.q_len, p.head_dim);
-  select::GradSum sum_k(p.batch, p.kv_heads, p.kv_len, p.head_dim);
-  select::GradSum sum_v(p.batch, p.kv_heads, p.kv_len, p.value_dim);
-  std::vector<double> head_sums(static_cast<std::size_t>(p.q_heads), 0.0);
+  select::CallSums sums(p);
   select::GatheredRows<Q> q_rows;
   select::GatheredRows<O> o_rows;
   select::GatheredRows<GO> do_rows;
@@ -67,15 +64,9 @@ void all_or_here_backward(const Spec& spec, const View<Q>& q, const View<K>& k, 
         select::part_backward(part_spec, q_rows.view(), select::head_view(k, b, hk),
                               select::head_view(v, b, hk), o_rows.view(), do_rows.view(), call,
                               grads.normalizer != nullptr, part);
-        sum_q.add(part.dq, b, h, rows.data());
-        sum_k.add(part.dk, b, hk, nullptr);
-        sum_v.add(part.dv, b, hk, nullptr);
-        head_sums[static_cast<std::size_t>(h)] += double(part.param);
+        sums.add(part, b, h, hk, rows.data(), 0, nullptr, 0);
       });
-  sum_q.store(dq);
-  sum_k.store(dk);
-  sum_v.store(dv);
-  select::store_param_grads(head_sums, grads.normalizer);
+  sums.store(dq, dk, dv, grads.normalizer);
 }
 
 }  // namespace attnkit

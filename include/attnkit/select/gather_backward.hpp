@@ -95,6 +95,39 @@ void part_backward(const Spec& spec, const View<Q>& q, const View<K>& k, const V
                      with_param ? ParamGrads{}.with_normalizer(&out.param) : ParamGrads{});
 }
 
+/// The call's gradients as the parts add into them: dq, dk, dv in f32 (GradSum) and the
+/// per-head parameter gradient in double, then stored in the gradient views' storage.
+struct CallSums {
+  GradSum q, k, v;
+  std::vector<double> heads;  // [Hq]
+
+  explicit CallSums(const Problem& p)
+      : q(p.batch, p.q_heads, p.q_len, p.head_dim),
+        k(p.batch, p.kv_heads, p.kv_len, p.head_dim),
+        v(p.batch, p.kv_heads, p.kv_len, p.value_dim),
+        heads(static_cast<std::size_t>(p.q_heads), 0.0) {}
+
+  /// One part of query head h (KV head hk) in batch b: its dq row r to q_rows[r] (null:
+  /// q_first + r), its dk / dv row r to k_rows[r] (null: k_first + r).
+  void add(const PartGrads& part, Index b, Index h, Index hk, const Index* q_rows, Index q_first,
+           const Index* k_rows, Index k_first) {
+    q.add(part.dq, b, h, q_rows, q_first);
+    k.add(part.dk, b, hk, k_rows, k_first);
+    v.add(part.dv, b, hk, k_rows, k_first);
+    heads[static_cast<std::size_t>(h)] += double(part.param);
+  }
+
+  /// The sums into dq, dk, dv and (when not null) the parameter gradient [Hq].
+  template <class GQ, class GK, class GV>
+  void store(const View<GQ>& dq, const View<GK>& dk, const View<GV>& dv, float* param) const {
+    q.store(dq);
+    k.store(dk);
+    v.store(dv);
+    if (param == nullptr) return;
+    for (std::size_t h = 0; h < heads.size(); ++h) param[h] = static_cast<float>(heads[h]);
+  }
+};
+
 /// Row statistics rows[r] of head h in batch b (stat: [B, Hq, Lq]; null: none) into out.
 inline float* gather_stats(const float* stat, const Problem& p, Index b, Index h,
                            const std::vector<Index>& rows, std::vector<float>& out) {
@@ -103,12 +136,6 @@ inline float* gather_stats(const float* stat, const Problem& p, Index b, Index h
   for (std::size_t r = 0; r < rows.size(); ++r)
     out[r] = stat[(b * p.q_heads + h) * p.q_len + rows[r]];
   return out.data();
-}
-
-/// The per-head parameter gradient [Hq]: head_sums (double, added part by part) as float.
-inline void store_param_grads(const std::vector<double>& head_sums, float* out) {
-  if (out == nullptr) return;
-  for (std::size_t h = 0; h < head_sums.size(); ++h) out[h] = static_cast<float>(head_sums[h]);
 }
 
 }  // namespace attnkit::select

@@ -48,13 +48,12 @@ void moba_attention_backward(const Spec& spec, const View<Q>& q, const View<K>& 
   const Problem p =
       detail::make_backward_problem(spec, q, k, v, o, d_o, dq, dk, dv, options, ParamGrads{});
   select::check_moba_call(spec, p, routes, block);
-  select::GradSum sum_q(p.batch, p.q_heads, p.q_len, p.head_dim);
-  select::GradSum sum_k(p.batch, p.kv_heads, p.kv_len, p.head_dim);
-  select::GradSum sum_v(p.batch, p.kv_heads, p.kv_len, p.value_dim);
+  select::CallSums sums(p);
 
   // 1. The own block of every query, in one call, into the sums themselves.
   attention_backward(select::moba_part(spec, Causal{} & Chunked{block}), q, k, v, o, d_o,
-                     sum_q.view(), sum_k.view(), sum_v.view(), options.with_q_offset(p.q_offset));
+                     sums.q.view(), sums.k.view(), sums.v.view(),
+                     options.with_q_offset(p.q_offset));
 
   // 2. Per (batch, head, past block): the rows that chose it, over its keys.
   select::GatheredRows<Q> q_rows;
@@ -73,14 +72,10 @@ void moba_attention_backward(const Spec& spec, const View<Q>& q, const View<K>& 
         options.with_q_offset(0).with_lse(select::gather_stats(options.lse, p, b, h, rows, stat));
     select::part_backward(select::moba_part(spec, Full{}), q_rows.view(), keys, values,
                           o_rows.view(), do_rows.view(), call, false, part);
-    sum_q.add(part.dq, b, h, rows.data());
-    sum_k.add(part.dk, b, hk, nullptr, c * block);
-    sum_v.add(part.dv, b, hk, nullptr, c * block);
+    sums.add(part, b, h, hk, rows.data(), 0, nullptr, c * block);
   };
   select::for_each_moba_block(p, routes, block, k, v, run_block, [](Index, Index) {});
-  sum_q.store(dq);
-  sum_k.store(dk);
-  sum_v.store(dv);
+  sums.store(dq, dk, dv, nullptr);
 }
 
 }  // namespace attnkit

@@ -48,10 +48,7 @@ void stripe_attention_backward(const Spec& spec, const View<Q>& q, const View<K>
   if (p.kv_len == 0)  // no key, no column: as the forward
     return attention_backward(spec, q, k, v, o, d_o, dq, dk, dv, options, grads);
 
-  select::GradSum sum_q(p.batch, p.q_heads, p.q_len, p.head_dim);
-  select::GradSum sum_k(p.batch, p.kv_heads, p.kv_len, p.head_dim);
-  select::GradSum sum_v(p.batch, p.kv_heads, p.kv_len, p.value_dim);
-  std::vector<double> head_sums(static_cast<std::size_t>(p.q_heads), 0.0);
+  select::CallSums sums(p);
   select::GatheredRows<K> keys;
   select::GatheredRows<V> values;
   select::PartGrads part;
@@ -67,15 +64,9 @@ void stripe_attention_backward(const Spec& spec, const View<Q>& q, const View<K>
                                                        select::block_rows(o, b, h, rows),
                                                        select::block_rows(d_o, b, h, rows), call,
                                                        grads.normalizer != nullptr, part);
-                                 sum_q.add(part.dq, b, h, nullptr, rows.begin);
-                                 sum_k.add(part.dk, b, hk, cols.data());
-                                 sum_v.add(part.dv, b, hk, cols.data());
-                                 head_sums[static_cast<std::size_t>(h)] += double(part.param);
+                                 sums.add(part, b, h, hk, nullptr, rows.begin, cols.data(), 0);
                                });
-  sum_q.store(dq);
-  sum_k.store(dk);
-  sum_v.store(dv);
-  select::store_param_grads(head_sums, grads.normalizer);
+  sums.store(dq, dk, dv, grads.normalizer);
 }
 
 }  // namespace attnkit

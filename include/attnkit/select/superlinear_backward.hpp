@@ -49,9 +49,7 @@ void superlinear_attention_backward(const Spec& spec, const View<Q>& q, const Vi
   detail::check_spans(sel, p);
 
   const AttentionSpec<Score, Full, Softmax, NoPosition> row_spec{spec.score, Full{}, Softmax{}, {}};
-  select::GradSum sum_q(p.batch, p.q_heads, p.q_len, p.head_dim);
-  select::GradSum sum_k(p.batch, p.kv_heads, p.kv_len, p.head_dim);
-  select::GradSum sum_v(p.batch, p.kv_heads, p.kv_len, p.value_dim);
+  select::CallSums sums(p);
   std::vector<Range> runs(static_cast<std::size_t>(sel.topk + 1));
   std::vector<Index> cols;
   select::GatheredRows<K> keys;
@@ -79,14 +77,10 @@ void superlinear_attention_backward(const Spec& spec, const View<Q>& q, const Vi
         call.lse = options.lse + sel.row(b, h, i);
         select::part_backward(row_spec, row_of(q), keys.view(), values.view(), row_of(o),
                               row_of(d_o), call, false, part);
-        sum_q.add(part.dq, b, h, nullptr, i);
-        sum_k.add(part.dk, b, hk, cols.data());
-        sum_v.add(part.dv, b, hk, cols.data());
+        sums.add(part, b, h, hk, nullptr, i, cols.data(), 0);
       }
     }
-  sum_q.store(dq);
-  sum_k.store(dk);
-  sum_v.store(dv);
+  sums.store(dq, dk, dv, nullptr);
 }
 
 }  // namespace attnkit
