@@ -94,15 +94,13 @@ void check(const std::string& what, const Spec& spec, const Case& c, std::uint32
   ak::test::check_attention_on(spec, c, in, t);
 }
 
-// The (alpha, theta) pairs of the grid: the defaults, a narrow and a full amplitude part, a
-// wider and a steeper distance power.
+// The (alpha, theta) pairs of the grid: the defaults, a narrow amplitude part, and a wider
+// part with a steeper distance power (theta = 1, no phase part, has its own test below).
 template <class Visit>
 void for_each_tapa(Visit&& visit) {
   visit("Tapa{} (0.1, 0.5)", Tapa{});
   visit("Tapa{0.1, 0.25}", Tapa{0.1f, 0.25f});
-  visit("Tapa{0.1, 1}", Tapa{0.1f, 1.f});
   visit("Tapa{0.3, 0.7}", Tapa{0.3f, 0.7f});
-  visit("Tapa{0.5, 0.5}", Tapa{0.5f, 0.5f});
 }
 
 template <class T = float>
