@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Cross-builds attnkit's emulated SIMD path tests (ATTNKIT_CORE_PATH_TESTS) and examples 01
+# Cross-builds attnkit's emulated SIMD path tests (ATTNKIT_EMULATED_TESTS) and examples 01
 # and 14 for aarch64 (a nested build of this source tree with cmake/toolchains/aarch64-linux-gnu.cmake)
 # and runs them under qemu-aarch64 user emulation through CTest. Called by the CTest test in
 # tests/aarch64/CMakeLists.txt; exits 77 (the test's SKIP_RETURN_CODE) when the cross

@@ -14,7 +14,7 @@
 set -euo pipefail
 
 clang="" cmake="" source="" work="" generator="" make_program="" arch="" prefix_path=""
-runs=1500 seconds=15
+runs=1500 seconds=10
 for arg in "$@"; do
   case "$arg" in
     --clang=*) clang=${arg#*=} ;;

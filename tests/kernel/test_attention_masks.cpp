@@ -168,14 +168,19 @@ TEST_CASE("attention: masks match the reference with GQA and head dimensions 32,
 
 TEST_CASE("attention: masks match the reference for bf16 and f16 storage",
           "[attention][mask][dtype]") {
+  // bf16 under every mask; f16 differs from it only in the packing (mask-independent), so it
+  // runs here under one mask of each kind of tile schedule and in test_attention_paths.
   const Case c = shape(100, 270, 32, 2);
   check_every_mask<Eigen::bfloat16>(c);
-  check_every_mask<Eigen::half>(c);
   Case gqa = shape(33, 70, 80, 1, -5);
   gqa.q_heads = 4;
   gqa.kv_heads = 2;
   check_every_mask<Eigen::bfloat16>(gqa);
-  check_every_mask<Eigen::half>(gqa);
+  for (const Case& f16 : {c, gqa}) {
+    check<Eigen::half>("Causal", ak::make_spec(ak::Causal{}), f16);
+    check<Eigen::half>("Causal & SlidingWindow{64, 0}",
+                       ak::make_spec(ak::Causal{} & ak::SlidingWindow{64, 0}), f16);
+  }
 }
 
 TEST_CASE("attention: long windows have Full tiles and match the reference",
