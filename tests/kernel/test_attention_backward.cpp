@@ -2,6 +2,8 @@
 // normalizer with a backward face, masks of each kind, Softcap, ALiBi, RoPE, GQA, ragged
 // tiles, layouts, offsets and storage types; bitwise identical gradients for 1..4 threads;
 // masked keys that hold NaN never reach a gradient; every bad input refused before a write.
+// The engine under test: kernel/backward_tiles.hpp with kernel/backward_stages.hpp and (TAPA)
+// kernel/owned_products.hpp; the parameter gradients go through param_grads.hpp (ParamGrads).
 #include <Eigen/Core>
 #include <attnkit/mask/block_mask.hpp>
 #include <attnkit/mask/causal.hpp>

@@ -6,6 +6,7 @@
 // f32, bf16 and f16 storage and the state gradients; a chained pair of calls against one
 // call; bitwise identical results for 1 to 4 threads; every bad input refused with an Error
 // before anything is written. Native build only (ATTNKIT_UNIT_TESTS).
+// The engine under test: linear/linear_backward_heads.hpp on linear/linear_backward_rows.hpp.
 #include <Eigen/Core>
 #include <algorithm>
 #include <attnkit/linear/linear_attention.hpp>

@@ -3,6 +3,7 @@
 // clipped pairs get the chosen padding; fused equals apply_position() then attention();
 // attention() agrees with the f64 reference over masks, normalizers, GQA, offsets and bf16;
 // drawn coefficients are seeded; bad inputs throw Error before anything is written.
+// The tables (FopeConfig, FopeTable) live in position/fope_table.hpp.
 #include <Eigen/Core>
 #include <algorithm>
 #include <attnkit/error.hpp>

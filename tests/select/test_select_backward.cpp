@@ -7,6 +7,8 @@
 // parameter gradients likewise. Ragged lengths, Lq != Lk with offsets (rows that see no key),
 // GQA / MQA, padded layouts, Dv != D; 1 and 2 threads give the same bits; a bad input per
 // driver throws before any gradient is written.
+// The shared part of the drivers' backward (select/gather_backward.hpp: part_backward,
+// CallSums) is what every case here runs.
 #include <Eigen/Core>
 #include <algorithm>
 #include <attnkit/normalizer/sigmoid.hpp>
