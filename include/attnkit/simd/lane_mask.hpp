@@ -23,6 +23,29 @@ inline Mask greater(Vec a, Vec b) { return a.x > b.x; }
 inline Mask both(Mask a, Mask b) { return a && b; }
 inline bool any(Mask m) { return m; }
 
+#elif defined(ATTNKIT_SIMD_NEON)
+
+// AArch64: the same operations in one or two intrinsics each (xsimd 8's NEON comparisons and
+// selects cost seconds of compile time per translation unit; see simd/vec.hpp).
+using Mask = Vec::batch_bool_type;
+inline Vec zero_if_neg_inf(Vec a) {
+  return Vec(vbslq_f32(vceqq_f32(a, vdupq_n_f32(-HUGE_VALF)), vdupq_n_f32(0.f), a));
+}
+inline Mask in_range(Vec x, Vec lo, Vec hi) {
+  return Mask(vandq_u32(vcleq_f32(lo, x), vcltq_f32(x, hi)));
+}
+inline Mask either(Mask a, Mask b) { return Mask(vorrq_u32(a, b)); }
+inline Mask is_nan(Vec a) { return Mask(vmvnq_u32(vceqq_f32(a, a))); }
+inline Vec inverse_or_zero(Vec a) {
+  const float32x4_t zero = vdupq_n_f32(0.f);
+  return Vec(vbslq_f32(vceqq_f32(a, zero), zero, vdivq_f32(vdupq_n_f32(1.f), a)));
+}
+inline Vec select(Mask m, Vec a, Vec b) { return Vec(vbslq_f32(m, a, b)); }
+inline Mask equal(Vec a, Vec b) { return Mask(vceqq_f32(a, b)); }
+inline Mask greater(Vec a, Vec b) { return Mask(vcgtq_f32(a, b)); }
+inline Mask both(Mask a, Mask b) { return Mask(vandq_u32(a, b)); }
+inline bool any(Mask m) { return vmaxvq_u32(m) != 0; }
+
 #else
 
 /// a, with lanes equal to -inf replaced by 0.

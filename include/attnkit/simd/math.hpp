@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstddef>
 
+#include "attnkit/simd/neon_math.hpp"
 #include "attnkit/simd/vec.hpp"
 
 namespace attnkit::simd {
@@ -17,6 +18,14 @@ inline Vec exp2(Vec a) { return a.x <= -127.f ? 0.f : a.x >= 127.f ? HUGE_VALF :
 inline Vec log2(Vec a) { return std::log2(a.x); }
 inline Vec tanh(Vec a) { return std::tanh(a.x); }
 inline Vec cos(Vec a) { return std::cos(a.x); }
+
+#elif defined(ATTNKIT_SIMD_NEON)
+
+// AArch64: the intrinsic forms (simd/neon_math.hpp), same edges as below.
+inline Vec exp2(Vec a) { return neon::exp2(a); }
+inline Vec log2(Vec a) { return neon::log2(a); }
+inline Vec tanh(Vec a) { return neon::tanh(a); }
+inline Vec cos(Vec a) { return neon::cos(a); }
 
 #else
 

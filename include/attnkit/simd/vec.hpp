@@ -73,6 +73,23 @@ inline constexpr int kRegisters = kWidth >= 16 ? 32 : 16;
 #endif
 inline constexpr const char* kArchName = Vec::arch_type::name();
 
+#if defined(ATTNKIT_SIMD_NEON)
+// AArch64: one intrinsic each. xsimd 8's NEON kernels reach every operation through a table
+// over all ten element types, whose instantiation costs each translation unit seconds of
+// compile time (simd/neon_math.hpp has the measurements); the arithmetic operators, used
+// everywhere, stay xsimd's.
+inline Vec load(const float* p) { return Vec(vld1q_f32(p)); }
+inline void store(float* p, Vec v) { vst1q_f32(p, v); }
+inline Vec fma(Vec a, Vec b, Vec c) { return Vec(vfmaq_f32(c, a, b)); }
+inline Vec max(Vec a, Vec b) { return Vec(vmaxq_f32(a, b)); }
+inline Vec min(Vec a, Vec b) { return Vec(vminq_f32(a, b)); }
+inline Vec abs(Vec a) { return Vec(vabsq_f32(a)); }
+inline float reduce_add(Vec a) { return vaddvq_f32(a); }
+/// Lane t of the result is the sum of the lanes of rows[t] (t < 4): three pairwise adds.
+inline Vec transpose_add(const Vec* rows) {
+  return Vec(vpaddq_f32(vpaddq_f32(rows[0], rows[1]), vpaddq_f32(rows[2], rows[3])));
+}
+#else
 inline Vec load(const float* p) { return xsimd::load_unaligned(p); }
 inline void store(float* p, Vec v) { v.store_unaligned(p); }
 /// a * b + c, rounded once where the ISA has an FMA instruction (SSE4 has none: twice).
@@ -94,14 +111,6 @@ inline float reduce_add(Vec a) {
 #else
   return xsimd::hadd(a);
 #endif
-}
-
-inline float reduce_max(Vec a) {
-  // Called once per row and tile, so a store and a short loop are cheap enough and work
-  // on every xsimd version.
-  alignas(64) float lanes[kWidth];
-  a.store_aligned(lanes);
-  return *std::max_element(lanes, lanes + kWidth);
 }
 
 /// Lane t of the result is the sum of the lanes of rows[t] (t < kWidth): kWidth horizontal
@@ -145,6 +154,15 @@ inline Vec transpose_add(const Vec* rows) {
   }
 #endif
   return xsimd::haddp(rows);
+}
+#endif  // ATTNKIT_SIMD_NEON
+
+inline float reduce_max(Vec a) {
+  // Called once per row and tile, so a store and a short loop are cheap enough and work
+  // on every xsimd version.
+  alignas(64) float lanes[kWidth];
+  a.store_aligned(lanes);
+  return *std::max_element(lanes, lanes + kWidth);
 }
 
 #endif
