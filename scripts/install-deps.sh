@@ -2,8 +2,9 @@
 # Installs everything attnkit needs to build, test and benchmark on Debian/Ubuntu:
 # a C++17 compiler, CMake >= 3.25, Ninja, Eigen 3.4, xsimd >= 8.1, Catch2 v3,
 # Google Benchmark, OpenMP, clang with its libFuzzer runtime for the fuzz test, matplotlib
-# for the plots of the bench report (scripts/bench_report.py); with --aarch64, on x86-64,
-# the aarch64 cross compiler, qemu and the arm64 dependencies for the Arm tests.
+# for the plots of the bench report (scripts/bench_report.py) and, on x86-64, the aarch64
+# cross compiler, qemu and the arm64 dependencies for the Arm test (--no-aarch64 leaves them
+# out; the test then reports itself skipped).
 # Idempotent: when everything is present it only checks.
 # On Debian 12 Catch2 v3 lives in bookworm-backports, which is enabled when needed.
 set -euo pipefail
@@ -67,15 +68,16 @@ fuzzer_runtime_package() {
   fi
 }
 
-# --aarch64: also what the Arm tests need (tests/aarch64, the aarch64 preset): Debian's cross
+# Unless --no-aarch64: also what the Arm tests need (tests/aarch64, the aarch64 preset): Debian's cross
 # compiler and qemu user emulation on x86-64 hosts, and the arm64 builds of Catch2, xsimd and
 # Eigen unpacked under aarch64_prefix (they cannot be installed next to the host's own
 # copies: same paths).
-with_aarch64=""
+with_aarch64=1
 for arg in "$@"; do
   case "$arg" in
-    --aarch64) with_aarch64=1 ;;
-    *) echo "install-deps.sh: unknown argument '$arg' (known: --aarch64)" >&2; exit 2 ;;
+    --aarch64) with_aarch64=1 ;;  # the default; kept for the scripts that pass it
+    --no-aarch64) with_aarch64="" ;;
+    *) echo "install-deps.sh: unknown argument '$arg' (known: --no-aarch64)" >&2; exit 2 ;;
   esac
 done
 aarch64_prefix=${ATTNKIT_AARCH64_PREFIX:-/opt/attnkit-aarch64}

@@ -5,7 +5,7 @@
 # The compiler is Debian's cross GCC (g++-aarch64-linux-gnu; set ATTNKIT_AARCH64_CXX for
 # another, e.g. clang++ --target=aarch64-linux-gnu). The target's packages (the arm64 builds
 # of Catch2, xsimd, Eigen) are looked up under ATTNKIT_AARCH64_PREFIX, where
-# scripts/install-deps.sh --aarch64 unpacks them (default /opt/attnkit-aarch64): they cannot
+# scripts/install-deps.sh unpacks them (default /opt/attnkit-aarch64): they cannot
 # be installed over the host's own copies. Test programs run under qemu-aarch64 user
 # emulation (qemu-user-static), with the cross toolchain's libraries as the guest's root.
 set(CMAKE_SYSTEM_NAME Linux)

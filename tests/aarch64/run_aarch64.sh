@@ -3,8 +3,8 @@
 # and 14 for aarch64 (a nested build of this source tree with cmake/toolchains/aarch64-linux-gnu.cmake)
 # and runs them under qemu-aarch64 user emulation through CTest. Called by the CTest test in
 # tests/aarch64/CMakeLists.txt; exits 77 (the test's SKIP_RETURN_CODE) when the cross
-# compiler, qemu or the arm64 packages are missing (scripts/install-deps.sh --aarch64
-# installs them).
+# compiler, qemu or the arm64 packages are missing (scripts/install-deps.sh installs
+# them).
 #
 #   run_aarch64.sh --cmake=<cmake> --ctest=<ctest> --source=<attnkit source tree> --work=<dir>
 #                  [--generator=<gen>] [--make-program=<path>] [--prefix=<arm64 packages>]
@@ -31,7 +31,7 @@ for required in cmake ctest source work; do
 done
 
 skip() {
-  echo "aarch64: SKIPPED: $1; scripts/install-deps.sh --aarch64 installs it"
+  echo "aarch64: SKIPPED: $1; scripts/install-deps.sh installs it"
   exit 77
 }
 command -v aarch64-linux-gnu-g++ >/dev/null 2>&1 || skip "no aarch64-linux-gnu-g++"
