@@ -1,5 +1,6 @@
 // View<T>: a non-owning 4-D strided view [batch, heads, seq, dim] over caller memory.
-// Strides are in elements; the last dimension is contiguous. bhsd() and bshd() build the
+// Strides are in elements (for quantized blocks, quant/blocks.hpp: in blocks, with dim still
+// counting values); the last dimension is contiguous. bhsd() and bshd() build the
 // two common layouts; any other layout is described by strides, never by a copy.
 #pragma once
 
@@ -11,6 +12,7 @@
 
 #include "attnkit/detail/checked.hpp"
 #include "attnkit/error.hpp"
+#include "attnkit/quant/blocks.hpp"
 
 namespace attnkit {
 
@@ -54,15 +56,26 @@ inline Index dense_stride(const char* factory, const char* product,
   return stride;
 }
 
+// Storage elements of one row of D values: D, or D / 32 blocks for quantized storage (an
+// Error unless D is a multiple of 32).
+template <class T>
+Index row_extent(const char* factory, Index D) {
+  if constexpr (is_block_quantized<T>())
+    require(D % kQuantBlock == 0, std::string(factory) + ": D",
+            cat("a multiple of ", kQuantBlock, " (quantized blocks)"), D);
+  return row_elements<T>(D);
+}
+
 }  // namespace detail
 
 /// Dense [batch, heads, seq, dim] memory. Throws Error when a stride overflows Index.
 template <class T>
 View<T> bhsd(T* data, Index B, Index H, Index S, Index D) {
   using detail::dense_stride;
+  const Index E = detail::row_extent<T>("bhsd", D);
   return strided(
       data, {B, H, S, D},
-      {dense_stride("bhsd", "H*S*D", {H, S, D}), dense_stride("bhsd", "S*D", {S, D}), D});
+      {dense_stride("bhsd", "H*S*D", {H, S, E}), dense_stride("bhsd", "S*D", {S, E}), E});
 }
 
 /// Dense [batch, seq, heads, dim] memory (the layout of most model code). Throws Error when
@@ -70,9 +83,10 @@ View<T> bhsd(T* data, Index B, Index H, Index S, Index D) {
 template <class T>
 View<T> bshd(T* data, Index B, Index S, Index H, Index D) {
   using detail::dense_stride;
+  const Index E = detail::row_extent<T>("bshd", D);
   return strided(
       data, {B, H, S, D},
-      {dense_stride("bshd", "S*H*D", {S, H, D}), D, dense_stride("bshd", "H*D", {H, D})});
+      {dense_stride("bshd", "S*H*D", {S, H, E}), E, dense_stride("bshd", "H*D", {H, E})});
 }
 
 }  // namespace attnkit

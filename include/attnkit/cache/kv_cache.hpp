@@ -34,8 +34,9 @@ namespace attnkit {
 
 template <class T>
 class KvCache {
-  static_assert(detail::is_storage<T>() && !std::is_const_v<T>,
-                "KvCache: storage must be float, Eigen::bfloat16 or Eigen::half");
+  static_assert(detail::is_kv_storage<T>() && !std::is_const_v<T>,
+                "KvCache: storage must be float, Eigen::bfloat16, Eigen::half, BlockQ8_0 or "
+                "BlockQ4_0");
 
  public:
   /// Storage for K [batch, kv_heads, capacity, head_dim] and V [..., value_dim (0: head_dim)],
@@ -81,8 +82,10 @@ class KvCache {
     static_assert(kTurns || std::is_same_v<Position, NoPosition>,
                   "KvCache::append(): a Position needs apply(float* row, Index dim, RowAt) "
                   "(a row transform such as Rope)");
-    static_assert(detail::is_storage<K>() && detail::is_storage<V>(),
-                  "KvCache::append(): storage must be float, Eigen::bfloat16 or Eigen::half");
+    static_assert((detail::is_storage<K>() || std::is_same_v<std::remove_const_t<K>, T>)&&(
+                      detail::is_storage<V>() || std::is_same_v<std::remove_const_t<V>, T>),
+                  "KvCache::append(): rows of float, Eigen::bfloat16, Eigen::half or the "
+                  "cache's own storage type");
     const Index n = check_new(k_new, v_new);
     if constexpr (kTurns) {
       if constexpr (detail::has_validate<Position>::value)
@@ -97,8 +100,7 @@ class KvCache {
           const Index at = length_ + s;
           storage_.put_value(b, h, at, v_new.row(b, h, s));
           if constexpr (kTurns) {
-            const K* src = k_new.row(b, h, s);
-            for (Index c = 0; c < d; ++c) row.data()[c] = static_cast<float>(src[c]);
+            detail::row_to_f32(k_new.row(b, h, s), d, row.data());
             position.apply(row.data(), d, RowAt{b, h, at, length_ + n, at, Role::Key});
             storage_.put_key(b, h, at, row.data());
           } else {

@@ -5,12 +5,17 @@
 // are a KvCache's capacity and a page's size. The owners keep their lengths and tables.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include "attnkit/detail/aligned.hpp"
 #include "attnkit/detail/checked.hpp"
+#include "attnkit/detail/storage_rows.hpp"
 #include "attnkit/detail/view_checks.hpp"
 #include "attnkit/error.hpp"
 #include "attnkit/problem.hpp"
@@ -46,15 +51,19 @@ class KvStorage {
             detail::cat(">= ", names.min_positions), positions);
     require(head_dim >= 1, at + "head_dim", ">= 1", head_dim);
     require(value_dim >= 0, at + "value_dim", ">= 0 (0: head_dim)", value_dim);
+    if constexpr (is_block_quantized<T>()) {
+      require_whole_blocks((at + "head_dim").c_str(), dim_);
+      require_whole_blocks((at + "value_dim").c_str(), value_dim_);
+    }
     Index k_elems = 0, v_elems = 0;
     require(
-        checked_product({outer, kv_heads, positions, dim_}, &k_elems) &&
-            checked_product({outer, kv_heads, positions, value_dim_}, &v_elems),
+        checked_product({outer, kv_heads, positions, row_elements<T>(dim_)}, &k_elems) &&
+            checked_product({outer, kv_heads, positions, row_elements<T>(value_dim_)}, &v_elems),
         owner_,
         std::string(names.outer) + " * kv_heads * " + names.positions + " * dim that fits in Index",
         "an overflow");
-    keys_.assign(static_cast<std::size_t>(k_elems), T(0.f));
-    values_.assign(static_cast<std::size_t>(v_elems), T(0.f));
+    keys_.assign(static_cast<std::size_t>(k_elems), zero());
+    values_.assign(static_cast<std::size_t>(v_elems), zero());
   }
 
   Index kv_heads() const { return heads_; }
@@ -92,17 +101,21 @@ class KvStorage {
       require_disjoint(byte_span(k), "k_new", s, storage);
       require_disjoint(byte_span(v), "v_new", s, storage);
     }
+    if constexpr (is_block_quantized<T>()) {  // quantizing needs finite values
+      require_finite_rows(k, "k_new");
+      require_finite_rows(v, "v_new");
+    }
   }
 
   /// Key row (o, h, r) = the head_dim values at src, any storage type (rounded to T); the
   /// same for a value row.
   template <class S>
   void put_key(Index o, Index h, Index r, const S* src) {
-    copy_row(src, dim_, keys_.data() + slot(o, h, r) * dim_);
+    copy_row(src, dim_, keys_.data() + slot(o, h, r) * row_elements<T>(dim_));
   }
   template <class S>
   void put_value(Index o, Index h, Index r, const S* src) {
-    copy_row(src, value_dim_, values_.data() + slot(o, h, r) * value_dim_);
+    copy_row(src, value_dim_, values_.data() + slot(o, h, r) * row_elements<T>(value_dim_));
   }
 
  private:
@@ -110,13 +123,50 @@ class KvStorage {
 
   template <class U>
   View<U> view(U* base, Index dim, Index o, Index count, Index rows) const {
-    return strided(base + slot(o, 0, 0) * dim, {count, heads_, rows, dim},
-                   {heads_ * positions_ * dim, positions_ * dim, dim});
+    const Index e = row_elements<T>(dim);  // elements (blocks) of a row
+    return strided(base + slot(o, 0, 0) * e, {count, heads_, rows, dim},
+                   {heads_ * positions_ * e, positions_ * e, e});
   }
 
+  static T zero() {
+    if constexpr (is_block_quantized<T>())
+      return T{};  // scale 0: every value 0
+    else
+      return T(0.f);
+  }
+
+  // dst = the row src of dim values, rounded or quantized to T (rows of T's own blocks copy).
   template <class S>
-  static void copy_row(const S* src, Index dim, T* dst) {
-    for (Index c = 0; c < dim; ++c) dst[c] = static_cast<T>(static_cast<float>(src[c]));
+  void copy_row(const S* src, Index dim, T* dst) {
+    if constexpr (std::is_same_v<std::remove_const_t<S>, T>) {
+      std::copy(src, src + row_elements<T>(dim), dst);
+    } else if constexpr (is_block_quantized<T>()) {
+      static_assert(!is_block_quantized<S>(), "KvStorage: one quantized type into another");
+      const float* values = reinterpret_cast<const float*>(src);
+      if constexpr (!std::is_same_v<std::remove_const_t<S>, float>) {
+        staging_.resize(static_cast<std::size_t>(dim));
+        row_to_f32(src, dim, staging_.data());
+        values = staging_.data();
+      }
+      row_from_f32(values, dim, dst);
+    } else {
+      for (Index c = 0; c < dim; ++c) dst[c] = static_cast<T>(value_at(src, c));
+    }
+  }
+
+  // Throws Error naming the first row of x holding a value that is not finite.
+  template <class S>
+  static void require_finite_rows(const View<S>& x, const char* name) {
+    std::vector<float> row(static_cast<std::size_t>(x.dim));
+    for (Index b = 0; b < x.batch; ++b)
+      for (Index h = 0; h < x.heads; ++h)
+        for (Index s = 0; s < x.seq; ++s) {
+          row_to_f32(x.row(b, h, s), x.dim, row.data());
+          for (Index c = 0; c < x.dim; ++c)
+            if (!std::isfinite(row[static_cast<std::size_t>(c)]))
+              fail(cat(name, " row (", b, ", ", h, ", ", s, ")"),
+                   "finite values (quantized storage)", cat("a non-finite value at ", c));
+        }
   }
 
   static ByteSpan span_of(const AlignedVector<T>& data) {
@@ -126,8 +176,9 @@ class KvStorage {
 
   std::string owner_;
   Index heads_, positions_, dim_, value_dim_;
-  AlignedVector<T> keys_;    // [outer, kv_heads, positions, head_dim]
-  AlignedVector<T> values_;  // [outer, kv_heads, positions, value_dim]
+  AlignedVector<T> keys_;       // [outer, kv_heads, positions, head_dim]
+  AlignedVector<T> values_;     // [outer, kv_heads, positions, value_dim]
+  std::vector<float> staging_;  // one row in f32, on its way to quantized storage
 };
 
 }  // namespace attnkit::detail

@@ -23,8 +23,9 @@ namespace attnkit {
 
 template <class T>
 class PagedKv {
-  static_assert(detail::is_storage<T>() && !std::is_const_v<T>,
-                "PagedKv: storage must be float, Eigen::bfloat16 or Eigen::half");
+  static_assert(detail::is_kv_storage<T>() && !std::is_const_v<T>,
+                "PagedKv: storage must be float, Eigen::bfloat16, Eigen::half, BlockQ8_0 or "
+                "BlockQ4_0");
 
  public:
   /// A pool of num_pages pages of page_size positions, every page free, no sequence.
@@ -84,8 +85,10 @@ class PagedKv {
   /// index, a shape mismatch, new views sharing memory with the pool, or too few free pages.
   template <class K, class V>
   void append(Index seq, const View<K>& k_new, const View<V>& v_new) {
-    static_assert(detail::is_storage<K>() && detail::is_storage<V>(),
-                  "PagedKv::append(): storage must be float, Eigen::bfloat16 or Eigen::half");
+    static_assert((detail::is_storage<K>() || std::is_same_v<std::remove_const_t<K>, T>)&&(
+                      detail::is_storage<V>() || std::is_same_v<std::remove_const_t<V>, T>),
+                  "PagedKv::append(): rows of float, Eigen::bfloat16, Eigen::half or the "
+                  "cache's own storage type");
     using detail::require;
     using detail::require_dim;
     check_seq(seq);

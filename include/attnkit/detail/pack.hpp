@@ -1,18 +1,15 @@
 // Packing: copies of Q, K and V tiles into f32 scratch in the layouts the tile GEMMs read.
-// Storage types (float, Eigen::bfloat16, Eigen::half) are converted to f32 here.
+// Storage types (float, Eigen::bfloat16, Eigen::half, the quantized blocks) are converted
+// to f32 here.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
+#include "attnkit/detail/storage_rows.hpp"
 #include "attnkit/simd/simd.hpp"
 #include "attnkit/tensor.hpp"
-
-namespace Eigen {  // the storage types, declared here so this header needs no Eigen include
-struct bfloat16;
-struct half;
-}  // namespace Eigen
 
 namespace attnkit::detail {
 
@@ -35,23 +32,13 @@ void pack_q_transposed(const View<T>& q, Index b, Index h, Index row0, Index row
 }
 
 /// dst[rows, ld] = f32(src rows from (b, h, row0)), columns past src.dim up to ld are 0.
-/// bfloat16 and half rows widen with SIMD (simd::widen_bf16 / widen_f16) where it can.
+/// bfloat16 and half rows widen with SIMD, quantized blocks dequantize in registers
+/// (detail/storage_rows.hpp).
 template <class T>
 void pack_rows(const View<T>& src, Index b, Index h, Index row0, Index rows, float* dst, Index ld) {
-  using U = std::remove_const_t<T>;
   for (Index r = 0; r < rows; ++r) {
-    const T* in = src.row(b, h, row0 + r);
     float* out = dst + r * ld;
-    const auto* bits = reinterpret_cast<const std::uint16_t*>(in);  // unused for f32
-    if constexpr (std::is_same_v<U, Eigen::bfloat16>) {
-      simd::widen_bf16(bits, out, src.dim);
-    } else if constexpr (std::is_same_v<U, Eigen::half>) {
-      if (!simd::widen_f16(bits, out, src.dim))
-        for (Index c = 0; c < src.dim; ++c) out[c] = static_cast<float>(in[c]);
-    } else {
-      (void)bits;
-      for (Index c = 0; c < src.dim; ++c) out[c] = static_cast<float>(in[c]);
-    }
+    row_to_f32(src.row(b, h, row0 + r), src.dim, out);
     std::fill(out + src.dim, out + ld, 0.f);
   }
 }
@@ -61,14 +48,6 @@ void pack_rows(const View<T>& src, Index b, Index h, Index row0, Index rows, flo
 template <class T>
 constexpr bool is_f32() {
   return std::is_same_v<std::remove_const_t<T>, float>;
-}
-
-/// The storage types attention() reads and writes.
-template <class T>
-constexpr bool is_storage() {
-  using U = std::remove_const_t<T>;
-  return std::is_same_v<U, float> || std::is_same_v<U, Eigen::bfloat16> ||
-         std::is_same_v<U, Eigen::half>;
 }
 
 /// The f32 rows of an f32 view; nullptr for other storage (never read then).

@@ -25,12 +25,12 @@ bool is_empty(const View<T>& v) {
   return v.batch == 0 || v.heads == 0 || v.seq == 0 || v.dim == 0;
 }
 
-/// Elements from v.data to one past the last element of the last row, or -1 when that
-/// number (or its size in bytes) overflows Index. 0 for an empty view.
+/// Elements (blocks for quantized storage) from v.data to one past the last element of the last
+/// row, or -1 when that number (or its size in bytes) overflows Index. 0 for an empty view.
 template <class T>
 Index element_extent(const View<T>& v) {
   if (is_empty(v)) return 0;
-  Index total = v.dim, term = 0;
+  Index total = row_elements<T>(v.dim), term = 0;
   const Index extents[3] = {v.batch, v.heads, v.seq};
   const Index strides[3] = {v.batch_stride, v.head_stride, v.seq_stride};
   for (int d = 0; d < 3; ++d)
@@ -46,6 +46,9 @@ void check_view(const View<T>& v, const Name& name) {
   require(v.heads >= 0, cat(name, ".heads"), ">= 0", v.heads);
   require(v.seq >= 0, cat(name, ".seq"), ">= 0", v.seq);
   require(v.dim >= 0, cat(name, ".dim"), ">= 0", v.dim);
+  if constexpr (is_block_quantized<T>())
+    require(v.dim % kQuantBlock == 0, cat(name, ".dim"),
+            cat("a multiple of ", kQuantBlock, " (quantized blocks)"), v.dim);
   require(v.batch_stride >= 0, cat(name, ".batch_stride"), ">= 0", v.batch_stride);
   require(v.head_stride >= 0, cat(name, ".head_stride"), ">= 0", v.head_stride);
   require(v.seq_stride >= 0, cat(name, ".seq_stride"), ">= 0", v.seq_stride);
@@ -89,7 +92,7 @@ void check_rows_distinct(const View<T>& v, const Name& name) {
                  {v.batch_stride, v.batch, ".batch_stride"}};
   std::sort(std::begin(dims), std::end(dims),
             [](const Dim& a, const Dim& b) { return a.stride < b.stride; });
-  Index span = v.dim;  // elements covered by one row, then by each block of rows
+  Index span = row_elements<T>(v.dim);  // elements covered by one row, then by each block of rows
   for (const Dim& d : dims) {
     if (d.extent <= 1) continue;
     require(d.stride >= span, cat(name, d.label), cat(">= ", span, " (rows must not overlap)"),

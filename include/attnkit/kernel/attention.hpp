@@ -105,9 +105,11 @@ void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<
       !(detail::owns_product<Position>() && detail::cosine_logits<typename Spec::Normalizer>()),
       "attention(): this Position forms the logits itself (TAPA), and this normalizer "
       "needs cosine logits (SoftplusL1): they cannot be combined");
-  static_assert(detail::is_storage<Q>() && detail::is_storage<K>() && detail::is_storage<V>() &&
-                    detail::is_storage<O>(),
-                "attention(): storage must be float, Eigen::bfloat16 or Eigen::half");
+  static_assert(detail::is_storage<Q>() && detail::is_storage<O>(),
+                "attention(): q and o storage must be float, Eigen::bfloat16 or Eigen::half");
+  static_assert(detail::is_kv_storage<K>() && detail::is_kv_storage<V>(),
+                "attention(): k and v storage must be float, Eigen::bfloat16, Eigen::half, "
+                "BlockQ8_0 or BlockQ4_0");
   static_assert(detail::check_normalizer<typename Spec::Normalizer>());  // each says why
   const Problem p = make_problem(q, k, v, o, options);
   validate_policies(spec, p, options);

@@ -30,9 +30,11 @@ void decode(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>&
                     detail::transforms_rows<typename Spec::Position>() ||
                     detail::owns_product<typename Spec::Position>(),
                 "decode(): a Position policy needs apply() or combine()");
-  static_assert(detail::is_storage<Q>() && detail::is_storage<K>() && detail::is_storage<V>() &&
-                    detail::is_storage<O>(),
-                "decode(): storage must be float, Eigen::bfloat16 or Eigen::half");
+  static_assert(detail::is_storage<Q>() && detail::is_storage<O>(),
+                "decode(): q and o storage must be float, Eigen::bfloat16 or Eigen::half");
+  static_assert(detail::is_kv_storage<K>() && detail::is_kv_storage<V>(),
+                "decode(): k and v storage must be float, Eigen::bfloat16, Eigen::half, "
+                "BlockQ8_0 or BlockQ4_0");
   const Problem p = make_problem(q, k, v, o, options);
   validate_policies(spec, p, options);
   detail::require(p.q_len <= kMaxDecodeQueries, "decode(): q_len",

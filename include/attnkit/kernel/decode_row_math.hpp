@@ -13,6 +13,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "attnkit/detail/storage_rows.hpp"
 #include "attnkit/normalizer/softmax.hpp"
 #include "attnkit/simd/simd.hpp"
 #include "attnkit/tensor.hpp"
@@ -39,6 +40,16 @@ simd::Vec widened(const T* p) {
     for (int i = 0; i < simd::kWidth; ++i) out[i] = static_cast<float>(p[i]);
     return simd::load(out);
   }
+}
+
+/// kWidth f32 values of a row of storage T from column c (a multiple of kWidth): widened(),
+/// or dequantized in registers for the quantized blocks.
+template <class T>
+simd::Vec widened_at(const T* row, Index c) {
+  if constexpr (is_block_quantized<T>())
+    return block_vector(row[c / kQuantBlock], c % kQuantBlock);
+  else
+    return widened(row + c);
 }
 
 /// The row engine's arithmetic for K rows of storage K and V rows of storage V, for rows of
@@ -164,8 +175,7 @@ struct DecodeRowMath {
     }
     for (Index x = 0; x < R; ++x)
       for (Index j = 0; j < n; ++j)
-        for (Index c = whole; c < dv; ++c)
-          acc[x * dv_pad + c] += w[x][j] * static_cast<float>(rows[j][c]);
+        for (Index c = whole; c < dv; ++c) acc[x * dv_pad + c] += w[x][j] * value_at(rows[j], c);
   }
 
   /// One row's partial output o[0, dv) = acc / l (0 for a row that saw no key) and its
@@ -218,7 +228,7 @@ struct DecodeRowMath {
       }
     } else {
       for (int c = 0; c < NQ; ++c) {
-        const simd::Vec kc = widened(key + c * kW);
+        const simd::Vec kc = widened_at(key, c * kW);
         for (int x = 0; x < R; ++x) a[x] = simd::fma(kc, qv[x][c], a[x]);
       }
     }
@@ -235,10 +245,10 @@ struct DecodeRowMath {
         simd::Vec a0(0.f), a1(0.f);  // two chains hide the FMA latency
         Index c = 0;
         for (; c + 2 * kW <= whole; c += 2 * kW) {
-          a0 = simd::fma(widened(key + c), simd::load(q + c), a0);
-          a1 = simd::fma(widened(key + c + kW), simd::load(q + c + kW), a1);
+          a0 = simd::fma(widened_at(key, c), simd::load(q + c), a0);
+          a1 = simd::fma(widened_at(key, c + kW), simd::load(q + c + kW), a1);
         }
-        if (c < whole) a0 = simd::fma(widened(key + c), simd::load(q + c), a0);
+        if (c < whole) a0 = simd::fma(widened_at(key, c), simd::load(q + c), a0);
         part[t] = a0 + a1;
       }
       simd::store(out + j, simd::transpose_add(part));
@@ -246,12 +256,13 @@ struct DecodeRowMath {
     for (; j < nk; ++j) {
       const K* key = keys + j * ld;
       simd::Vec a0(0.f);
-      for (Index c = 0; c < whole; c += kW) a0 = simd::fma(widened(key + c), simd::load(q + c), a0);
+      for (Index c = 0; c < whole; c += kW)
+        a0 = simd::fma(widened_at(key, c), simd::load(q + c), a0);
       out[j] = simd::reduce_add(a0);
     }
     if (whole < d)
       for (j = 0; j < nk; ++j)
-        for (Index c = whole; c < d; ++c) out[j] += static_cast<float>(keys[j * ld + c]) * q[c];
+        for (Index c = whole; c < d; ++c) out[j] += value_at(keys + j * ld, c) * q[c];
   }
 
   template <int R, int N>
@@ -262,17 +273,17 @@ struct DecodeRowMath {
     for (Index j = 0; j < n; ++j) {
       simd::Vec wj[std::size_t{R}];
       for (int x = 0; x < R; ++x) wj[x] = simd::Vec(w[x][j]);
-      const V* value = rows[j] + c0;
       int t = 0;
       if constexpr (kPairsV)  // c0 is a multiple of 2 kW: whole pairs in split order
         for (; t + 1 < N; t += 2) {
           simd::Vec v0, v1;
-          simd::load_bf16_pair(reinterpret_cast<const std::uint16_t*>(value + t * kW), v0, v1);
+          simd::load_bf16_pair(reinterpret_cast<const std::uint16_t*>(rows[j] + c0 + t * kW), v0,
+                               v1);
           for (int x = 0; x < R; ++x) a[x][t] = simd::fma(wj[x], v0, a[x][t]);
           for (int x = 0; x < R; ++x) a[x][t + 1] = simd::fma(wj[x], v1, a[x][t + 1]);
         }
       for (; t < N; ++t) {
-        const simd::Vec vt = widened(value + t * kW);
+        const simd::Vec vt = widened_at(rows[j], c0 + t * kW);
         for (int x = 0; x < R; ++x) a[x][t] = simd::fma(wj[x], vt, a[x][t]);
       }
     }

@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "attnkit/detail/storage_rows.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/normalizer/row_context.hpp"
 #include "attnkit/options.hpp"
@@ -54,10 +55,26 @@ void turn(const Position& position, const T* x, double* out, Index dim, const Ro
     position.reference_apply(out, dim, at);
 }
 
+// x itself, or for quantized storage its values dequantized into buf (dense, BHSD).
+template <class T>
+auto dequantized(const View<T>& x, std::vector<float>& buf) {
+  if constexpr (attnkit::detail::is_block_quantized<T>()) {
+    buf.resize(static_cast<std::size_t>(x.batch * x.heads * x.seq * x.dim));
+    const View<float> out = bhsd(buf.data(), x.batch, x.heads, x.seq, x.dim);
+    for (Index b = 0; b < x.batch; ++b)
+      for (Index h = 0; h < x.heads; ++h)
+        for (Index s = 0; s < x.seq; ++s) dequantize_row(x.row(b, h, s), x.dim, out.row(b, h, s));
+    return View<const float>(out);
+  } else {
+    return x;
+  }
+}
+
 }  // namespace detail
 
 /// Same contract as attnkit::attention(); `o` may be a View<double> to keep full
-/// precision. options.threads is ignored (the reference is serial).
+/// precision. options.threads is ignored (the reference is serial). Quantized K or V
+/// (quant/blocks.hpp) are dequantized first: the reference is that of the stored values.
 template <class Spec, class Q, class K, class V, class O>
 void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
                const View<O>& o, const Options& options = {}) {
@@ -70,65 +87,74 @@ void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<
   static_assert(attnkit::detail::has_modify<typename Spec::Score>::value ||
                     !attnkit::detail::has_apply_tile<typename Spec::Score>::value,
                 "reference::attention(): a Score policy with apply_tile() needs modify() too");
-  const Problem p = make_problem(q, k, v, o, options);
-  validate_policies(spec, p, options);
-  const double neg_inf = -std::numeric_limits<double>::infinity();
-  std::vector<double> s_row(static_cast<std::size_t>(p.kv_len));       // one row of [Lq, Lk]
-  std::vector<char> kept_row(static_cast<std::size_t>(p.kv_len));      // the mask's row
-  std::vector<double> out_row(static_cast<std::size_t>(p.value_dim));  // [Dv]
-  double* s = s_row.data();
-  char* kept = kept_row.data();
-  double* out = out_row.data();
+  if constexpr (attnkit::detail::is_block_quantized<K>() ||
+                attnkit::detail::is_block_quantized<V>()) {
+    make_problem(q, k, v, o, options);  // the views' checks, before anything is read
+    std::vector<float> k_values, v_values;
+    reference::attention(spec, q, detail::dequantized(k, k_values),
+                         detail::dequantized(v, v_values), o, options);
+  } else {
+    const Problem p = make_problem(q, k, v, o, options);
+    validate_policies(spec, p, options);
+    const double neg_inf = -std::numeric_limits<double>::infinity();
+    std::vector<double> s_row(static_cast<std::size_t>(p.kv_len));       // one row of [Lq, Lk]
+    std::vector<char> kept_row(static_cast<std::size_t>(p.kv_len));      // the mask's row
+    std::vector<double> out_row(static_cast<std::size_t>(p.value_dim));  // [Dv]
+    double* s = s_row.data();
+    char* kept = kept_row.data();
+    double* out = out_row.data();
 
-  // With a row-transforming Position (RoPE), q and k rows are turned in double by its
-  // reference_apply(), each key row once per (batch, head), when a query first keeps it.
-  constexpr bool kTurns =
-      attnkit::detail::transforms_rows<Position>() || attnkit::detail::owns_product<Position>();
-  const auto dim = static_cast<std::size_t>(p.head_dim);
-  std::vector<double> q_turned(kTurns ? dim : 0),
-      k_turned(kTurns ? dim * std::size_t(p.kv_len) : 0);
-  std::vector<char> k_ready(kTurns ? std::size_t(p.kv_len) : 0);
+    // With a row-transforming Position (RoPE), q and k rows are turned in double by its
+    // reference_apply(), each key row once per (batch, head), when a query first keeps it.
+    constexpr bool kTurns =
+        attnkit::detail::transforms_rows<Position>() || attnkit::detail::owns_product<Position>();
+    const auto dim = static_cast<std::size_t>(p.head_dim);
+    std::vector<double> q_turned(kTurns ? dim : 0),
+        k_turned(kTurns ? dim * std::size_t(p.kv_len) : 0);
+    std::vector<char> k_ready(kTurns ? std::size_t(p.kv_len) : 0);
 
-  // A masked pair contributes nothing, exactly: its key is never read and its value never
-  // multiplied (0 * inf would be NaN), so garbage in keys and values the mask excludes
-  // cannot reach the output.
-  for (Index b = 0; b < p.batch; ++b)
-    for (Index h = 0; h < p.q_heads; ++h) {
-      const Index hk = p.kv_head(h);
-      std::fill(k_ready.begin(), k_ready.end(), char{0});
-      for (Index r = 0; r < p.q_len; ++r) {
-        const Index i = r + p.q_offset;  // absolute query position
-        if constexpr (kTurns)
-          detail::turn(spec.position, q.row(b, h, r), q_turned.data(), p.head_dim,
-                       RowAt{b, h, r, p.q_len, i, Role::Query});
-        for (Index j = 0; j < p.kv_len; ++j) {
-          kept[j] = spec.mask.keep(b, h, i, j);
-          if (!kept[j]) {
-            s[j] = neg_inf;
-          } else if constexpr (kTurns) {
-            double* key = k_turned.data() + std::size_t(j) * dim;
-            if (!k_ready[std::size_t(j)])
-              detail::turn(spec.position, k.row(b, hk, j), key, p.head_dim,
-                           RowAt{b, hk, j, p.kv_len, j, Role::Key});
-            k_ready[std::size_t(j)] = 1;
-            s[j] = detail::logit(spec, q_turned.data(), key, p, b, h, i, j);
-          } else {
-            s[j] = detail::logit(spec, q.row(b, h, r), k.row(b, hk, j), p, b, h, i, j);
+    // A masked pair contributes nothing, exactly: its key is never read and its value never
+    // multiplied (0 * inf would be NaN), so garbage in keys and values the mask excludes
+    // cannot reach the output.
+    for (Index b = 0; b < p.batch; ++b)
+      for (Index h = 0; h < p.q_heads; ++h) {
+        const Index hk = p.kv_head(h);
+        std::fill(k_ready.begin(), k_ready.end(), char{0});
+        for (Index r = 0; r < p.q_len; ++r) {
+          const Index i = r + p.q_offset;  // absolute query position
+          if constexpr (kTurns)
+            detail::turn(spec.position, q.row(b, h, r), q_turned.data(), p.head_dim,
+                         RowAt{b, h, r, p.q_len, i, Role::Query});
+          for (Index j = 0; j < p.kv_len; ++j) {
+            kept[j] = spec.mask.keep(b, h, i, j);
+            if (!kept[j]) {
+              s[j] = neg_inf;
+            } else if constexpr (kTurns) {
+              double* key = k_turned.data() + std::size_t(j) * dim;
+              if (!k_ready[std::size_t(j)])
+                detail::turn(spec.position, k.row(b, hk, j), key, p.head_dim,
+                             RowAt{b, hk, j, p.kv_len, j, Role::Key});
+              k_ready[std::size_t(j)] = 1;
+              s[j] = detail::logit(spec, q_turned.data(), key, p, b, h, i, j);
+            } else {
+              s[j] = detail::logit(spec, q.row(b, h, r), k.row(b, hk, j), p, b, h, i, j);
+            }
           }
+          const Index row = (b * p.q_heads + h) * p.q_len + r;
+          const auto visible = static_cast<float>(std::count(kept, kept + p.kv_len, char{1}));
+          const double stat = attnkit::detail::reference_row(
+              spec.normalizer, s, p.kv_len,
+              RowContext{b, h, p.kv_len, p.head_dim, row, 1, &visible});
+          std::fill(out, out + p.value_dim, 0.0);
+          for (Index j = 0; j < p.kv_len; ++j)
+            if (kept[j])
+              for (Index c = 0; c < p.value_dim; ++c) out[c] += s[j] * double(v.row(b, hk, j)[c]);
+          for (Index c = 0; c < p.value_dim; ++c)
+            o.row(b, h, r)[c] = static_cast<std::remove_const_t<O>>(out[c]);
+          if (options.lse != nullptr) options.lse[row] = static_cast<float>(stat);
         }
-        const Index row = (b * p.q_heads + h) * p.q_len + r;
-        const auto visible = static_cast<float>(std::count(kept, kept + p.kv_len, char{1}));
-        const double stat = attnkit::detail::reference_row(
-            spec.normalizer, s, p.kv_len, RowContext{b, h, p.kv_len, p.head_dim, row, 1, &visible});
-        std::fill(out, out + p.value_dim, 0.0);
-        for (Index j = 0; j < p.kv_len; ++j)
-          if (kept[j])
-            for (Index c = 0; c < p.value_dim; ++c) out[c] += s[j] * double(v.row(b, hk, j)[c]);
-        for (Index c = 0; c < p.value_dim; ++c)
-          o.row(b, h, r)[c] = static_cast<std::remove_const_t<O>>(out[c]);
-        if (options.lse != nullptr) options.lse[row] = static_cast<float>(stat);
       }
-    }
+  }
 }
 
 }  // namespace attnkit::reference
