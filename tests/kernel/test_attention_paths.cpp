@@ -1,8 +1,9 @@
 // attention() through the tile kernel on one SIMD path, compactly: every normalizer (its vector
 // finalize and row statistic), every kind of mask the kernel treats differently (runs() on
 // Partial tiles, keep() only, key ranges that leave Full, Partial and Empty tiles, and/or
-// combinations, a BlockMask), Softcap and ALiBi, RoPE, FoPE and TAPA, f32 / bf16 / f16 storage,
-// GQA, ragged tiles and d 128, each against the f64 reference (Lq 1 cases through split-KV decode);
+// combinations, a BlockMask), Softcap and ALiBi, RoPE, FoPE and TAPA, f32 / bf16 / f16 storage
+// and q8_0 / q4_0 K/V, GQA, ragged tiles and d 128, each against the f64 reference (Lq 1 cases
+// through split-KV decode);
 // then bitwise stability over thread counts. In the test workflow's emulated Arm set
 // (ATTNKIT_TEST_CI_SUBSET: the CI budget) the bf16 normalizer pass, the normalizers' Softcap
 // pass and the positions are left out; the aarch64 preset runs them. The flavour builds
@@ -141,6 +142,17 @@ TEST_CASE("paths: RoPE, FoPE and TAPA match the reference in prefill and decode"
   }
 }
 #endif
+
+TEST_CASE("paths: q8_0 keys and q4_0 values match the reference in prefill and decode",
+          "[attention][paths][quant]") {
+  // The int8 and 4-bit widenings (simd/int_widen.hpp) in the tile packing and the row engine.
+  for (const Index lq : {1, 3, 70}) {
+    const Case c = Case{}.lengths(lq, 400).heads(4, 2).dims(64, 32);
+    INFO(ak::test::describe(c));
+    ak::test::check_attention_on(ak::make_spec(Causal{}), c,
+                                 ak::test::Inputs<ak::BlockQ8_0, float, ak::BlockQ4_0>(c, 3));
+  }
+}
 
 TEST_CASE("paths: output and statistic are bitwise identical for 1..4 threads",
           "[attention][paths][threads]") {

@@ -1,6 +1,7 @@
 // The SIMD layer's remaining operations (test_simd.cpp has load/store, arithmetic, exp2, tanh,
 // the reductions and the bf16 pairs): log2, cos, softplus, min, abs, the mask comparisons and
-// selects, dot, the array widenings of bf16 and f16 and in_register, each against the scalar
+// selects, dot, the array widenings of bf16 and f16, the int8 and 4-bit widenings of the
+// quantized blocks and in_register, each against the scalar
 // standard library. Built on every path (native ISA, x86-64-v2, ATTNKIT_NO_SIMD, aarch64 NEON
 // under emulation on request), so each form an ISA has of these is checked where it is
 // compiled.
@@ -179,6 +180,28 @@ TEST_CASE("simd ops: widen_bf16 and widen_f16 convert whole arrays exactly, tail
     simd::widen_bf16(bf.data() + 1, got.data(), n);  // unaligned on purpose
     CHECK(got == want_bf);
     if (simd::widen_f16(hf.data() + 1, got.data(), n)) CHECK(got == want_hf);
+  }
+}
+
+TEST_CASE("simd ops: load_i8 and load_u4 widen every byte exactly, at every offset",
+          "[simd][memory]") {
+  // Every byte value, twice, so each vector of kWidth bytes starts at every offset.
+  std::vector<std::uint8_t> bytes(512 + kWidth);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = std::uint8_t(i * 37 + 11);
+  for (std::size_t at = 0; at + kWidth <= bytes.size(); ++at) {
+    const std::uint8_t* p = bytes.data() + at;
+    Lanes i8, lo, hi;
+    std::array<std::int8_t, kWidth> s8;
+    std::memcpy(s8.data(), p, kWidth);
+    for (int l = 0; l < kWidth; ++l) {
+      i8[l] = float(s8[std::size_t(l)]);
+      lo[l] = float((p[l] & 15) - 8);
+      hi[l] = float((p[l] >> 4) - 8);
+    }
+    INFO(simd::kArchName << ": offset " << at);
+    CHECK(lanes_of(simd::load_i8(reinterpret_cast<const std::int8_t*>(p))) == i8);
+    CHECK(lanes_of(simd::load_u4(p, false)) == lo);
+    CHECK(lanes_of(simd::load_u4(p, true)) == hi);
   }
 }
 

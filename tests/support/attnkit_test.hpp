@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <attnkit/quant/quantize.hpp>
 #include <attnkit/tensor.hpp>
 #include <cmath>
 #include <cstdint>
@@ -30,11 +31,14 @@ inline const char* name(Layout l) {
   return l == Layout::Bhsd ? "bhsd" : l == Layout::Bshd ? "bshd" : "padded";
 }
 
-/// "f32", "f64", "bf16" or "f16" (Eigen's 16-bit types by their mantissa, without Eigen).
+/// "f32", "f64", "bf16", "f16" (Eigen's 16-bit types by their mantissa, without Eigen), "q8_0"
+/// or "q4_0".
 template <class T>
 const char* storage_name() {
   if constexpr (std::is_same_v<T, float>) return "f32";
   if constexpr (std::is_same_v<T, double>) return "f64";
+  if constexpr (std::is_same_v<T, BlockQ8_0>) return "q8_0";
+  if constexpr (std::is_same_v<T, BlockQ4_0>) return "q4_0";
   return std::numeric_limits<T>::digits == 8 ? "bf16" : "f16";
 }
 
@@ -97,25 +101,28 @@ struct Tensor {
   Tensor(const Tensor&) = delete;  // the view points into `memory`
   Tensor& operator=(const Tensor&) = delete;
 
+  // For the quantized blocks (attnkit/quant/blocks.hpp) the elements are blocks of 32 values:
+  // strides count blocks, for_each() visits blocks, randomize() quantizes its draws.
+  static constexpr bool kBlocks = detail::is_block_quantized<T>();
+
   Tensor(Layout layout, Index B, Index H, Index S, Index D) {
-    const Index n = B * H * S * D;
+    const Index e = detail::row_elements<T>(D), n = B * H * S * e;
     switch (layout) {
       case Layout::Bhsd:
-        memory.assign(static_cast<std::size_t>(n), T(0));
+        memory.assign(static_cast<std::size_t>(n), zero());
         view = bhsd(memory.data(), B, H, S, D);
         break;
       case Layout::Bshd:
-        memory.assign(static_cast<std::size_t>(n), T(0));
+        memory.assign(static_cast<std::size_t>(n), zero());
         view = bshd(memory.data(), B, S, H, D);
         break;
       case Layout::Padded: {  // every stride padded; padding holds NaN
-        const Index ss = D + 3, hs = S * ss + 5, bs = H * hs + 7;
-        memory.assign(static_cast<std::size_t>(B * bs + 1),
-                      T(std::numeric_limits<float>::quiet_NaN()));
+        const Index ss = e + 3, hs = S * ss + 5, bs = H * hs + 7;
+        memory.assign(static_cast<std::size_t>(B * bs + 1), not_a_number());
         view = strided(memory.data(), {B, H, S, D}, {bs, hs, ss});
         for (Index b = 0; b < B; ++b)
           for (Index h = 0; h < H; ++h)
-            for (Index s = 0; s < S; ++s) std::fill(view.row(b, h, s), view.row(b, h, s) + D, T(0));
+            for (Index s = 0; s < S; ++s) std::fill(view.row(b, h, s), view.row(b, h, s) + e, zero());
         break;
       }
     }
@@ -123,10 +130,11 @@ struct Tensor {
 
   template <class F>
   void for_each(F f) const {
+    const Index e = detail::row_elements<T>(view.dim);
     for (Index b = 0; b < view.batch; ++b)
       for (Index h = 0; h < view.heads; ++h)
         for (Index s = 0; s < view.seq; ++s)
-          for (Index c = 0; c < view.dim; ++c) f(view.row(b, h, s)[c]);
+          for (Index c = 0; c < e; ++c) f(view.row(b, h, s)[c]);
   }
 
   /// Every element (not the padding) set to x.
@@ -143,15 +151,41 @@ struct Tensor {
   }
 
   /// Every element (not the padding) drawn from N(0, stddev^2), in for_each order.
+  /// For blocks: each row's draws, quantized (a Tensor<float> randomized alike holds them).
   Tensor& randomize(std::uint32_t seed, float stddev = 1.f) {
     const auto n = static_cast<std::size_t>(view.batch * view.heads * view.seq * view.dim);
     const std::vector<float> values = normal_values(seed, stddev, n);
-    std::size_t next = 0;
-    for_each([&](T& x) { x = T(values[next++]); });
+    if constexpr (kBlocks) {
+      const float* row = values.data();
+      for (Index b = 0; b < view.batch; ++b)
+        for (Index h = 0; h < view.heads; ++h)
+          for (Index s = 0; s < view.seq; ++s, row += view.dim)
+            quantize_row(row, view.dim, view.row(b, h, s));
+    } else {
+      std::size_t next = 0;
+      for_each([&](T& x) { x = T(values[next++]); });
+    }
     return *this;
   }
 
   View<const T> cview() const { return view; }
+
+ private:
+  static T zero() {
+    if constexpr (kBlocks)
+      return T{};  // scale 0
+    else
+      return T(0);
+  }
+  static T not_a_number() {
+    if constexpr (kBlocks) {
+      T blk{};
+      blk.d = 0x7E00;  // a NaN scale: every value NaN
+      return blk;
+    } else {
+      return T(std::numeric_limits<float>::quiet_NaN());
+    }
+  }
 };
 
 /// Largest |a - b| over all elements of two views of the same shape.

@@ -39,7 +39,16 @@ struct Inputs {
     k.randomize(seed + 1, c.stddev);
     v.randomize(seed + 2);
     v_abs.randomize(seed + 2);
-    v_abs.for_each([](TV& x) { x = TV(std::abs(float(x))); });
+    if constexpr (detail::is_block_quantized<TV>()) {  // |V| rounded to blocks: a magnitude
+      std::vector<float> row(static_cast<std::size_t>(detail::kQuantBlock));
+      v_abs.for_each([&row](TV& blk) {
+        dequantize_row(&blk, detail::kQuantBlock, row.data());
+        for (float& x : row) x = std::abs(x);
+        quantize_row(row.data(), detail::kQuantBlock, &blk);
+      });
+    } else {
+      v_abs.for_each([](TV& x) { x = TV(std::abs(float(x))); });
+    }
   }
 };
 

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "attnkit/detail/storage_rows.hpp"
 #include "attnkit/tensor.hpp"
 
 namespace attnkit::detail {
@@ -17,7 +18,7 @@ template <class T>
 float inverse_norm(const T* row, Index dim) {
   double sum = 0.0;
   for (Index c = 0; c < dim; ++c) {
-    const auto x = static_cast<double>(static_cast<float>(row[c]));
+    const auto x = static_cast<double>(value_at(row, c));
     sum += x * x;
   }
   return sum == 0.0 ? 0.f : static_cast<float>(1.0 / std::sqrt(sum));

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attnkit/detail/parallel.hpp"
+#include "attnkit/detail/storage_rows.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/detail/view_checks.hpp"
 #include "attnkit/error.hpp"
@@ -26,6 +27,9 @@ template <class Policy, class T>
 void apply_position(const Policy& policy, const View<T>& x, Role role, Index offset = 0) {
   static_assert(!std::is_const_v<T>, "apply_position(): the view must be writable");
   static_assert(detail::transforms_rows<Policy>(), "apply_position(): the policy has no apply()");
+  static_assert(!detail::is_block_quantized<T>(),
+                "apply_position(): quantized rows would be rounded twice; turn the f32 rows "
+                "before they are quantized (KvCache::append(k, v, rope) does)");
   detail::check_view(x, "x");
   detail::check_rows_distinct(x, "x");
   if constexpr (detail::has_validate_role<Policy>::value) {
@@ -65,7 +69,7 @@ std::vector<float> transformed_keys(const Policy& policy, const View<T>& k, int 
     const Index b = bh / k.heads, h = bh % k.heads;
     const T* src = k.row(b, h, s);
     float* dst = out.data() + row * k.dim;
-    for (Index c = 0; c < k.dim; ++c) dst[c] = static_cast<float>(src[c]);
+    row_to_f32(src, k.dim, dst);
     policy.apply(dst, k.dim, RowAt{b, h, s, k.seq, s, Role::Key});
   });
   return out;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "attnkit/simd/convert.hpp"
+#include "attnkit/simd/int_widen.hpp"
 #include "attnkit/simd/lane_mask.hpp"
 #include "attnkit/simd/math.hpp"
 #include "attnkit/simd/vec.hpp"
