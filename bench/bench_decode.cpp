@@ -1,12 +1,13 @@
 // Decode: one new query per head (Lq = 1, H = 32 query heads, d = 128) against a long KV
-// (Lk = 4096 and 32768) with Hkv = 32 (MHA) and 8 (GQA), K/V stored in f32, bf16 and f16, 1
-// and 2 threads. Decode is a stream over K and V: the measure is GB/s of K+V read, against a
-// streaming-read baseline over the same bytes measured in the same run (a SIMD sum over the
-// buffers, the same threads). Targets (issue 11): >= 80% of that baseline for every storage
-// type; with GQA the time follows Hkv = 8's bytes (each KV group read once).
-// Two more tables: decode over a PagedKv of 16-key pages (bf16) against decode() on the same
-// K/V stored contiguously, and prefill (causal, Lq = Lk = 1024, H = 32) with bf16/f16 K/V
-// against f32 K/V (target: <= 1.05x the f32 time).
+// (Lk = 4096 and 32768) with Hkv = 32 (MHA) and 8 (GQA), K/V stored in f32, bf16, f16 and the
+// GGUF blocks q8_0 and q4_0, 1 and 2 threads. Decode is a stream over K and V: the measure is GB/s
+// of K+V read, against a streaming-read baseline over the same bytes measured in the same run (a
+// SIMD sum over the buffers, the same threads). Targets (issue 11): >= 80% of that baseline for
+// every storage type; with GQA the time follows Hkv = 8's bytes (each KV group read once). Two more
+// tables: decode over a PagedKv of 16-key pages (bf16) against decode() on the same K/V stored
+// contiguously, and prefill (causal, Lq = Lk = 1024, H = 32) with bf16/f16 K/V against f32 K/V
+// (target: <= 1.05x the f32 time; q8_0 <= 1.25x), and q8_0 / q4_0 decode against bf16 decode
+// (target: q8_0 <= 0.6x the bf16 time at Lk 32K).
 #include <benchmark/benchmark.h>
 
 #include <attnkit/attnkit.hpp>  // first: see simd.hpp on GCC 12 and <immintrin.h>
@@ -42,14 +43,24 @@ struct KvBuffers {
   Index len, kv_heads;
   KvBuffers(Index l, Index h) : len(l), kv_heads(h) {
     const auto n = static_cast<std::size_t>(l * h * kDim);
-    k.resize(n);
-    v.resize(n);
+    std::vector<float> kf(n), vf(n);
     std::uint32_t x = 12345;
     for (std::size_t i = 0; i < n; ++i) {
       x = x * 1664525u + 1013904223u;
-      k[i] = T(float(int(x >> 9) - (1 << 22)) * (1.f / float(1 << 22)));
-      v[i] = T(float(int(x >> 12) - (1 << 19)) * (1.f / float(1 << 19)));
+      kf[i] = float(int(x >> 9) - (1 << 22)) * (1.f / float(1 << 22));
+      vf[i] = float(int(x >> 12) - (1 << 19)) * (1.f / float(1 << 19));
     }
+    store(kf, k);
+    store(vf, v);
+  }
+  // The values in T (quantized blocks: 32 values each).
+  static void store(const std::vector<float>& values, ak::detail::AlignedVector<T>& out) {
+    const auto n = static_cast<Index>(values.size());
+    out.resize(static_cast<std::size_t>(ak::detail::row_elements<T>(n)));
+    if constexpr (ak::detail::is_block_quantized<T>())
+      ak::quantize_row(values.data(), n, out.data());
+    else
+      for (std::size_t i = 0; i < values.size(); ++i) out[i] = T(values[i]);
   }
   ak::View<const T> view(const ak::detail::AlignedVector<T>& t) const {
     return ak::bhsd(t.data(), 1, kv_heads, len, kDim);
@@ -171,7 +182,11 @@ void add_prefill(const char* storage) {
                              "/threads:" + std::to_string(threads);
     attnkit_bench::register_timed(name, [=](benchmark::State& state) {
       static attnkit_bench::QkvoBuffers f32(static_cast<std::size_t>(kPrefillLen * kHeads * kDim));
-      static std::vector<T> k(f32.k.begin(), f32.k.end()), v(f32.v.begin(), f32.v.end());
+      static ak::detail::AlignedVector<T> k, v;
+      if (k.empty()) {
+        KvBuffers<T>::store(std::vector<float>(f32.k.begin(), f32.k.end()), k);
+        KvBuffers<T>::store(std::vector<float>(f32.v.begin(), f32.v.end()), v);
+      }
       const auto view = [](auto* data) { return ak::bshd(data, 1, kPrefillLen, kHeads, kDim); };
       attnkit_bench::time_best(state, name, attnkit_bench::Clocks::kWall, [&] {
         ak::attention(ak::make_spec(ak::Causal{}), view(static_cast<const float*>(f32.q.data())),
@@ -184,9 +199,16 @@ void add_prefill(const char* storage) {
   }
 }
 
-template <class T>
-double bytes_of(Index len, Index kv_heads) {
-  return 2.0 * double(len * kv_heads * kDim) * sizeof(T);
+// Bytes of K + V per value in each storage type of the tables.
+double bytes_per_value(const std::string& storage) {
+  if (storage == "f32") return 4.0;
+  if (storage == "q8_0") return double(sizeof(ak::BlockQ8_0)) / 32.0;
+  if (storage == "q4_0") return double(sizeof(ak::BlockQ4_0)) / 32.0;
+  return 2.0;  // bf16, f16
+}
+
+double bytes_of(const std::string& storage, Index len, Index kv_heads) {
+  return 2.0 * double(len * kv_heads * kDim) * bytes_per_value(storage);
 }
 
 void print_summary() {
@@ -199,7 +221,7 @@ void print_summary() {
       ak::simd::kArchName, long(kHeads), long(kDim));
   attnkit_bench::print_table_head(
       "| K/V | Lk | Hkv | threads | ms | GB/s | stream GB/s | / stream | met |");
-  for (const char* storage : {"f32", "bf16", "f16"})
+  for (const char* storage : {"f32", "bf16", "f16", "q8_0", "q4_0"})
     for (const Index len : {Index{4096}, Index{32768}})
       for (const Index hkv : {Index{32}, Index{8}})
         for (const int threads : {1, 2}) {
@@ -207,14 +229,29 @@ void print_summary() {
           const attnkit_bench::Best* d = attnkit_bench::find_best("decode/" + shape);
           const attnkit_bench::Best* s = attnkit_bench::find_best("stream/" + shape);
           if (d == nullptr || s == nullptr) continue;
-          const double bytes = storage[0] == 'f' && storage[1] == '3'
-                                   ? bytes_of<float>(len, hkv)
-                                   : bytes_of<Eigen::half>(len, hkv);
+          const double bytes = bytes_of(storage, len, hkv);
           const double ratio = s->seconds / d->seconds;
           std::printf("| %s | %ld | %ld | %d | %.2f | %.1f | %.1f | %.2f | %s |\n", storage,
                       long(len), long(hkv), threads, d->seconds * 1e3, bytes / d->seconds / 1e9,
                       bytes / s->seconds / 1e9, ratio, ratio >= 0.8 ? "yes" : "no");
         }
+
+  std::printf(
+      "\n### Quantized K/V decode against bf16 decode: Lk=32768, Lq=1, H=%ld, d=%ld (target: q8_0 "
+      "<= 0.60x the bf16 time)\n\n",
+      long(kHeads), long(kDim));
+  attnkit_bench::print_table_head("| K/V | Hkv | threads | ms | bf16 ms | / bf16 time |");
+  for (const char* storage : {"q8_0", "q4_0"})
+    for (const Index hkv : {Index{32}, Index{8}})
+      for (const int threads : {1, 2}) {
+        const attnkit_bench::Best* d =
+            attnkit_bench::find_best("decode/" + shape_name(storage, 32768, hkv, threads));
+        const attnkit_bench::Best* b =
+            attnkit_bench::find_best("decode/" + shape_name("bf16", 32768, hkv, threads));
+        if (d == nullptr || b == nullptr) continue;
+        std::printf("| %s | %ld | %d | %.2f | %.2f | %.2f |\n", storage, long(hkv), threads,
+                    d->seconds * 1e3, b->seconds * 1e3, d->seconds / b->seconds);
+      }
 
   std::printf(
       "\n### Decode over paged KV (%ld-position pages, read in place) vs decode() on contiguous "
@@ -233,11 +270,11 @@ void print_summary() {
     }
 
   std::printf(
-      "\n### Prefill with bf16/f16 K/V vs f32 K/V: causal, Lq=Lk=%ld, H=%ld, d=%ld, f32 "
-      "queries and output\n\n",
+      "\n### Prefill with bf16/f16/q8_0 K/V vs f32 K/V: causal, Lq=Lk=%ld, H=%ld, d=%ld, f32 "
+      "queries and output (targets: 16-bit <= 1.05x, q8_0 <= 1.25x the f32 time)\n\n",
       long(kPrefillLen), long(kHeads), long(kDim));
-  attnkit_bench::print_table_head("| K/V | threads | ms | / f32 time | met (<= 1.05) |");
-  for (const char* storage : {"f32", "bf16", "f16"})
+  attnkit_bench::print_table_head("| K/V | threads | ms | / f32 time | met |");
+  for (const char* storage : {"f32", "bf16", "f16", "q8_0"})
     for (const int threads : {1, 2}) {
       const std::string rest =
           "/Lk:" + std::to_string(kPrefillLen) + "/threads:" + std::to_string(threads);
@@ -246,8 +283,9 @@ void print_summary() {
       const attnkit_bench::Best* f = attnkit_bench::find_best("prefill_f32" + rest);
       if (t == nullptr || f == nullptr) continue;
       const double ratio = t->seconds / f->seconds;
+      const double target = std::string(storage) == "q8_0" ? 1.25 : 1.05;
       std::printf("| %s | %d | %.2f | %.3f | %s |\n", storage, threads, t->seconds * 1e3, ratio,
-                  ratio <= 1.05 ? "yes" : "no");
+                  ratio <= target ? "yes" : "no");
     }
 }
 
@@ -259,16 +297,20 @@ int main(int argc, char** argv) {
       add<float>("f32", len, hkv);
       add<Eigen::bfloat16>("bf16", len, hkv);
       add<Eigen::half>("f16", len, hkv);
+      add<ak::BlockQ8_0>("q8_0", len, hkv);
+      add<ak::BlockQ4_0>("q4_0", len, hkv);
     }
   for (const Index hkv : {Index{32}, Index{8}}) add_paged<Eigen::bfloat16>("bf16", 32768, hkv);
   add_prefill<float>("f32");
   add_prefill<Eigen::bfloat16>("bf16");
   add_prefill<Eigen::half>("f16");
+  add_prefill<ak::BlockQ8_0>("q8_0");
   attnkit_bench::report_context("decode", kHeads, 0);
   attnkit_bench::report_baseline("decode", "stream");
   attnkit_bench::report_baseline("paged", "decode");
   attnkit_bench::report_baseline("prefill_bf16", "prefill_f32");
   attnkit_bench::report_baseline("prefill_f16", "prefill_f32");
+  attnkit_bench::report_baseline("prefill_q8_0", "prefill_f32");
   return attnkit_bench::run_benchmarks(
       argc, argv, {"--benchmark_min_time=0.1", "--benchmark_repetitions=1"}, print_summary);
 }

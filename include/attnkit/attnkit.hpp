@@ -46,6 +46,8 @@
 #include "attnkit/position/row_at.hpp"
 #include "attnkit/position/tapa.hpp"
 #include "attnkit/problem.hpp"
+#include "attnkit/quant/blocks.hpp"
+#include "attnkit/quant/quantize.hpp"
 #include "attnkit/reference/attention.hpp"
 #include "attnkit/reference/attention_backward.hpp"
 #include "attnkit/score/alibi.hpp"

@@ -46,13 +46,24 @@ float value_at(const T* row, Index c) {
     return static_cast<float>(row[c]);
 }
 
-/// Values [off, off + kWidth) of a block (off a multiple of kWidth), dequantized in registers.
-inline simd::Vec block_vector(const BlockQ8_0& blk, Index off) {
-  return simd::load_i8(blk.qs + off) * simd::Vec(half_bits_to_float(blk.d));
-}
-inline simd::Vec block_vector(const BlockQ4_0& blk, Index off) {
+/// The integers of a block's values [off, off + kWidth) (off a multiple of kWidth), as floats:
+/// the values divided by the block's scale.
+inline simd::Vec block_ints(const BlockQ8_0& blk, Index off) { return simd::load_i8(blk.qs + off); }
+inline simd::Vec block_ints(const BlockQ4_0& blk, Index off) {
   constexpr Index kHalf = kQuantBlock / 2;  // values 16..31 are the high nibbles of bytes 0..15
-  return simd::load_u4(blk.qs + off % kHalf, off >= kHalf) * simd::Vec(half_bits_to_float(blk.d));
+  return simd::load_u4(blk.qs + off % kHalf, off >= kHalf);
+}
+
+/// A block's scale.
+template <class Block>
+float block_scale(const Block& blk) {
+  return half_bits_to_float(blk.d);
+}
+
+/// Values [off, off + kWidth) of a block (off a multiple of kWidth), dequantized in registers.
+template <class Block>
+simd::Vec block_vector(const Block& blk, Index off) {
+  return block_ints(blk, off) * simd::Vec(block_scale(blk));
 }
 
 /// out[0, dim) = the row's values in f32 (bf16 and f16 widened with SIMD where it can).

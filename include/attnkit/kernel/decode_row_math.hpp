@@ -68,6 +68,10 @@ struct DecodeRowMath {
   // dot product or an elementwise sum does not care about the order of its elements.
   static constexpr bool kPairsK = std::is_same_v<std::remove_const_t<K>, Eigen::bfloat16>;
   static constexpr bool kPairsV = std::is_same_v<std::remove_const_t<V>, Eigen::bfloat16>;
+  // Quantized K / V rows (quant/blocks.hpp): kPer vectors a block (kW divides 32), each block's
+  // products scaled once (K: the block's partial dot product; V: the weight).
+  static constexpr bool kBlocksK = is_block_quantized<K>(), kBlocksV = is_block_quantized<V>();
+  static constexpr int kPer = int(kQuantBlock >= kW ? kQuantBlock / kW : 1);
 
   Index d, dv, dv_pad, q_vectors;
 
@@ -226,6 +230,18 @@ struct DecodeRowMath {
         for (int x = 0; x < R; ++x) a[x] = simd::fma(k0, qv[x][c], a[x]);
         for (int x = 0; x < R; ++x) a[x] = simd::fma(k1, qv[x][c + 1], a[x]);
       }
+    } else if constexpr (kBlocksK && NQ % kPer == 0) {  // a block's products, then its scale
+      for (int c0 = 0; c0 < NQ; c0 += kPer) {
+        const auto& blk = key[c0 / kPer];
+        simd::Vec part[std::size_t{R}];
+        for (int x = 0; x < R; ++x) part[x] = simd::Vec(0.f);
+        for (int c = 0; c < kPer; ++c) {
+          const simd::Vec kc = block_ints(blk, c * kW);
+          for (int x = 0; x < R; ++x) part[x] = simd::fma(kc, qv[x][c0 + c], part[x]);
+        }
+        const simd::Vec scale(block_scale(blk));
+        for (int x = 0; x < R; ++x) a[x] = simd::fma(part[x], scale, a[x]);
+      }
     } else {
       for (int c = 0; c < NQ; ++c) {
         const simd::Vec kc = widened_at(key, c * kW);
@@ -274,6 +290,19 @@ struct DecodeRowMath {
       simd::Vec wj[std::size_t{R}];
       for (int x = 0; x < R; ++x) wj[x] = simd::Vec(w[x][j]);
       int t = 0;
+      if constexpr (kBlocksV && kSlab * kW % kQuantBlock == 0) {  // c0 starts a block
+        // The weight takes the block's scale (one product a block, not one a vector).
+        for (; t < N; t += kPer) {
+          const auto& blk = rows[j][(c0 + t * kW) / kQuantBlock];
+          const simd::Vec scale(block_scale(blk));
+          simd::Vec ws[std::size_t{R}];
+          for (int x = 0; x < R; ++x) ws[x] = wj[x] * scale;
+          for (int u = 0; u < kPer && t + u < N; ++u) {
+            const simd::Vec vt = block_ints(blk, u * kW);
+            for (int x = 0; x < R; ++x) a[x][t + u] = simd::fma(ws[x], vt, a[x][t + u]);
+          }
+        }
+      }
       if constexpr (kPairsV)  // c0 is a multiple of 2 kW: whole pairs in split order
         for (; t + 1 < N; t += 2) {
           simd::Vec v0, v1;
