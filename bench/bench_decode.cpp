@@ -83,25 +83,32 @@ std::vector<float>& queries() {
   return q;
 }
 
-// Reads every byte of K and V once, summed with SIMD over `threads`: the streaming baseline.
-template <class T>
-float stream(const KvBuffers<T>& buf, int threads) {
-  const auto* k = reinterpret_cast<const float*>(buf.k.data());
-  const auto* v = reinterpret_cast<const float*>(buf.v.data());
-  const auto n = static_cast<Index>(buf.k.size() * sizeof(T) / sizeof(float));
+// Reads every byte of the `arrays` (each `bytes` long) once, summed with SIMD over `threads`:
+// the streaming baseline.
+float stream_bytes(std::initializer_list<const void*> arrays, std::size_t bytes, int threads) {
+  const auto n = static_cast<Index>(bytes / sizeof(float));
   float total = 0.f;
+  for (const void* array : arrays) {
+    const auto* x = static_cast<const float*>(array);
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(threads) reduction(+ : total) schedule(static)
 #endif
-  for (Index block = 0; block < n; block += 4096) {
-    ak::simd::Vec acc(0.f);
-    const Index end = std::min(n, block + 4096);
-    for (Index i = block; i + ak::simd::kWidth <= end; i += ak::simd::kWidth)
-      acc = acc + ak::simd::load(k + i) + ak::simd::load(v + i);
-    total += ak::simd::reduce_add(acc);
+    for (Index block = 0; block < n; block += 4096) {
+      ak::simd::Vec acc(0.f);
+      const Index end = std::min(n, block + 4096);
+      for (Index i = block; i + ak::simd::kWidth <= end; i += ak::simd::kWidth)
+        acc = acc + ak::simd::load(x + i);
+      total += ak::simd::reduce_add(acc);
+    }
   }
   (void)threads;
   return total;
+}
+
+// K and V of buf, each byte once.
+template <class T>
+float stream(const KvBuffers<T>& buf, int threads) {
+  return stream_bytes({buf.k.data(), buf.v.data()}, buf.k.size() * sizeof(T), threads);
 }
 
 // "<storage>/Lk:<len>/Hkv:<kv_heads>/threads:<n>": the shape part of the decode, stream and
@@ -199,6 +206,76 @@ void add_prefill(const char* storage) {
   }
 }
 
+// MLA decode (DeepSeek's absorbed form): one latent row of kLatent values per position, K the
+// whole row, V its first kMlaValues columns (a view of the same rows: the latent is read once),
+// kMlaHeads query heads on the one KV head, Lq = 1, Lk = kMlaLen. Measured in GFLOP/s against
+// the in-run tile-GEMM peak (16 heads on each latent row make it compute-bound) and in GB/s
+// of latent against a streaming read of it.
+// The tile-GEMM peak (GFLOP/s) by thread count, measured in this run.
+std::map<int, double>& mla_peaks() {
+  static std::map<int, double> peaks;
+  return peaks;
+}
+
+constexpr Index kLatent = 576, kMlaValues = 512, kMlaHeads = 16, kMlaLen = 32768;
+
+template <class T>
+const ak::detail::AlignedVector<T>& latent() {
+  static const ak::detail::AlignedVector<T> rows = [] {
+    std::vector<float> values(static_cast<std::size_t>(kMlaLen * kLatent));
+    for (std::size_t i = 0; i < values.size(); ++i)
+      values[i] = float(int(i * 2654435761u % 2001) - 1000) * 1e-3f;
+    ak::detail::AlignedVector<T> out;
+    KvBuffers<T>::store(values, out);
+    return out;
+  }();
+  return rows;
+}
+
+template <class T>
+void add_mla(const char* storage) {
+  for (const int threads : {1, 2}) {
+    const std::string shape = std::string(storage) + "/Lk:" + std::to_string(kMlaLen) +
+                              "/threads:" + std::to_string(threads);
+    attnkit_bench::register_timed("mla/" + shape, [=](benchmark::State& state) {
+      const ak::detail::AlignedVector<T>& rows = latent<T>();
+      const auto k = ak::bhsd(rows.data(), 1, 1, kMlaLen, kLatent);
+      const auto v = ak::strided(rows.data(), {1, 1, kMlaLen, kMlaValues},
+                                 {k.batch_stride, k.head_stride, k.seq_stride});
+      static const std::vector<float> q = [] {
+        std::vector<float> x(static_cast<std::size_t>(kMlaHeads * kLatent));
+        for (std::size_t i = 0; i < x.size(); ++i)
+          x[i] = float(int(i * 7919 % 2001) - 1000) * 1e-3f;
+        return x;
+      }();
+      std::vector<float> out(static_cast<std::size_t>(kMlaHeads * kMlaValues));
+      attnkit_bench::time_best(state, "mla/" + shape, attnkit_bench::Clocks::kWall, [&] {
+        ak::decode(ak::make_spec(ak::Causal{}), ak::bhsd(q.data(), 1, kMlaHeads, 1, kLatent), k, v,
+                   ak::bhsd(out.data(), 1, kMlaHeads, 1, kMlaValues),
+                   ak::Options{}.with_threads(threads));
+        benchmark::DoNotOptimize(out.data());
+      });
+      const double flops = 2.0 * kMlaHeads * double(kMlaLen) * (kLatent + kMlaValues);
+      state.counters["GFLOP/s"] = attnkit_bench::per_second(flops / 1e9);
+      state.counters["GB/s"] = attnkit_bench::per_second(double(rows.size() * sizeof(T)) / 1e9);
+    });
+    attnkit_bench::register_timed("mla_stream/" + shape, [=](benchmark::State& state) {
+      const ak::detail::AlignedVector<T>& rows = latent<T>();
+      attnkit_bench::time_best(state, "mla_stream/" + shape, attnkit_bench::Clocks::kWall, [&] {
+        benchmark::DoNotOptimize(stream_bytes({rows.data()}, rows.size() * sizeof(T), threads));
+      });
+      state.counters["GB/s"] = attnkit_bench::per_second(double(rows.size() * sizeof(T)) / 1e9);
+    });
+  }
+  if (std::string(storage) != "bf16") return;
+  for (const int threads : {1, 2})  // the compute baseline, once
+    attnkit_bench::register_timed(
+        "mla_peak/threads:" + std::to_string(threads), [=](benchmark::State& state) {
+          state.counters["GFLOP/s"] = mla_peaks()[threads] =
+              std::max(mla_peaks()[threads], attnkit_bench::tile_gemm_peak(state, 128, threads));
+        });
+}
+
 // Bytes of K + V per value in each storage type of the tables.
 double bytes_per_value(const std::string& storage) {
   if (storage == "f32") return 4.0;
@@ -254,6 +331,30 @@ void print_summary() {
       }
 
   std::printf(
+      "\n### MLA decode (shared latent: K = %ld columns, V = its first %ld, one KV head, %ld "
+      "query heads), Lk=%ld, Lq=1\n\n/ tile peak = GFLOP/s against the in-run tile-GEMM peak (d "
+      "128, same threads, mla_peak); / stream = latent GB/s against a streaming read of it.\n\n",
+      long(kLatent), long(kMlaValues), long(kMlaHeads), long(kMlaLen));
+  attnkit_bench::print_table_head(
+      "| latent | threads | ms | GFLOP/s | / tile peak | GB/s | / stream |");
+  for (const char* storage : {"bf16", "q8_0"})
+    for (const int threads : {1, 2}) {
+      const std::string shape = std::string(storage) + "/Lk:" + std::to_string(kMlaLen) +
+                                "/threads:" + std::to_string(threads);
+      const attnkit_bench::Best* m = attnkit_bench::find_best("mla/" + shape);
+      const attnkit_bench::Best* st = attnkit_bench::find_best("mla_stream/" + shape);
+      if (m == nullptr || st == nullptr) continue;
+      const double flops = 2.0 * kMlaHeads * double(kMlaLen) * (kLatent + kMlaValues);
+      const double bytes =
+          double(kMlaLen * kLatent) * (std::string(storage) == "bf16" ? 2.0 : 34.0 / 32.0);
+      const double peak = mla_peaks()[threads];
+      std::printf("| %s | %d | %.2f | %.1f | %.2f | %.1f | %.2f |\n", storage, threads,
+                  m->seconds * 1e3, flops / m->seconds / 1e9,
+                  peak > 0 ? flops / m->seconds / 1e9 / peak : 0.0, bytes / m->seconds / 1e9,
+                  st->seconds / m->seconds);
+    }
+
+  std::printf(
       "\n### Decode over paged KV (%ld-position pages, read in place) vs decode() on contiguous "
       "K/V: bf16, Lq=1, H=%ld, d=%ld\n\n",
       long(kPageSize), long(kHeads), long(kDim));
@@ -305,12 +406,15 @@ int main(int argc, char** argv) {
   add_prefill<Eigen::bfloat16>("bf16");
   add_prefill<Eigen::half>("f16");
   add_prefill<ak::BlockQ8_0>("q8_0");
+  add_mla<Eigen::bfloat16>("bf16");
+  add_mla<ak::BlockQ8_0>("q8_0");
   attnkit_bench::report_context("decode", kHeads, 0);
   attnkit_bench::report_baseline("decode", "stream");
   attnkit_bench::report_baseline("paged", "decode");
   attnkit_bench::report_baseline("prefill_bf16", "prefill_f32");
   attnkit_bench::report_baseline("prefill_f16", "prefill_f32");
   attnkit_bench::report_baseline("prefill_q8_0", "prefill_f32");
+  attnkit_bench::report_baseline("mla", "mla_stream");
   return attnkit_bench::run_benchmarks(
       argc, argv, {"--benchmark_min_time=0.1", "--benchmark_repetitions=1"}, print_summary);
 }

@@ -4,7 +4,8 @@
 // Lq 1 to 16 (the row engine, split-KV decode and the tile kernel), ragged Lk, GQA 1 / 4 / 8,
 // masks, every normalizer, Softcap and RoPE, K and V quantized together and each alone, f32
 // and bf16 queries, padded layouts, bitwise stability over thread counts; and the error
-// against the unquantized K/V, within the bound the rounding implies.
+// against the unquantized K/V, within the bound the rounding implies; and the shared latent of
+// MLA (K and V views of one buffer).
 #include <Eigen/Core>
 #include <algorithm>
 #include <attnkit/kernel/attention.hpp>
@@ -196,4 +197,32 @@ TEST_CASE("quantized K/V: the error against unquantized K/V is within the roundi
   };
   check(BlockQ8_0{});
   check(BlockQ4_0{});
+}
+
+TEST_CASE("shared latent (MLA): K and V views of one buffer, f32 and q8_0, match the reference",
+          "[attention][quant][mla]") {
+  // DeepSeek's absorbed MLA: one latent row of Dk = 576 per position, one KV head for every
+  // query head; V is the first Dv = 512 columns of the same rows (a view with V's dim and K's
+  // row stride), so the latent is read once.
+  constexpr Index kDk = 576, kDv = 512, kHeads = 8;
+  const auto check = [](auto storage_tag, Index lq, Index len) {
+    using T = decltype(storage_tag);
+    const Case c = Case{}.lengths(lq, len).heads(kHeads, 1).dims(kDk, kDv).laid_out(Layout::Bhsd);
+    INFO(storage_name<T>() << ", " << ak::test::describe(c));
+    ak::test::Inputs<T, float, T> in(c, 13);
+    const ak::View<const T> latent = in.k.cview();
+    const ak::View<const T> values =
+        ak::strided(latent.data, {1, 1, len, kDv},
+                    {latent.batch_stride, latent.head_stride, latent.seq_stride});
+    const auto spec = ak::make_spec(Causal{});
+    ak::test::Tensor<float> o(Layout::Bhsd, 1, kHeads, lq, kDv);
+    ak::test::Tensor<double> want(Layout::Bhsd, 1, kHeads, lq, kDv);
+    ak::attention(spec, in.q.cview(), latent, values, o.view, c.options());
+    ak::reference::attention(spec, in.q.cview(), latent, values, want.view, c.options());
+    CHECK(ak::test::max_abs_diff(o.view, want.view) <= ak::test::tol::kF32);
+  };
+  for (const Index lq : {1, 4, 40}) {
+    check(float{}, lq, 900);
+    check(BlockQ8_0{}, lq, 900);
+  }
 }
