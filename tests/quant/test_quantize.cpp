@@ -115,9 +115,9 @@ void quantize_row_ref(const float* x, BlockQ4_0* y, int k) {  // quantize_row_q4
 // The kinds of rows the quantizers see, and row `seed` of length n of each.
 enum Kind { kNormal, kUniform, kOutlier, kZeros, kEqual, kTiny, kExtreme, kTies, kNearTies };
 constexpr int kKinds = kNearTies + 1;
-const char* const kKindNames[] = {"normal",    "uniform",      "one outlier",       "zeros",
-                                  "one value", "tiny (1e-30)", "negative extremes", "ties",
-                                  "near ties"};
+const char* const kKindNames[] = {"normal",          "uniform",   "one outlier",
+                                  "zeros",           "one value", "tiny (1e-30)",
+                                  "large negatives", "ties",      "near ties"};
 std::vector<float> make_row(int kind, Index n, std::uint32_t seed) {
   const auto size = static_cast<std::size_t>(n);
   std::vector<float> x = ak::test::normal_values(seed, 1.f, size);
@@ -125,7 +125,7 @@ std::vector<float> make_row(int kind, Index n, std::uint32_t seed) {
   std::uniform_int_distribution<std::size_t> at(0, size - 1);
   std::uniform_real_distribution<float> uniform(-3.f, 3.f);
   const float sign = seed % 2 ? -1.f : 1.f;
-  const float scale = std::ldexp(1.f, static_cast<int>(seed % 120));  // up to 2^119
+  const float scale = std::ldexp(1.f, static_cast<int>(seed % 16));  // up to 2^15
   if (kind == kUniform)
     for (float& v : x) v = uniform(rng);
   if (kind == kOutlier) x[at(rng)] = sign * 60.f;
@@ -133,9 +133,9 @@ std::vector<float> make_row(int kind, Index n, std::uint32_t seed) {
     std::fill(x.begin(), x.end(), kind == kZeros ? 0.f : sign * 0.7f * float(seed % 5 + 1));
   if (kind == kTiny)
     for (float& v : x) v *= 1e-30f;
-  if (kind == kExtreme) {  // the largest magnitude negative, up to -FLT_MAX
+  if (kind == kExtreme) {  // the largest magnitude negative, up to the largest q4_0 encodes
     for (float& v : x) v *= scale;
-    x[at(rng)] = seed % 3 ? -FLT_MAX : -8 * scale;
+    x[at(rng)] = seed % 3 ? -524159.f : -8 * scale;
   }
   if (kind == kTies) {  // d = 1 (127 / 127 or 8 / 8): x * id lands on k + 0.5
     for (std::size_t j = 0; j < size; ++j) x[j] = float(int(j % 16) - 8) + 0.5f;
@@ -304,6 +304,12 @@ TEMPLATE_TEST_CASE("quantize_row: round trip within a step, zero blocks exactly 
   ak::dequantize_row(static_cast<const TestType*>(blocks.data()), 64, back.data());
   CHECK(ak::test::all_equal_to(back, 0.f));
   CHECK((blocks[0].d & 0x7FFFu) == 0);  // scale 0 (q4_0: -0, as llama.cpp's 0 / -8)
+  // A block so small that 1 / d overflows (x * inf would leave the integers' range): zeros.
+  const std::vector<float> tiny(64, 1e-38f);
+  std::fill(back.begin(), back.end(), 42.f);
+  ak::quantize_row(tiny.data(), 64, blocks.data());
+  ak::dequantize_row(static_cast<const TestType*>(blocks.data()), 64, back.data());
+  CHECK(ak::test::all_equal_to(back, 0.f));
 }
 
 TEMPLATE_TEST_CASE("quantize: errors name the argument and write nothing", "[quant][errors]",
@@ -321,7 +327,21 @@ TEMPLATE_TEST_CASE("quantize: errors name the argument and write nothing", "[qua
   x[5] = ak::test::kNegInf;
   check_error([&] { ak::quantize_row(x.data(), 64, blocks.data()); },
               {"quantize_row(): x[5]", "a finite value", "inf"});
+  x[5] = 1.f;
+  // The largest |x| a block encodes: its half scale |x| / 127 (q8_0) or / 8 (q4_0) below 65520.
+  const float too_large = std::is_same_v<TestType, BlockQ8_0> ? 8321040.f : 524160.f;
+  x[50] = -too_large;
+  check_error([&] { ak::quantize_row(x.data(), 64, blocks.data()); },
+              {"quantize_row(): x[50]", "magnitude below"});
   CHECK(std::memcmp(blocks.data(), before.data(), sizeof(TestType) * blocks.size()) == 0);
+  x[50] = std::nextafter(-too_large, 0.f);  // the largest magnitude encoded: a finite scale
+  ak::quantize_row(x.data(), 64, blocks.data());
+  ak::dequantize_row(static_cast<const TestType*>(blocks.data()), 64, out.data());
+  CHECK(std::isfinite(out[50]));
+  CHECK(std::abs(out[50] - x[50]) <=
+        0.5f * too_large / (std::is_same_v<TestType, BlockQ8_0> ? 127.f : 8.f) + 1.f);
+  std::fill(out.begin(), out.end(), 42.f);
+  std::memcpy(static_cast<void*>(blocks.data()), before.data(), sizeof(TestType) * blocks.size());
   check_error(
       [&] { ak::dequantize_row(static_cast<const TestType*>(blocks.data()), 40, out.data()); },
       {"dequantize_row(): n", "a multiple of 32", "40"});

@@ -101,9 +101,9 @@ class KvStorage {
       require_disjoint(byte_span(k), "k_new", s, storage);
       require_disjoint(byte_span(v), "v_new", s, storage);
     }
-    if constexpr (is_block_quantized<T>()) {  // quantizing needs finite values
-      require_finite_rows(k, "k_new");
-      require_finite_rows(v, "v_new");
+    if constexpr (is_block_quantized<T>()) {  // quantizing needs values it can encode
+      require_encodable_rows(k, "k_new");
+      require_encodable_rows(v, "v_new");
     }
   }
 
@@ -154,18 +154,21 @@ class KvStorage {
     }
   }
 
-  // Throws Error naming the first row of x holding a value that is not finite.
+  // Throws Error naming the first row of x holding a value T cannot encode (not finite, or
+  // too large for the block's half scale: quant/quantize.hpp).
   template <class S>
-  static void require_finite_rows(const View<S>& x, const char* name) {
+  static void require_encodable_rows(const View<S>& x, const char* name) {
     std::vector<float> row(static_cast<std::size_t>(x.dim));
     for (Index b = 0; b < x.batch; ++b)
       for (Index h = 0; h < x.heads; ++h)
         for (Index s = 0; s < x.seq; ++s) {
           row_to_f32(x.row(b, h, s), x.dim, row.data());
-          for (Index c = 0; c < x.dim; ++c)
-            if (!std::isfinite(row[static_cast<std::size_t>(c)]))
-              fail(cat(name, " row (", b, ", ", h, ", ", s, ")"),
-                   "finite values (quantized storage)", cat("a non-finite value at ", c));
+          const Index c = first_unencodable<T>(row.data(), x.dim);
+          if (c >= 0)
+            fail(cat(name, " row (", b, ", ", h, ", ", s, ")"),
+                 cat("finite values of magnitude below ", max_encodable<T>(),
+                     " (quantized storage)"),
+                 cat(row[static_cast<std::size_t>(c)], " at ", c));
         }
   }
 

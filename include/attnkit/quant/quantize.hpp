@@ -4,14 +4,17 @@
 //   q8_0: d = max|x| / 127, q = round(x / d) (halves away from 0), d stored as a half;
 //   q4_0: m = the value of largest magnitude, d = m / -8, q = min(15, trunc(x / d + 8.5)),
 //         d stored as a half (value j and j + 16 share byte j: low and high nibble).
-// Decoding multiplies by the stored (half) d. A block of zeros has d = 0 and decodes to 0.
-// Non-finite values have no encoding: quantize_row() throws Error before it writes.
+// Decoding multiplies by the stored (half) d. A block of zeros has d = 0 (q4_0: -0, from
+// 0 / -8) and decodes to 0; so does a block too small for d to be a normal float's inverse.
+// Values with no encoding -- not finite, or large enough that d overflows the half, max |x|
+// >= 8321040 (q8_0) or 524160 (q4_0) -- make quantize_row() throw Error before it writes.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "attnkit/detail/half_bits.hpp"
 #include "attnkit/error.hpp"
@@ -21,10 +24,33 @@
 namespace attnkit {
 namespace detail {
 
+// 1 / d, or 0 for d = 0 and for a d so small that 1 / d overflows (x * inf would be out of
+// the integers' range; such a block's half scale is 0 and it decodes to 0 either way).
+inline float inverse_or_zero(float d) {
+  const float id = d != 0.f ? 1.f / d : 0.f;
+  return std::isfinite(id) ? id : 0.f;
+}
+
+/// The largest |x| a block can encode: d = |x| / 127 (q8_0) or / 8 (q4_0) below 65520, which
+/// rounds to the half's infinity.
+template <class Block>
+constexpr float max_encodable() {
+  return std::is_same_v<Block, BlockQ8_0> ? 65520.f * 127.f : 65520.f * 8.f;
+}
+
+/// The index of the first value of x[0, n) that Block cannot encode (not finite, or |x| at
+/// or above max_encodable()), or -1.
+template <class Block>
+Index first_unencodable(const float* x, Index n) {
+  for (Index j = 0; j < n; ++j)
+    if (!(std::fabs(x[j]) < max_encodable<Block>())) return j;  // NaN fails the compare too
+  return -1;
+}
+
 inline void encode_block(const float* x, BlockQ8_0& out) {
   float amax = 0.f;
   for (Index j = 0; j < kQuantBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
-  const float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
+  const float d = amax / 127.f, id = inverse_or_zero(d);
   out.d = float_to_half_bits(d);
   for (Index j = 0; j < kQuantBlock; ++j)
     out.qs[j] = static_cast<std::int8_t>(std::round(x[j] * id));
@@ -37,7 +63,7 @@ inline void encode_block(const float* x, BlockQ4_0& out) {
       amax = std::fabs(x[j]);
       extreme = x[j];
     }
-  const float d = extreme / -8.f, id = d != 0.f ? 1.f / d : 0.f;
+  const float d = extreme / -8.f, id = inverse_or_zero(d);
   out.d = float_to_half_bits(d);
   const auto nibble = [id](float v) {  // truncated toward 0, as llama.cpp's (int8_t) cast
     float scaled = v * id;
@@ -67,15 +93,16 @@ inline void require_whole_blocks(const char* what, Index n) {
 }  // namespace detail
 
 /// out[0, n / 32) = x[0, n) in blocks of 32. Throws Error when n is not a multiple of 32 or
-/// some x is not finite (nothing is written then).
+/// some x has no encoding (nothing is written then).
 template <class Block>
 void quantize_row(const float* x, Index n, Block* out) {
   static_assert(detail::is_block_quantized<Block>(), "quantize_row(): BlockQ8_0 or BlockQ4_0");
   detail::require_whole_blocks("quantize_row(): n", n);
-  for (Index j = 0; j < n; ++j)
-    if (!std::isfinite(x[j]))
-      detail::fail(detail::cat("quantize_row(): x[", j, "]"), "a finite value",
-                   std::to_string(x[j]));
+  const Index bad = detail::first_unencodable<Block>(x, n);
+  if (bad >= 0)
+    detail::fail(detail::cat("quantize_row(): x[", bad, "]"),
+                 detail::cat("a finite value of magnitude below ", detail::max_encodable<Block>()),
+                 std::to_string(x[bad]));
   for (Index b = 0; b < n / detail::kQuantBlock; ++b)
     detail::encode_block(x + b * detail::kQuantBlock, out[b]);
 }
