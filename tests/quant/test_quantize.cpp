@@ -6,8 +6,8 @@
 // anything is written); KvCache storing exactly the blocks quantize_row() makes (from f32,
 // bf16 and block rows, in one append or two); softmax decode over PagedKv<BlockQ8_0> pages
 // equal to decode() over a KvCache (bitwise with pages of whole kDecodeBlock key blocks, as
-// cache/paged_decode.hpp promises; within f32 tolerance with 7-key pages); decode() over
-// quantized K/V against the f64 reference of the dequantized values.
+// cache/paged_decode.hpp promises; within f32 tolerance with 7-key pages). attention() and
+// decode() on quantized K/V against the reference: tests/kernel/test_attention_quantized.cpp.
 #include <Eigen/Core>
 #include <algorithm>
 #include <attnkit/cache/kv_cache.hpp>
@@ -448,30 +448,4 @@ TEST_CASE("PagedKv<BlockQ8_0>: softmax decode over pages equals decode() on a Kv
         CHECK(ak::test::max_lse_diff(lse_got, lse_want) <= 2 * tol::kLseF32);
       }
     }
-}
-
-TEMPLATE_TEST_CASE("decode: quantized K/V against the reference of the dequantized values",
-                   "[quant][decode]", BlockQ8_0, BlockQ4_0) {
-  constexpr Index kB = 2, kHq = 4, kHkv = 2, kLk = 700, kD = 64;  // two split-KV chunks
-  Tensor<float> k(Layout::Bshd, kB, kHkv, kLk, kD), v(Layout::Bshd, kB, kHkv, kLk, kD);
-  k.randomize(8);
-  v.randomize(9);
-  ak::KvCache<TestType> cache(kB, kHkv, kLk, kD);
-  cache.append(k.cview(), v.cview());
-  const auto spec = ak::make_spec(ak::Causal{});
-  for (const Index lq : {1, 4}) {
-    INFO("Lq " << lq);
-    Tensor<float> q(Layout::Bhsd, kB, kHq, lq, kD), o(Layout::Bhsd, kB, kHq, lq, kD);
-    Tensor<double> expected(Layout::Bhsd, kB, kHq, lq, kD),
-        unquantized(Layout::Bhsd, kB, kHq, lq, kD);
-    q.randomize(10);
-    ak::decode(spec, q.cview(), cache.keys(), cache.values(), o.view,
-               ak::Options{}.with_threads(2));
-    ak::reference::attention(spec, q.cview(), cache.keys(), cache.values(), expected.view);
-    ak::reference::attention(spec, q.cview(), k.cview(), v.cview(), unquantized.view);
-    CHECK(ak::test::max_abs_diff(o.view, expected.view) <= tol::kF32);  // f32 compute vs f64
-    WARN((sizeof(TestType) == sizeof(BlockQ8_0) ? "Q8_0" : "Q4_0")
-         << " K/V, Lq " << lq << ": max |decode - attention on f32 K/V| = "
-         << ak::test::max_abs_diff(o.view, unquantized.view) << " (quantization, information)");
-  }
 }

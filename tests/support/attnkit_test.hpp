@@ -122,7 +122,8 @@ struct Tensor {
         view = strided(memory.data(), {B, H, S, D}, {bs, hs, ss});
         for (Index b = 0; b < B; ++b)
           for (Index h = 0; h < H; ++h)
-            for (Index s = 0; s < S; ++s) std::fill(view.row(b, h, s), view.row(b, h, s) + e, zero());
+            for (Index s = 0; s < S; ++s)
+              std::fill(view.row(b, h, s), view.row(b, h, s) + e, zero());
         break;
       }
     }

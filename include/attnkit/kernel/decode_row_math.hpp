@@ -5,7 +5,6 @@
 // compiled once per storage pair, however many specs a program decodes with.
 #pragma once
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -17,6 +16,11 @@
 #include "attnkit/normalizer/softmax.hpp"
 #include "attnkit/simd/simd.hpp"
 #include "attnkit/tensor.hpp"
+
+namespace Eigen {  // the storage types, declared: a program that stores them includes Eigen
+struct bfloat16;
+struct half;
+}  // namespace Eigen
 
 namespace attnkit::detail {
 
