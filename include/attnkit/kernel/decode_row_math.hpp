@@ -149,38 +149,13 @@ struct DecodeRowMath {
   }
 
   /// Rows 0 .. R - 1 (accumulators at acc, dv_pad apart) += sum over j < n of w[x][j] *
-  /// rows[j], in register slabs of up to kSlab vectors per row.
+  /// rows[j], in register slabs of up to slab_width<R>() vectors per row.
   template <int R>
   void weighted_values(Index n, const float* const* w, const V* const* rows, float* acc) const {
+    constexpr int kWide = slab_width<R>();
     const Index whole = dv / kW * kW;
-    for (Index c0 = 0; c0 < whole; c0 += kSlab * kW) {
-      switch (std::min<Index>(kSlab, (whole - c0) / kW)) {
-        case 8:
-          slab<R, 8>(n, w, rows, acc, c0);
-          break;
-        case 7:
-          slab<R, 7>(n, w, rows, acc, c0);
-          break;
-        case 6:
-          slab<R, 6>(n, w, rows, acc, c0);
-          break;
-        case 5:
-          slab<R, 5>(n, w, rows, acc, c0);
-          break;
-        case 4:
-          slab<R, 4>(n, w, rows, acc, c0);
-          break;
-        case 3:
-          slab<R, 3>(n, w, rows, acc, c0);
-          break;
-        case 2:
-          slab<R, 2>(n, w, rows, acc, c0);
-          break;
-        default:
-          slab<R, 1>(n, w, rows, acc, c0);
-          break;
-      }
-    }
+    for (Index c0 = 0; c0 < whole; c0 += kWide * kW)
+      slab_of<R, kWide>(std::min<Index>(kWide, (whole - c0) / kW), n, w, rows, acc, c0);
     for (Index x = 0; x < R; ++x)
       for (Index j = 0; j < n; ++j)
         for (Index c = whole; c < dv; ++c) acc[x * dv_pad + c] += w[x][j] * value_at(rows[j], c);
@@ -285,6 +260,22 @@ struct DecodeRowMath {
         for (Index c = whole; c < d; ++c) out[j] += value_at(keys + j * ld, c) * q[c];
   }
 
+  // Vectors per row a slab keeps in registers: 8 for one or two rows, 4 for four (16
+  // accumulators, the weights and the value vector: 21 of 32 registers).
+  template <int R>
+  static constexpr int slab_width() {
+    return R >= 4 ? 4 : int(kSlab);
+  }
+
+  // slab<R, count>() for a count <= N known only at run time.
+  template <int R, int N>
+  void slab_of(Index count, Index n, const float* const* w, const V* const* rows, float* acc,
+               Index c0) const {
+    if constexpr (N > 1)
+      if (count < N) return slab_of<R, N - 1>(count, n, w, rows, acc, c0);
+    slab<R, N>(n, w, rows, acc, c0);
+  }
+
   template <int R, int N>
   void slab(Index n, const float* const* w, const V* const* rows, float* acc, Index c0) const {
     simd::Vec a[std::size_t{R}][std::size_t{N}];
@@ -294,7 +285,7 @@ struct DecodeRowMath {
       simd::Vec wj[std::size_t{R}];
       for (int x = 0; x < R; ++x) wj[x] = simd::Vec(w[x][j]);
       int t = 0;
-      if constexpr (kBlocksV && kSlab * kW % kQuantBlock == 0) {  // c0 starts a block
+      if constexpr (kBlocksV && slab_width<R>() * kW % kQuantBlock == 0) {  // c0 starts a block
         // The weight takes the block's scale (one product a block, not one a vector).
         for (; t < N; t += kPer) {
           const auto& blk = rows[j][(c0 + t * kW) / kQuantBlock];

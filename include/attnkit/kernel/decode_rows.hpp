@@ -144,10 +144,14 @@ class DecodeRows {
       for (Index r = 0; r < rows_; ++r) {
         const TileKind kind = blk.kind(r);
         if (kind == TileKind::Empty) continue;
-        // Two rows that see the whole block share each K load (AVX-512 has the registers for
-        // both rows' queries).
-        if (kPair && math_.q_vectors > 0 && kind == TileKind::Full && r + 1 < rows_ &&
-            blk.kind(r + 1) == TileKind::Full) {
+        // Rows that see the whole block share each K load: four (a GQA group's heads; their
+        // queries then live in L1, not all in registers) or two (AVX-512 and NEON have the
+        // registers for both rows' queries).
+        const Index shared = kPair && math_.q_vectors > 0 ? full_rows(blk, r) : 1;
+        if (shared >= 4) {
+          logit_rows<4>(b, g, r, block_keys, kld, k0, nk, blk);
+          r += 3;
+        } else if (shared >= 2) {
           logit_rows<2>(b, g, r, block_keys, kld, k0, nk, blk);
           ++r;
         } else {
@@ -224,16 +228,27 @@ class DecodeRows {
     }
   }
 
+  // How many rows from r on (up to 4) see the whole block.
+  Index full_rows(const Block& blk, Index r) const {
+    Index n = 0;
+    while (n < 4 && r + n < rows_ && blk.kind(r + n) == TileKind::Full) ++n;
+    return n;
+  }
+
   // acc += the block's weights times its nk value rows, for every row that sees some key;
-  // two rows that see the whole block share each V load.
+  // four or two rows that see the whole block share each V load.
   void weigh_block(const Block& blk, Index nk) {
     for (Index r = 0; r < rows_; ++r) {
       const TileKind kind = blk.kind(r);
       if (kind == TileKind::Empty) continue;
-      const float* weights[2] = {blk.logits + r * kSPad,
-                                 blk.logits + std::min(r + 1, rows_ - 1) * kSPad};
+      const float* weights[4];
+      for (Index x = 0; x < 4; ++x) weights[x] = blk.logits + std::min(r + x, rows_ - 1) * kSPad;
       if (kind == TileKind::Full) {
-        if (kPair && r + 1 < rows_ && blk.kind(r + 1) == TileKind::Full) {
+        const Index shared = kPair ? full_rows(blk, r) : 1;
+        if (shared >= 4) {
+          math_.template weighted_values<4>(nk, weights, blk.values, acc_ + r * dv_pad_);
+          r += 3;
+        } else if (shared >= 2) {
           math_.template weighted_values<2>(nk, weights, blk.values, acc_ + r * dv_pad_);
           ++r;
         } else {
