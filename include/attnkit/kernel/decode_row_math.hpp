@@ -72,8 +72,10 @@ struct DecodeRowMath {
   // dot product or an elementwise sum does not care about the order of its elements.
   static constexpr bool kPairsK = std::is_same_v<std::remove_const_t<K>, Eigen::bfloat16>;
   static constexpr bool kPairsV = std::is_same_v<std::remove_const_t<V>, Eigen::bfloat16>;
-  // Quantized K / V rows (quant/blocks.hpp): kPer vectors a block (kW divides 32), each block's
-  // products scaled once (K: the block's partial dot product; V: the weight).
+  // Quantized K / V rows (quant/blocks.hpp): kPer vectors a block (kW divides 32). One row
+  // scales each block's products once (K: the block's partial dot product; V: the weight);
+  // rows that share a load dequantize it (one multiply a vector, shared: cheaper than a
+  // scaled partial sum or weight for each row, and the f16 scale converted once).
   static constexpr bool kBlocksK = is_block_quantized<K>(), kBlocksV = is_block_quantized<V>();
   static constexpr int kPer = int(kQuantBlock >= kW ? kQuantBlock / kW : 1);
 
@@ -209,7 +211,8 @@ struct DecodeRowMath {
         for (int x = 0; x < R; ++x) a[x] = simd::fma(k0, qv[x][c], a[x]);
         for (int x = 0; x < R; ++x) a[x] = simd::fma(k1, qv[x][c + 1], a[x]);
       }
-    } else if constexpr (kBlocksK && NQ % kPer == 0) {  // a block's products, then its scale
+    } else if constexpr (kBlocksK && R == 1 &&
+                         NQ % kPer == 0) {  // a block's products, then its scale
       for (int c0 = 0; c0 < NQ; c0 += kPer) {
         const auto& blk = key[c0 / kPer];
         simd::Vec part[std::size_t{R}];
@@ -285,7 +288,7 @@ struct DecodeRowMath {
       simd::Vec wj[std::size_t{R}];
       for (int x = 0; x < R; ++x) wj[x] = simd::Vec(w[x][j]);
       int t = 0;
-      if constexpr (kBlocksV && slab_width<R>() * kW % kQuantBlock == 0) {  // c0 starts a block
+      if constexpr (kBlocksV && R == 1 && kSlab * kW % kQuantBlock == 0) {  // c0 starts a block
         // The weight takes the block's scale (one product a block, not one a vector).
         for (; t < N; t += kPer) {
           const auto& blk = rows[j][(c0 + t * kW) / kQuantBlock];
