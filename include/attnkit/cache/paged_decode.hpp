@@ -102,8 +102,23 @@ void paged_decode_rows(const Spec& spec, const View<Q>& q, const PagedKv<T>& pag
     const Index c = slot - first_slot[static_cast<std::size_t>(b)], P = paged.page_size();
     const Index end = std::min(paged.length(b), (c + 1) * kDecodeChunk);
     for (Index g = 0; g < Hkv; ++g) mine.begin(b, g, q_offset[static_cast<std::size_t>(b)]);
-    for (Index pos = c * kDecodeChunk; pos < end;) {  // page by page, every group
+    // Rows [from, from + count) of the chunk's positions, every group, asked for ahead of use:
+    // a page's successor is not next to it in memory, so no stream prefetcher finds it.
+    const auto prefetch = [&](Index from, Index count) {
+      for (Index at = from, stop = std::min(end, from + count); at < stop;) {
+        const Index page = at / P, r = at - page * P, m = std::min(P - r, stop - at);
+        const auto k = paged.sequence_keys(b, page);
+        const auto v = paged.sequence_values(b, page);
+        for (Index g = 0; g < Hkv; ++g)
+          mine.prefetch(k.row(0, g, r), k.seq_stride, v.row(0, g, r), v.seq_stride, m);
+        at += m;
+      }
+    };
+    const Index start = c * kDecodeChunk;
+    prefetch(start, Engine::kPrefetchKeys);
+    for (Index pos = start; pos < end;) {  // page by page, every group
       const Index page = pos / P, r0 = pos - page * P, n = std::min(P - r0, end - pos);
+      prefetch(pos + Engine::kPrefetchKeys, n);  // the rows kPrefetchKeys on, once each
       const auto k = paged.sequence_keys(b, page);
       const auto v = paged.sequence_values(b, page);
       for (Index g = 0; g < Hkv; ++g)

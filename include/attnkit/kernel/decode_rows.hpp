@@ -172,6 +172,17 @@ class DecodeRows {
     }
   }
 
+  /// Asks the memory system for n key and value rows (laid out as add_keys() takes them)
+  /// that a later add_keys() will read: keys that are not one view (paged KV) prefetch their
+  /// next pages with it, as add_keys() does within a run.
+  void prefetch(const K* keys, Index kld, const V* values, Index vld, Index n) const {
+    prefetch_rows(keys, kld, n, row_elements<K>(p_.head_dim) * Index{sizeof(K)});
+    prefetch_rows(values, vld, n, row_elements<V>(p_.value_dim) * Index{sizeof(V)});
+  }
+
+  /// Keys add_keys() prefetches ahead of the block it computes.
+  static constexpr Index kPrefetchKeys = 3 * kDecodeBlock;
+
   /// The rows' partial outputs acc / l (0 for a row that saw no key, NaN for one that saw
   /// keys whose logits were all -inf: f32 products that overflowed) and log-sum-exps.
   void finish(Index g, float* out, float* stat) {
@@ -192,7 +203,7 @@ class DecodeRows {
   // alternating runs on a noisy VM): GQA (Hkv 8) f32 30-35 -> 24-29 ms, bf16 18-23 -> 16, q8_0
   // 17.5-18.7 -> 13.9-14.1, q4_0 16.4-17.5 -> 13.5-13.9; MHA within noise or better; 1 block
   // ahead gained less.
-  static constexpr Index kPrefetchBlocks = 3;
+  static constexpr Index kPrefetchBlocks = kPrefetchKeys / kBlock;
 
   // Every cache line of n rows of `bytes` bytes, ld elements apart.
   template <class T>
