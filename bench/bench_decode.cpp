@@ -206,6 +206,76 @@ void add_prefill(const char* storage) {
   }
 }
 
+// Short query blocks (speculative verification, chunked prefill): Lq = 2..16 queries per head
+// at the end of Lk = kShortLen keys, causal, GQA (Hkv 8), through attention() (which routes
+// them itself). GFLOP/s against the lower of two bounds of the same run: the long-prefill
+// rate (prefill_long_f32, L = kLongLen, same threads) and the streaming read of the K/V bytes
+// times the shape's FLOPs per byte (target of issue 22: >= 0.85 of that bound).
+constexpr Index kShortLen = 8192, kShortKvHeads = 8;
+constexpr Index kLongLen = 4096, kLongHeads = 8;
+
+double long_prefill_flops() {
+  return 2.0 * kLongHeads * double(kLongLen) * double(kLongLen) * kDim;
+}
+
+double short_flops(Index lq) { return 4.0 * kHeads * double(lq) * double(kShortLen) * kDim; }
+
+// The long-prefill rate the short blocks are held to: causal f32, L = kLongLen, kLongHeads heads
+// (the rate does not depend on the head count), d = kDim.
+void add_long_prefill() {
+  for (const int threads : {1, 2}) {
+    const std::string name = "prefill_long_f32/threads:" + std::to_string(threads);
+    attnkit_bench::register_timed(name, [=](benchmark::State& state) {
+      static attnkit_bench::QkvoBuffers f32(static_cast<std::size_t>(kLongLen * kLongHeads * kDim));
+      const auto view = [](auto* data) { return ak::bshd(data, 1, kLongLen, kLongHeads, kDim); };
+      attnkit_bench::time_best(state, name, attnkit_bench::Clocks::kWall, [&] {
+        ak::attention(ak::make_spec(ak::Causal{}), view(static_cast<const float*>(f32.q.data())),
+                      view(static_cast<const float*>(f32.k.data())),
+                      view(static_cast<const float*>(f32.v.data())), view(f32.o.data()),
+                      ak::Options{}.with_threads(threads));
+      });
+      state.counters["GFLOP/s"] = attnkit_bench::per_second(long_prefill_flops() / 1e9);
+    });
+  }
+}
+
+template <class T>
+void add_short(const char* storage) {
+  for (const Index lq : {Index{2}, Index{4}, Index{8}, Index{16}})
+    for (const int threads : {1, 2}) {
+      const std::string name = std::string("short/") + storage + "/Lq:" + std::to_string(lq) +
+                               "/threads:" + std::to_string(threads);
+      attnkit_bench::register_timed(name, [=](benchmark::State& state) {
+        KvBuffers<T>& buf = kv<T>(kShortLen, kShortKvHeads);
+        static const std::vector<float> q = [] {
+          std::vector<float> x(static_cast<std::size_t>(kHeads * 16 * kDim));
+          for (std::size_t i = 0; i < x.size(); ++i)
+            x[i] = float(int(i * 7919 % 2001) - 1000) * 1e-3f;
+          return x;
+        }();
+        std::vector<float> out(static_cast<std::size_t>(kHeads * lq * kDim));
+        attnkit_bench::time_best(state, name, attnkit_bench::Clocks::kWall, [&] {
+          ak::attention(ak::make_spec(ak::Causal{}), ak::bshd(q.data(), 1, lq, kHeads, kDim),
+                        buf.view(buf.k), buf.view(buf.v), ak::bshd(out.data(), 1, lq, kHeads, kDim),
+                        ak::Options{}.with_threads(threads));
+          benchmark::DoNotOptimize(out.data());
+        });
+        state.counters["GFLOP/s"] = attnkit_bench::per_second(short_flops(lq) / 1e9);
+      });
+    }
+  for (const int threads : {1, 2})  // the stream over the same K/V
+    attnkit_bench::register_timed(
+        "stream/" + shape_name(storage, kShortLen, kShortKvHeads, threads),
+        [=](benchmark::State& state) {
+          KvBuffers<T>& buf = kv<T>(kShortLen, kShortKvHeads);
+          attnkit_bench::time_best(
+              state, "stream/" + shape_name(storage, kShortLen, kShortKvHeads, threads),
+              attnkit_bench::Clocks::kWall,
+              [&] { benchmark::DoNotOptimize(stream(buf, threads)); });
+          state.counters["GB/s"] = attnkit_bench::per_second(buf.bytes() / 1e9);
+        });
+}
+
 // MLA decode (DeepSeek's absorbed form): one latent row of kLatent values per position, K the
 // whole row, V its first kMlaValues columns (a view of the same rows: the latent is read once),
 // kMlaHeads query heads on the one KV head, Lq = 1, Lk = kMlaLen. Measured in GFLOP/s against
@@ -355,6 +425,31 @@ void print_summary() {
     }
 
   std::printf(
+      "\n### Short query blocks: Lq queries per head at the end of Lk=%ld keys, causal, H=%ld, "
+      "Hkv=%ld, d=%ld, through attention()\n\nbound = min(long-prefill GFLOP/s (causal f32, "
+      "L=%ld, same threads), stream GB/s x FLOPs per K/V byte); target >= 0.85 of it.\n\n",
+      long(kShortLen), long(kHeads), long(kShortKvHeads), long(kDim), long(kLongLen));
+  attnkit_bench::print_table_head(
+      "| K/V | Lq | threads | ms | GFLOP/s | prefill GFLOP/s | stream bound | / bound |");
+  for (const char* storage : {"f32", "bf16", "q8_0"})
+    for (const Index lq : {Index{2}, Index{4}, Index{8}, Index{16}})
+      for (const int threads : {1, 2}) {
+        const attnkit_bench::Best* t =
+            attnkit_bench::find_best(std::string("short/") + storage + "/Lq:" + std::to_string(lq) +
+                                     "/threads:" + std::to_string(threads));
+        const attnkit_bench::Best* st = attnkit_bench::find_best(
+            "stream/" + shape_name(storage, kShortLen, kShortKvHeads, threads));
+        const attnkit_bench::Best* pf =
+            attnkit_bench::find_best("prefill_long_f32/threads:" + std::to_string(threads));
+        if (t == nullptr || st == nullptr || pf == nullptr) continue;
+        const double prefill = long_prefill_flops() / pf->seconds / 1e9;
+        const double streamed = short_flops(lq) / st->seconds / 1e9;  // FLOPs at stream speed
+        const double got = short_flops(lq) / t->seconds / 1e9, bound = std::min(prefill, streamed);
+        std::printf("| %s | %ld | %d | %.3f | %.1f | %.1f | %.1f | %.2f |\n", storage, long(lq),
+                    threads, t->seconds * 1e3, got, prefill, streamed, got / bound);
+      }
+
+  std::printf(
       "\n### Decode over paged KV (%ld-position pages, read in place) vs decode() on contiguous "
       "K/V: bf16, Lq=1, H=%ld, d=%ld\n\n",
       long(kPageSize), long(kHeads), long(kDim));
@@ -406,6 +501,10 @@ int main(int argc, char** argv) {
   add_prefill<Eigen::bfloat16>("bf16");
   add_prefill<Eigen::half>("f16");
   add_prefill<ak::BlockQ8_0>("q8_0");
+  add_long_prefill();
+  add_short<float>("f32");
+  add_short<Eigen::bfloat16>("bf16");
+  add_short<ak::BlockQ8_0>("q8_0");
   add_mla<Eigen::bfloat16>("bf16");
   add_mla<ak::BlockQ8_0>("q8_0");
   attnkit_bench::report_context("decode", kHeads, 0);
@@ -415,6 +514,7 @@ int main(int argc, char** argv) {
   attnkit_bench::report_baseline("prefill_f16", "prefill_f32");
   attnkit_bench::report_baseline("prefill_q8_0", "prefill_f32");
   attnkit_bench::report_baseline("mla", "mla_stream");
+  attnkit_bench::report_baseline("short", "prefill_long_f32");
   return attnkit_bench::run_benchmarks(
       argc, argv, {"--benchmark_min_time=0.1", "--benchmark_repetitions=1"}, print_summary);
 }

@@ -39,8 +39,10 @@ namespace attnkit::detail {
 /// Query rows per head up to which split-KV runs the row engine rather than query tiles:
 /// each row costs the engine the same, while a tile's products fill more SIMD lanes as rows
 /// grow. Measured (Lk 4096, H 32, d 128, 1 thread, AVX-512): the engine is 1.2 to 10x faster
-/// at Lq 1 to 4, even at Lq 8, and 1.2 to 1.5x slower at Lq 16.
-inline constexpr Index kDecodeRowsMaxQueries = 4;
+/// at Lq 1 to 4, and 1.2 to 1.5x slower at Lq 16; with four rows of a KV group sharing each
+/// load, at Lq 8 too (Lk 8192, Hkv 8, causal: f32 25-37 -> 17 ms on 1 thread, 14-16 -> 10 on
+/// 2; bf16 26 -> 16-18, 13 -> 8.4-9.1; q8_0 26-32 -> 22-29, 13-15 -> 12-13), so up to 8.
+inline constexpr Index kDecodeRowsMaxQueries = 8;
 
 /// True when DecodeRows can run the spec: softmax rows (sinks are added by the merge), a
 /// logit mod that does not depend on positions or heads (none, Softcap), and no Position or
