@@ -1,7 +1,7 @@
 // The SIMD layer's remaining operations (test_simd.cpp has load/store, arithmetic, exp2, tanh,
 // the reductions and the bf16 pairs): log2, cos, softplus, min, abs, the mask comparisons and
-// selects, dot, the array widenings of bf16 and f16, the int8 and 4-bit widenings of the
-// quantized blocks and in_register, each against the scalar
+// selects, dot, the array widenings of bf16 and f16, one half's conversion, the int8 and
+// 4-bit widenings of the quantized blocks and in_register, each against the scalar
 // standard library. Built on every path (native ISA, x86-64-v2, ATTNKIT_NO_SIMD, aarch64 NEON
 // under emulation on request), so each form an ISA has of these is checked where it is
 // compiled.
@@ -203,6 +203,20 @@ TEST_CASE("simd ops: load_i8 and load_u4 widen every byte exactly, at every offs
     CHECK(lanes_of(simd::load_u4(p, false)) == lo);
     CHECK(lanes_of(simd::load_u4(p, true)) == hi);
   }
+}
+
+TEST_CASE("simd ops: half_to_float equals the bit form for every half", "[simd][memory]") {
+  // F16C's instruction where the ISA has it, detail/half_bits.hpp's bit form elsewhere: the
+  // same f32 bits for each of the 65536 patterns (NaN payloads included).
+  std::uint32_t mismatches = 0, first = 0;
+  for (std::uint32_t h = 0; h <= 0xFFFFu; ++h) {
+    const auto bits = static_cast<std::uint16_t>(h);
+    const float got = simd::half_to_float(bits);
+    const float want = attnkit::detail::half_bits_to_float(bits);
+    if (std::memcmp(&got, &want, sizeof got) != 0 && mismatches++ == 0) first = h;
+  }
+  INFO(simd::kArchName << ": first mismatch at half bits " << first);
+  CHECK(mismatches == 0);
 }
 
 TEST_CASE("simd ops: in_register returns its argument", "[simd]") {

@@ -1,25 +1,13 @@
 // IEEE half (binary16) bit patterns to and from f32, one value at a time, bit-exact and
-// without Eigen: the scales of the quantized blocks (quant/blocks.hpp) are stored as halves.
+// without Eigen or intrinsics: the scales of the quantized blocks (quant/blocks.hpp) are
+// stored as halves. The decode engine's per-block conversion uses simd::half_to_float()
+// (simd/convert.hpp: F16C's instruction where the ISA has it, else this).
 // float_to_half_bits() rounds to nearest, ties to even, as the F16C instruction and Eigen::half
 // do (tests/quant compares both over every half and a sweep of floats).
 #pragma once
 
 #include <cstdint>
 #include <cstring>
-
-#if defined(__F16C__) && !defined(ATTNKIT_NO_SIMD)
-// As in simd/vec.hpp: GCC 12's AVX-512 intrinsic headers warn (-Wmaybe-uninitialized) when
-// inlined unless the warning is off while they are parsed.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-#endif
 
 namespace attnkit::detail {
 
@@ -35,20 +23,19 @@ inline std::uint32_t float_to_bits(float f) {
   return bits;
 }
 
-/// The f32 value of a half's bits (exact: every half is a float).
+/// The f32 value of a half's bits (exact: every half is a float; a signaling NaN comes back
+/// quiet).
 inline float half_bits_to_float(std::uint16_t h) {
-#if defined(__F16C__) && !defined(ATTNKIT_NO_SIMD)
-  return _cvtsh_ss(h);  // one instruction, on the decode engine's path (a block's scale)
-#else
   const std::uint32_t sign = std::uint32_t{h & 0x8000u} << 16;
   const std::uint32_t exponent = (h >> 10) & 0x1Fu, mantissa = h & 0x3FFu;
-  if (exponent == 0x1F) return bits_to_float(sign | 0x7F800000u | (mantissa << 13));  // inf, NaN
+  if (exponent == 0x1F)  // inf; NaN quieted, as the conversion instructions (F16C, NEON) do
+    return bits_to_float(sign | 0x7F800000u | (mantissa != 0 ? 0x00400000u : 0u) |
+                         (mantissa << 13));
   if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24, exact in f32
     const float magnitude = static_cast<float>(mantissa) * 5.9604644775390625e-8f;
     return sign != 0 ? -magnitude : magnitude;
   }
   return bits_to_float(sign | ((exponent + 112) << 23) | (mantissa << 13));
-#endif
 }
 
 /// The half nearest to f (ties to even): inf past 65504 (from 65520 on), NaN stays NaN.

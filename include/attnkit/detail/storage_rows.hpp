@@ -57,7 +57,7 @@ inline simd::Vec block_ints(const BlockQ4_0& blk, Index off) {
 /// A block's scale.
 template <class Block>
 float block_scale(const Block& blk) {
-  return half_bits_to_float(blk.d);
+  return simd::half_to_float(blk.d);
 }
 
 /// Values [off, off + kWidth) of a block (off a multiple of kWidth), dequantized in registers.

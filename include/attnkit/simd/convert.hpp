@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "attnkit/detail/half_bits.hpp"
 #include "attnkit/simd/vec.hpp"
 
 namespace attnkit::simd {
@@ -42,6 +43,16 @@ inline void widen_bf16(const std::uint16_t* src, float* dst, std::ptrdiff_t n) {
     const std::uint32_t bits = std::uint32_t{src[i]} << 16;
     std::memcpy(dst + i, &bits, sizeof bits);
   }
+}
+
+/// The f32 value of one IEEE half's bits (exact): F16C's vcvtph2ps where the ISA has it,
+/// else detail::half_bits_to_float's bit form. A quantized block's scale, once a block.
+inline float half_to_float(std::uint16_t h) {
+#if !defined(ATTNKIT_NO_SIMD) && defined(__F16C__)
+  return _cvtsh_ss(h);
+#else
+  return attnkit::detail::half_bits_to_float(h);
+#endif
 }
 
 /// dst[0, n) = the f32 values of n IEEE half bit patterns, with the F16C / AVX-512 / NEON
