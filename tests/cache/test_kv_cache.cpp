@@ -7,6 +7,7 @@
 #include <Eigen/Core>
 #include <attnkit/cache/kv_cache.hpp>
 #include <attnkit/kernel/attention.hpp>
+#include <attnkit/kernel/varlen.hpp>  // detail::seq_rows
 #include <attnkit/mask/causal.hpp>
 #include <attnkit/position/apply.hpp>
 #include <attnkit/position/rope.hpp>
@@ -21,20 +22,13 @@
 #include "support/error_checks.hpp"
 #include "support/test_names.hpp"
 
+using ak::detail::seq_rows;  // rows [begin, begin + n) of a view along seq
+
 namespace {
 
 constexpr Index kB = 2, kHq = 4, kHkv = 2, kD = 64, kDv = 48;
 constexpr Index kLen = 83;  // prefill 64 + 11, then 8 single tokens
 const std::vector<Index> kSteps = {64, 11, 1, 1, 1, 1, 1, 1, 1, 1};
-
-// Rows [begin, begin + n) of a view along seq.
-template <class T>
-ak::View<T> rows(const ak::View<T>& x, Index begin, Index n) {
-  ak::View<T> part = x;
-  part.data = x.row(0, 0, begin);
-  part.seq = n;
-  return part;
-}
 
 // One whole sequence: q, k, v in BSHD f32, and the same k, v rounded to storage T.
 template <class T>
@@ -66,7 +60,7 @@ void serve(const ak::View<float>& o, Append append, Step step) {
   Index at = 0;
   for (const Index n : kSteps) {
     append(at, n);
-    step(at, n, rows(o, at, n));
+    step(at, n, seq_rows(o, at, n));
     at += n;
   }
   REQUIRE(at == kLen);
@@ -83,11 +77,11 @@ TEMPLATE_TEST_CASE("KvCache: prefill then single tokens equal attention over the
   serve(
       o.view,
       [&](Index at, Index n) {
-        cache.append(rows(seq.k.cview(), at, n), rows(seq.v.cview(), at, n));
+        cache.append(seq_rows(seq.k.cview(), at, n), seq_rows(seq.v.cview(), at, n));
         REQUIRE(cache.length() == at + n);
       },
       [&](Index at, Index n, ak::View<float> out) {
-        ak::attention(spec, rows(seq.q.cview(), at, n), cache.keys(), cache.values(), out,
+        ak::attention(spec, seq_rows(seq.q.cview(), at, n), cache.keys(), cache.values(), out,
                       ak::Options{}.with_threads(2));
       });
   Tensor<double> expected(Layout::Bhsd, kB, kHq, kLen, kDv);
@@ -113,10 +107,10 @@ TEST_CASE("KvCache: keys stored rotated with queries turned at their positions e
     serve(
         o.view,
         [&](Index at, Index n) {
-          cache.append(rows(seq.k.cview(), at, n), rows(seq.v.cview(), at, n), rope);
+          cache.append(seq_rows(seq.k.cview(), at, n), seq_rows(seq.v.cview(), at, n), rope);
         },
         [&](Index at, Index n, ak::View<float> out) {
-          const ak::View<float> q = rows(q_turned.view, 0, n);
+          const ak::View<float> q = seq_rows(q_turned.view, 0, n);
           for (Index b = 0; b < kB; ++b)
             for (Index h = 0; h < kHq; ++h)
               for (Index s = 0; s < n; ++s)
@@ -132,10 +126,10 @@ TEST_CASE("KvCache: keys stored rotated with queries turned at their positions e
     serve(
         o.view,
         [&](Index at, Index n) {
-          cache.append(rows(seq.k.cview(), at, n), rows(seq.v.cview(), at, n));
+          cache.append(seq_rows(seq.k.cview(), at, n), seq_rows(seq.v.cview(), at, n));
         },
         [&](Index at, Index n, ak::View<float> out) {
-          ak::attention(fused, rows(seq.q.cview(), at, n), cache.keys(), cache.values(), out);
+          ak::attention(fused, seq_rows(seq.q.cview(), at, n), cache.keys(), cache.values(), out);
         });
     CHECK(ak::test::max_abs_diff(o.view, expected.view) <= tol::kF32);
   }
@@ -211,7 +205,8 @@ TEST_CASE("KvCache: bad appends throw before anything is written", "[cache][kv_c
     CHECK_THROWS_AS(cache.append(k2.cview(), v2.cview(), short_rope), ak::Error);
   }
   SECTION("new keys read from the cache itself") {
-    CHECK_THROWS_AS(cache.append(rows(cache.keys(), 0, 1), rows(cache.values(), 0, 1)), ak::Error);
+    CHECK_THROWS_AS(cache.append(seq_rows(cache.keys(), 0, 1), seq_rows(cache.values(), 0, 1)),
+                    ak::Error);
   }
   unchanged();
 }

@@ -238,16 +238,11 @@ TEST_CASE("quantized K/V: attention_varlen() equals attention() on each sequence
   const auto spec = ak::make_spec(Causal{});
   ak::test::Tensor<float> packed(Layout::Bshd, 1, 4, 46, 64), each(Layout::Bshd, 1, 4, 46, 64);
   ak::attention_varlen(spec, in.q.cview(), in.k.cview(), in.v.cview(), packed.view, cu_q, cu_k);
-  const auto rows = [](const auto& x, Index begin, Index n) {
-    auto part = x;
-    part.data = x.row(0, 0, begin);
-    part.seq = n;
-    return part;
-  };
+  using ak::detail::seq_rows;  // the sub-views attention_varlen() forms
   for (std::size_t s = 0; s + 1 < cu_q.size(); ++s)
-    ak::attention(spec, rows(in.q.cview(), cu_q[s], cu_q[s + 1] - cu_q[s]),
-                  rows(in.k.cview(), cu_k[s], cu_k[s + 1] - cu_k[s]),
-                  rows(in.v.cview(), cu_k[s], cu_k[s + 1] - cu_k[s]),
-                  rows(each.view, cu_q[s], cu_q[s + 1] - cu_q[s]));
+    ak::attention(spec, seq_rows(in.q.cview(), cu_q[s], cu_q[s + 1] - cu_q[s]),
+                  seq_rows(in.k.cview(), cu_k[s], cu_k[s + 1] - cu_k[s]),
+                  seq_rows(in.v.cview(), cu_k[s], cu_k[s + 1] - cu_k[s]),
+                  seq_rows(each.view, cu_q[s], cu_q[s + 1] - cu_q[s]));
   CHECK(packed.memory == each.memory);
 }

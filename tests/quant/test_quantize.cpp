@@ -15,6 +15,7 @@
 #include <attnkit/detail/half_bits.hpp>
 #include <attnkit/kernel/attention.hpp>
 #include <attnkit/kernel/decode.hpp>
+#include <attnkit/kernel/varlen.hpp>  // detail::seq_rows
 #include <attnkit/mask/causal.hpp>
 #include <attnkit/quant/quantize.hpp>
 #include <attnkit/reference/attention.hpp>
@@ -36,6 +37,8 @@
 using ak::BlockQ4_0;
 using ak::BlockQ8_0;
 using ak::test::check_error;
+
+using ak::detail::seq_rows;  // rows [begin, begin + n) of a view along seq
 
 namespace {
 
@@ -193,15 +196,6 @@ struct Blocks {
   }
   ak::View<const Block> cview() const { return view; }
 };
-
-// Rows [begin, begin + n) of a view along seq.
-template <class T>
-ak::View<T> rows(const ak::View<T>& x, Index begin, Index n) {
-  ak::View<T> part = x;
-  part.data = x.row(0, 0, begin);
-  part.seq = n;
-  return part;
-}
 
 }  // namespace
 
@@ -371,8 +365,8 @@ TEMPLATE_TEST_CASE("KvCache: stores the blocks quantize_row() makes", "[quant][k
   SECTION("f32 rows, in one append and in two") {
     ak::KvCache<TestType> one(kB, kHkv, 32, kD, kDv), two(kB, kHkv, 32, kD, kDv);
     one.append(k.cview(), v.cview());
-    two.append(rows(k.cview(), 0, 13), rows(v.cview(), 0, 13));
-    two.append(rows(k.cview(), 13, kN - 13), rows(v.cview(), 13, kN - 13));
+    two.append(seq_rows(k.cview(), 0, 13), seq_rows(v.cview(), 0, 13));
+    two.append(seq_rows(k.cview(), 13, kN - 13), seq_rows(v.cview(), 13, kN - 13));
     CHECK(same_blocks(one.keys(), k_blocks.cview()));
     CHECK(same_blocks(one.values(), v_blocks.cview()));
     CHECK(same_blocks(two.keys(), one.keys()));
@@ -398,10 +392,10 @@ TEMPLATE_TEST_CASE("KvCache: stores the blocks quantize_row() makes", "[quant][k
   }
   SECTION("a non-finite f32 row is refused, the cache unchanged") {
     ak::KvCache<TestType> cache(kB, kHkv, 32, kD, kDv);
-    cache.append(rows(k.cview(), 0, 5), rows(v.cview(), 0, 5));
+    cache.append(seq_rows(k.cview(), 0, 5), seq_rows(v.cview(), 0, 5));
     const std::vector<unsigned char> before = bytes_of(cache.keys());
     k.view.row(1, 0, 7)[3] = ak::test::kNaN;  // row (1, 0, 2) of the new rows
-    check_error([&] { cache.append(rows(k.cview(), 5, 4), rows(v.cview(), 5, 4)); },
+    check_error([&] { cache.append(seq_rows(k.cview(), 5, 4), seq_rows(v.cview(), 5, 4)); },
                 {"k_new row (1, 0, 2)", "finite"});
     CHECK(cache.length() == 5);
     CHECK(bytes_of(cache.keys()) == before);
@@ -426,9 +420,10 @@ TEST_CASE("PagedKv<BlockQ8_0>: softmax decode over pages equals decode() on a Kv
           if (from == 0) paged.add_sequence();
           const Index n = std::min<Index>(40, kLk - from);
           const auto slice = [&](const Tensor<float>& t) {
-            return rows(ak::strided(t.view.row(b, 0, 0), {1, kHkv, kLk, kD},
-                                    {t.view.batch_stride, t.view.head_stride, t.view.seq_stride}),
-                        from, n);
+            return seq_rows(
+                ak::strided(t.view.row(b, 0, 0), {1, kHkv, kLk, kD},
+                            {t.view.batch_stride, t.view.head_stride, t.view.seq_stride}),
+                from, n);
           };
           paged.append(b, slice(k), slice(v));
         }
