@@ -138,17 +138,16 @@ class KvStorage {
   // dst = the row src of dim values, rounded or quantized to T (rows of T's own blocks copy).
   template <class S>
   void copy_row(const S* src, Index dim, T* dst) {
-    if constexpr (std::is_same_v<std::remove_const_t<S>, T>) {
+    using U = std::remove_const_t<S>;
+    if constexpr (std::is_same_v<U, T>) {
       std::copy(src, src + row_elements<T>(dim), dst);
-    } else if constexpr (is_block_quantized<T>()) {
+    } else if constexpr (is_block_quantized<T>() && std::is_same_v<U, float>) {
+      row_from_f32(src, dim, dst);
+    } else if constexpr (is_block_quantized<T>()) {  // widened to f32 on the way
       static_assert(!is_block_quantized<S>(), "KvStorage: one quantized type into another");
-      const float* values = reinterpret_cast<const float*>(src);
-      if constexpr (!std::is_same_v<std::remove_const_t<S>, float>) {
-        staging_.resize(static_cast<std::size_t>(dim));
-        row_to_f32(src, dim, staging_.data());
-        values = staging_.data();
-      }
-      row_from_f32(values, dim, dst);
+      staging_.resize(static_cast<std::size_t>(dim));
+      row_to_f32(src, dim, staging_.data());
+      row_from_f32(staging_.data(), dim, dst);
     } else {
       for (Index c = 0; c < dim; ++c) dst[c] = static_cast<T>(value_at(src, c));
     }
