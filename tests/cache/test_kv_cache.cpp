@@ -4,6 +4,8 @@
 // storage against the f64 reference of the rounded inputs; RoPE both ways (keys stored
 // rotated and queries turned by apply_position; keys stored plain and Rope fused); then the
 // errors, each leaving the cache unchanged.
+// The storage under test is cache/kv_storage.hpp (KvStorage: sizes, views, row writes), which
+// PagedKv shares; tests/quant/test_quantize.cpp runs it with quantized blocks.
 #include <Eigen/Core>
 #include <attnkit/cache/kv_cache.hpp>
 #include <attnkit/kernel/attention.hpp>

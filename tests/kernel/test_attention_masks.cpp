@@ -4,6 +4,7 @@
 // then properties of the kernel's mask paths: the runs() path, the keep() path and the
 // walk over every key agree; a window reaching key 0 is Causal bit for bit; keep() runs on
 // Partial tiles only. Built natively (the flavours run test_attention_paths.cpp).
+// The mask paths are kernel/tile_mask.hpp's (runs() compares, keep() per element).
 #include <Eigen/Core>
 #include <algorithm>
 #include <atomic>

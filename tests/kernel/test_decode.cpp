@@ -9,6 +9,7 @@
 // holding NaN that the mask removes (whole chunks or part of one) leave no trace.
 // The compile-time refusal of LSSAR is tests/compile_fail/decode_lssar.cpp.
 // Built for the native ISA and x86-64-v2 (ATTNKIT_PATH_TESTS; the aarch64 preset too).
+// The engine under test is kernel/split_kv.hpp (chunks, items, the merge of the parts).
 #include <Eigen/Core>
 #include <algorithm>
 #include <attnkit/kernel/attention.hpp>

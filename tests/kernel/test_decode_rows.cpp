@@ -11,6 +11,8 @@
 // blocks, bitwise against decode().
 // bf16 K/V widened two vectors at a time (value dims with pairs, K and V in different
 // storage). Built for the native ISA (test_decode runs the engine on every SIMD path).
+// The block arithmetic (logits, online softmax, weighted values) is
+// kernel/decode_row_math.hpp's.
 #include <Eigen/Core>
 #include <algorithm>
 #include <attnkit/cache/paged_kv.hpp>

@@ -5,6 +5,7 @@
 // state: a prefill followed by decode steps equals one long prefill; the thread count
 // changes no bit; bad inputs throw Error before anything is written. Built for the
 // native ISA and x86-64-v2 (ATTNKIT_PATH_TESTS).
+// The engine under test: linear/linear_heads.hpp (LinearHeads, chunked and recurrent).
 #include <Eigen/Core>
 #include <algorithm>
 #include <attnkit/linear/linear_attention.hpp>

@@ -1,6 +1,7 @@
 // The SIMD layer: every operation the kernels use, lane by lane, against the scalar
 // standard library. Built for every path (native ISA, x86-64-v2, ATTNKIT_NO_SIMD with one
 // lane, aarch64 NEON), so each assertion below runs on every path.
+// On AArch64 exp2 and tanh are simd/neon_math.hpp's intrinsic polynomials.
 #include <algorithm>
 #include <array>
 #include <attnkit/simd/simd.hpp>
