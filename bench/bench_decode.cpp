@@ -2,12 +2,12 @@
 // (Lk = 4096 and 32768) with Hkv = 32 (MHA) and 8 (GQA), K/V stored in f32, bf16, f16 and the
 // GGUF blocks q8_0 and q4_0, 1 and 2 threads. Decode is a stream over K and V: the measure is GB/s
 // of K+V read, against a streaming-read baseline over the same bytes measured in the same run (a
-// SIMD sum over the buffers, the same threads). Targets (issue 11): >= 80% of that baseline for
-// every storage type; with GQA the time follows Hkv = 8's bytes (each KV group read once). Two more
-// tables: decode over a PagedKv of 16-key pages (bf16) against decode() on the same K/V stored
-// contiguously, and prefill (causal, Lq = Lk = 1024, H = 32) with bf16/f16 K/V against f32 K/V
-// (target: <= 1.05x the f32 time; q8_0 <= 1.25x), and q8_0 / q4_0 decode against bf16 decode
-// (target: q8_0 <= 0.6x the bf16 time at Lk 32K).
+// SIMD sum over the buffers, the same threads). Targets (issue 22): >= 85% of that baseline for
+// every storage type but q4_0 (75%); with GQA the time follows Hkv = 8's bytes (each KV group read
+// once). Two more tables: decode over a PagedKv of 16-key pages (bf16) against decode() on the same
+// K/V stored contiguously, and prefill (causal, Lq = Lk = 1024, H = 32) with bf16/f16 K/V against
+// f32 K/V (target: <= 1.05x the f32 time; q8_0 <= 1.25x), and q8_0 / q4_0 decode against bf16
+// decode (target: q8_0 <= 0.6x the bf16 time at Lk 32K).
 #include <benchmark/benchmark.h>
 
 #include <attnkit/attnkit.hpp>  // first: see simd.hpp on GCC 12 and <immintrin.h>
@@ -109,6 +109,77 @@ float stream_bytes(std::initializer_list<const void*> arrays, std::size_t bytes,
 template <class T>
 float stream(const KvBuffers<T>& buf, int threads) {
   return stream_bytes({buf.k.data(), buf.v.data()}, buf.k.size() * sizeof(T), threads);
+}
+
+// The overlap of memory and arithmetic that decode's ratios rest on: the streaming read of the
+// f32 Lk 32K Hkv 8 K/V with kOverlapFmas independent FMAs per 64-byte line between the loads
+// (about the arithmetic quantized decode spends per line of K/V), against the read alone and the
+// same FMAs alone over an L1-resident slice (the read with FMAs prefetches 8 KB ahead, as decode
+// asks for its rows ahead). A CPU that overlaps the two takes max(read, arithmetic), one that
+// does not their sum; in between, decode's ratio to the stream is bounded by how much of the
+// kernel's arithmetic the CPU hides under the read.
+constexpr int kOverlapFmas = 16;
+constexpr Index kOverlapLen = 32768, kOverlapKvHeads = 8;
+
+template <bool kFromMemory>
+float stream_with_fmas(const float* x, Index n, int threads) {
+  constexpr Index kLine = 64 / sizeof(float), kResident = 4096;  // 16 KB: stays in L1
+  constexpr Index kAhead = 2048;                                 // 8 KB ahead
+  float total = 0.f;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(threads) reduction(+ : total) schedule(static)
+#endif
+  for (Index block = 0; block < n; block += 4096) {
+    ak::simd::Vec acc(0.f), w[8];
+    const ak::simd::Vec a(1.0001f), b(1e-7f);
+    for (int t = 0; t < 8; ++t) w[t] = ak::simd::Vec(float(t));
+    const Index end = std::min(n, block + 4096);
+    for (Index i = block; i + kLine <= end; i += kLine) {
+      if (kFromMemory) __builtin_prefetch(x + i + kAhead);  // as decode asks for its rows ahead
+      for (Index c = 0; c < kLine; c += ak::simd::kWidth)
+        acc = acc + ak::simd::load(x + (kFromMemory ? i : i % kResident) + c);
+      for (int f = 0; f < kOverlapFmas; f += 8)
+        for (int t = 0; t < 8; ++t) w[t] = ak::simd::fma(w[t], a, b);
+    }
+    for (int t = 0; t < 8; ++t) acc = acc + w[t];
+    total += ak::simd::reduce_add(acc);
+  }
+  (void)threads;
+  return total;
+}
+
+void add_overlap() {
+  for (const int threads : {1, 2}) {
+    const std::string rest = "/threads:" + std::to_string(threads);
+    const auto n = [] {
+      return static_cast<Index>(kv<float>(kOverlapLen, kOverlapKvHeads).k.size());
+    };
+    attnkit_bench::register_timed("overlap_read" + rest, [=](benchmark::State& state) {
+      KvBuffers<float>& buf = kv<float>(kOverlapLen, kOverlapKvHeads);
+      attnkit_bench::time_best(state, "overlap_read" + rest, attnkit_bench::Clocks::kWall, [&] {
+        benchmark::DoNotOptimize(
+            stream_bytes({buf.k.data(), buf.v.data()}, buf.k.size() * 4, threads));
+      });
+      state.counters["GB/s"] = attnkit_bench::per_second(buf.bytes() / 1e9);
+    });
+    attnkit_bench::register_timed("overlap_fmas" + rest, [=](benchmark::State& state) {
+      KvBuffers<float>& buf = kv<float>(kOverlapLen, kOverlapKvHeads);
+      attnkit_bench::time_best(state, "overlap_fmas" + rest, attnkit_bench::Clocks::kWall, [&] {
+        benchmark::DoNotOptimize(stream_with_fmas<false>(buf.k.data(), 2 * n(), threads));
+      });
+      const double lines = 2.0 * double(n()) * sizeof(float) / 64.0;  // FMAs of kWidth lanes
+      state.counters["GFLOP/s"] =
+          attnkit_bench::per_second(lines * kOverlapFmas * ak::simd::kWidth * 2.0 / 1e9);
+    });
+    attnkit_bench::register_timed("overlap_both" + rest, [=](benchmark::State& state) {
+      KvBuffers<float>& buf = kv<float>(kOverlapLen, kOverlapKvHeads);
+      attnkit_bench::time_best(state, "overlap_both" + rest, attnkit_bench::Clocks::kWall, [&] {
+        benchmark::DoNotOptimize(stream_with_fmas<true>(buf.k.data(), n(), threads) +
+                                 stream_with_fmas<true>(buf.v.data(), n(), threads));
+      });
+      state.counters["GB/s"] = attnkit_bench::per_second(buf.bytes() / 1e9);
+    });
+  }
 }
 
 // "<storage>/Lk:<len>/Hkv:<kv_heads>/threads:<n>": the shape part of the decode, stream and
@@ -363,8 +434,8 @@ void print_summary() {
       "\n### Decode vs a streaming read of the same K/V bytes: ISA %s, Lq=1, H=%ld, d=%ld, B=1, "
       "causal\n\n"
       "GB/s = K+V bytes / best time; / stream = decode GB/s / streaming-read GB/s over the same "
-      "bytes,\nsame threads (target >= 0.80); ms for Hkv = 8 against Hkv = 32 shows the GQA "
-      "group read once.\n\n",
+      "bytes,\nsame threads (target of issue 22: >= 0.85, q4_0 >= 0.75); ms for Hkv = 8 against "
+      "Hkv = 32 shows the GQA group read once.\n\n",
       ak::simd::kArchName, long(kHeads), long(kDim));
   attnkit_bench::print_table_head(
       "| K/V | Lk | Hkv | threads | ms | GB/s | stream GB/s | / stream | met |");
@@ -380,8 +451,30 @@ void print_summary() {
           const double ratio = s->seconds / d->seconds;
           std::printf("| %s | %ld | %ld | %d | %.2f | %.1f | %.1f | %.2f | %s |\n", storage,
                       long(len), long(hkv), threads, d->seconds * 1e3, bytes / d->seconds / 1e9,
-                      bytes / s->seconds / 1e9, ratio, ratio >= 0.8 ? "yes" : "no");
+                      bytes / s->seconds / 1e9, ratio,
+                      ratio >= (std::string(storage) == "q4_0" ? 0.75 : 0.85) ? "yes" : "no");
         }
+
+  std::printf(
+      "\n### Overlap of memory and arithmetic: the read of %.0f MB (f32 K/V, Lk=%ld, Hkv=%ld) with "
+      "%d independent FMAs per 64-byte line\n\nread = the read alone; FMAs = the same FMAs alone "
+      "(L1-resident data); both = the two together. both / (read + FMAs) = 1: the CPU does "
+      "not overlap them; both / max = 1: it overlaps them fully. Decode time ~ both for the "
+      "kernel's own arithmetic per byte.\n\n",
+      bytes_of("f32", kOverlapLen, kOverlapKvHeads) / 1e6, long(kOverlapLen), long(kOverlapKvHeads),
+      kOverlapFmas);
+  attnkit_bench::print_table_head(
+      "| threads | read ms | FMAs ms | both ms | both / (read + FMAs) | both / max |");
+  for (const int threads : {1, 2}) {
+    const std::string rest = "/threads:" + std::to_string(threads);
+    const attnkit_bench::Best* r = attnkit_bench::find_best("overlap_read" + rest);
+    const attnkit_bench::Best* f = attnkit_bench::find_best("overlap_fmas" + rest);
+    const attnkit_bench::Best* b = attnkit_bench::find_best("overlap_both" + rest);
+    if (r == nullptr || f == nullptr || b == nullptr) continue;
+    std::printf("| %d | %.2f | %.2f | %.2f | %.2f | %.2f |\n", threads, r->seconds * 1e3,
+                f->seconds * 1e3, b->seconds * 1e3, b->seconds / (r->seconds + f->seconds),
+                b->seconds / std::max(r->seconds, f->seconds));
+  }
 
   std::printf(
       "\n### Quantized K/V decode against bf16 decode: Lk=32768, Lq=1, H=%ld, d=%ld (target: q8_0 "
@@ -507,6 +600,7 @@ int main(int argc, char** argv) {
   add_short<ak::BlockQ8_0>("q8_0");
   add_mla<Eigen::bfloat16>("bf16");
   add_mla<ak::BlockQ8_0>("q8_0");
+  add_overlap();
   attnkit_bench::report_context("decode", kHeads, 0);
   attnkit_bench::report_baseline("decode", "stream");
   attnkit_bench::report_baseline("paged", "decode");
@@ -515,6 +609,7 @@ int main(int argc, char** argv) {
   attnkit_bench::report_baseline("prefill_q8_0", "prefill_f32");
   attnkit_bench::report_baseline("mla", "mla_stream");
   attnkit_bench::report_baseline("short", "prefill_long_f32");
+  attnkit_bench::report_baseline("overlap_both", "overlap_read");
   return attnkit_bench::run_benchmarks(
       argc, argv, {"--benchmark_min_time=0.1", "--benchmark_repetitions=1"}, print_summary);
 }
