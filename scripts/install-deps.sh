@@ -2,7 +2,8 @@
 # Installs everything attnkit needs to build, test and benchmark on Debian/Ubuntu:
 # a C++17 compiler, CMake >= 3.25, Ninja, Eigen 3.4, xsimd >= 8.1, Catch2 v3,
 # Google Benchmark, OpenMP, clang with its libFuzzer runtime for the fuzz test, matplotlib
-# for the plots of the bench report (scripts/bench_report.py) and, on x86-64, the aarch64
+# for the plots of the bench report (scripts/bench_report.py), Open MPI for the distributed
+# component (ring attention) and, on x86-64, the aarch64
 # cross compiler, qemu and the arm64 dependencies for the Arm test (--no-aarch64 leaves them
 # out; the test then reports itself skipped).
 # Idempotent: when everything is present it only checks.
@@ -13,8 +14,10 @@ set -euo pipefail
 # clang builds the fuzz test (tests/fuzz); its libFuzzer runtime is a separate package, see
 # fuzzer_runtime_package below.
 # python3-matplotlib: the bench report's plots (without it the report prints the table only).
+# openmpi-bin, libopenmpi-dev: the optional distributed component (attnkit::mpi, ring
+# attention) and its tests under mpirun.
 packages=(g++ cmake ninja-build libeigen3-dev libxsimd-dev catch2 libbenchmark-dev libomp-dev
-          clang python3-matplotlib)
+          clang python3-matplotlib openmpi-bin libopenmpi-dev)
 
 if [ "$(id -u)" -eq 0 ]; then
   sudo=()

@@ -1,0 +1,262 @@
+// ring_attention() (attnkit/dist/ring_attention.hpp), run by CTest under mpirun with 2 and 3
+// ranks (tests/dist/CMakeLists.txt). Every rank runs every case on its own shard of inputs
+// all ranks draw alike; the ranks' output rows and row statistics, gathered, are checked
+// against the f64 reference of the whole sequence (reference_check.hpp's agreement) for
+// masks, normalizers, a Position, GQA, both layouts and lengths that do not divide into the
+// ranks; the output is bitwise the same from run to run and for 1 or 2 threads; bad input on
+// one rank is the same Error on every rank, not a hang. Also the layout helpers
+// (dist/layout.hpp) and the collective checks (dist/collective.hpp). Comparisons use CHECK,
+// never REQUIRE: a rank that left a case early would leave the others waiting.
+#include <mpi.h>
+
+#include <algorithm>
+#include <attnkit/attnkit.hpp>  // first: see simd.hpp on GCC 12 and <immintrin.h>
+#include <attnkit/dist/ring_attention.hpp>
+#include <catch2/catch_session.hpp>
+#include <catch2/catch_test_macros.hpp>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "support/error_checks.hpp"
+#include "support/reference_check.hpp"
+#include "support/test_names.hpp"
+
+namespace dist = attnkit::dist;
+using ak::test::Case;
+
+namespace {
+
+int my_rank() { return dist::rank_of(MPI_COMM_WORLD); }
+int ranks() { return dist::size_of(MPI_COMM_WORLD); }
+
+// x = the element-wise sum of every rank's x (each rank fills only its own rows, zeros
+// elsewhere: the gather of disjoint rows).
+void sum_over_ranks(std::vector<float>& x) {
+  std::vector<float> total(x.size());
+  MPI_Allreduce(x.data(), total.data(), static_cast<int>(x.size()), MPI_FLOAT, MPI_SUM,
+                MPI_COMM_WORLD);
+  x = total;
+}
+
+// The call of agreement(): this rank's shard of `in` through ring_attention(), every rank's
+// rows of o and of the row statistic gathered. Returns this rank's own output bytes (for the
+// repeatability checks) through `mine` when given.
+template <class Spec, class Inputs>
+auto ring_on(const Spec& spec, const Case& c, const Inputs& in, dist::Layout layout,
+             std::vector<float>* mine = nullptr) {
+  return [&spec, &c, &in, layout, mine](const ak::View<float>& o, const ak::Options& options) {
+    const int rank = my_rank(), p = ranks();
+    const Index n = dist::shard_length(layout, c.q_len, rank, p), dv = c.dv();
+    std::vector<float> q(static_cast<std::size_t>(c.batch * c.q_heads * n * c.dim));
+    std::vector<float> k(static_cast<std::size_t>(c.batch * c.kv_heads * n * c.dim));
+    std::vector<float> v(static_cast<std::size_t>(c.batch * c.kv_heads * n * dv));
+    std::vector<float> out(static_cast<std::size_t>(c.batch * c.q_heads * n * dv));
+    std::vector<float> lse(static_cast<std::size_t>(c.batch * c.q_heads * n));
+    const auto shard = [&](auto& data, Index heads, Index dim) {
+      return ak::bhsd(data.data(), c.batch, heads, n, dim);
+    };
+    dist::shard_rows(in.q.cview(), layout, rank, p, shard(q, c.q_heads, c.dim));
+    dist::shard_rows(in.k.cview(), layout, rank, p, shard(k, c.kv_heads, c.dim));
+    dist::shard_rows(in.v.cview(), layout, rank, p, shard(v, c.kv_heads, dv));
+    ak::Options local = ak::Options{}.with_threads(options.threads);
+    local.scale = options.scale;
+    if (options.lse != nullptr) local.lse = lse.data();
+    const auto cshard = [&](const std::vector<float>& data, Index heads, Index dim) {
+      return ak::bhsd(data.data(), c.batch, heads, n, dim);
+    };
+    dist::ring_attention(
+        MPI_COMM_WORLD, spec, cshard(q, c.q_heads, c.dim), cshard(k, c.kv_heads, c.dim),
+        cshard(v, c.kv_heads, dv), shard(out, c.q_heads, dv),
+        dist::RingOptions{}.with_layout(layout).with_seq_len(c.q_len).with_attention(local));
+    if (mine != nullptr) *mine = out;
+    std::vector<float> all_out(static_cast<std::size_t>(c.rows() * dv), 0.f);
+    std::vector<float> all_lse(static_cast<std::size_t>(c.rows()), 0.f);
+    dist::unshard_rows(cshard(out, c.q_heads, dv), layout, rank, p,
+                       ak::bhsd(all_out.data(), c.batch, c.q_heads, c.q_len, dv));
+    dist::unshard_rows(ak::bhsd(static_cast<const float*>(lse.data()), c.batch, c.q_heads, n, 1),
+                       layout, rank, p, ak::bhsd(all_lse.data(), c.batch, c.q_heads, c.q_len, 1));
+    sum_over_ranks(all_out);
+    sum_over_ranks(all_lse);
+    for (Index b = 0; b < c.batch; ++b)
+      for (Index h = 0; h < c.q_heads; ++h)
+        for (Index r = 0; r < c.q_len; ++r)
+          std::memcpy(o.row(b, h, r), all_out.data() + ((b * c.q_heads + h) * c.q_len + r) * dv,
+                      static_cast<std::size_t>(dv) * sizeof(float));
+    if (options.lse != nullptr) std::copy(all_lse.begin(), all_lse.end(), options.lse);
+  };
+}
+
+// The specs of the agreement case: masks (dense, causal, window, sinks and window, a
+// power-of-two pattern), Softcap, Rope, and every one-round normalizer.
+template <class Visit>
+void for_each_spec(Visit&& visit) {
+  using ak::Causal, ak::Sinks, ak::SlidingWindow;
+  const auto each_mask = [&](const char* n, const auto& norm) {
+    visit(std::string(n) + ", Full", ak::make_spec(norm));
+    visit(std::string(n) + ", Causal", ak::make_spec(Causal{}, norm));
+    visit(std::string(n) + ", Causal & (Sinks{3} | SlidingWindow{9, 0}), Softcap{8}",
+          ak::make_spec(Causal{} & (Sinks{3} | SlidingWindow{9, 0}), ak::Softcap{8.f}, norm));
+  };
+  each_mask("Softmax", ak::Softmax{});
+  each_mask("Softmax::with_sinks", ak::Softmax::with_sinks({-1.f, 0.f, 1.f, 0.5f}));
+  each_mask("Sigmoid{}", ak::Sigmoid{});
+  each_mask("ReluPower{1.5, 0.3}", ak::ReluPower{1.5f, 0.3f});
+  each_mask("SoftplusL1", ak::SoftplusL1{});
+  visit("Softmax, PowerOfTwo{2, 4}", ak::make_spec(ak::PowerOfTwo{2, 4}));
+  visit("Softmax, Causal, Rope", ak::make_spec(Causal{}, ak::Rope(ak::RopeTable(32, 10000, 256))));
+}
+
+}  // namespace
+
+TEST_CASE("shard layouts: every position on one rank, zigzag balances causal pairs",
+          "[dist][layout]") {
+  for (const dist::Layout layout : {dist::Layout::Contiguous, dist::Layout::Zigzag})
+    for (int p = 1; p <= 5; ++p)
+      for (const Index len : {Index{0}, Index{1}, Index{7}, Index{60}, Index{101}}) {
+        INFO(dist::layout_name(layout) << ", " << p << " ranks, L " << len);
+        std::vector<int> owner(static_cast<std::size_t>(len), -1);
+        bool once = true, ascending = true;
+        for (int r = 0; r < p; ++r) {
+          const std::vector<Index> at = dist::shard_positions(layout, len, r, p);
+          CHECK(static_cast<Index>(at.size()) == dist::shard_length(layout, len, r, p));
+          for (std::size_t s = 0; s < at.size(); ++s) {
+            once = once && owner[static_cast<std::size_t>(at[s])] == -1;
+            owner[static_cast<std::size_t>(at[s])] = r;
+            ascending = ascending && (s == 0 || at[s - 1] < at[s]);
+          }
+        }
+        CHECK(once);
+        CHECK(ascending);
+        CHECK(std::count(owner.begin(), owner.end(), -1) == 0);
+      }
+  // L a multiple of 2P: every rank of the zigzag layout has the same causal pairs (i + 1 keys
+  // for query i); the contiguous layout's last rank has the most.
+  for (int p = 2; p <= 4; ++p) {
+    std::vector<Index> zigzag, contiguous;
+    for (int r = 0; r < p; ++r) {
+      Index z = 0, c = 0;
+      for (Index i : dist::shard_positions(dist::Layout::Zigzag, 24 * p, r, p)) z += i + 1;
+      for (Index i : dist::shard_positions(dist::Layout::Contiguous, 24 * p, r, p)) c += i + 1;
+      zigzag.push_back(z);
+      contiguous.push_back(c);
+    }
+    CHECK(std::adjacent_find(zigzag.begin(), zigzag.end(), std::not_equal_to<>()) == zigzag.end());
+    CHECK(contiguous.back() > contiguous.front());
+  }
+  ak::test::check_error([] { dist::shard_ranges(dist::Layout::Zigzag, 10, 3, 3); },
+                        {"shard_ranges(): rank", "in [0, 3)", "got 3"});
+  ak::test::check_error([] { dist::shard_ranges(dist::Layout::Zigzag, 10, 0, 0); },
+                        {"shard_ranges(): ranks", ">= 1", "got 0"});
+  ak::test::check_error([] { dist::shard_ranges(dist::Layout::Contiguous, -1, 0, 1); },
+                        {"shard_ranges(): len", ">= 0", "got -1"});
+  // A shard of the wrong shape is refused before anything is copied.
+  std::vector<float> full(2 * 10 * 4, 1.f), part(2 * 4 * 4, 0.f);
+  ak::test::check_refused(
+      [&] {
+        dist::shard_rows(ak::bhsd(static_cast<const float*>(full.data()), 1, 2, 10, 4),
+                         dist::Layout::Zigzag, 0, 2, ak::bhsd(part.data(), 1, 2, 4, 4));
+      },
+      {"shard_rows(): shard", "[1, 2, 5, 4]", "[1, 2, 4, 4]"}, {&part}, 0.f);
+  // shard_rows then unshard_rows of every rank gives the sequence back.
+  std::vector<float> back(full.size(), 0.f);
+  for (std::size_t i = 0; i < full.size(); ++i) full[i] = float(i);
+  for (int r = 0; r < 3; ++r) {
+    const Index n = dist::shard_length(dist::Layout::Zigzag, 10, r, 3);
+    std::vector<float> shard(static_cast<std::size_t>(2 * n * 4));
+    dist::shard_rows(ak::bhsd(static_cast<const float*>(full.data()), 1, 2, 10, 4),
+                     dist::Layout::Zigzag, r, 3, ak::bhsd(shard.data(), 1, 2, n, 4));
+    dist::unshard_rows(ak::bhsd(static_cast<const float*>(shard.data()), 1, 2, n, 4),
+                       dist::Layout::Zigzag, r, 3, ak::bhsd(back.data(), 1, 2, 10, 4));
+  }
+  CHECK(back == full);
+}
+
+TEST_CASE("ring_attention equals attention over the whole sequence (f64 reference)",
+          "[dist][ring]") {
+  for (const dist::Layout layout : {dist::Layout::Contiguous, dist::Layout::Zigzag})
+    for (const Index len : {Index{37}, Index{64}}) {
+      const Case c = Case{}.lengths(len, len).heads(4, 2).dims(32, 16).batches(2).at_offset(0);
+      const ak::test::Inputs<float> in(c, 5);
+      for_each_spec([&](const std::string& name, const auto& spec) {
+        INFO(name << ", " << dist::layout_name(layout) << ", " << ranks() << " ranks, "
+                  << ak::test::describe(c));
+        ak::test::check_agreement(ak::test::agreement(spec, c, in, ring_on(spec, c, in, layout)));
+      });
+    }
+}
+
+TEST_CASE("ring_attention is bitwise the same from run to run and for 1 or 2 threads",
+          "[dist][ring]") {
+  for (const dist::Layout layout : {dist::Layout::Contiguous, dist::Layout::Zigzag}) {
+    const ak::test::Inputs<float> in(Case{}.lengths(50, 50).heads(4, 4).dims(64).at_offset(0), 8);
+    const auto spec = ak::make_spec(ak::Causal{});
+    std::vector<std::vector<float>> runs;
+    for (const int threads : {2, 2, 1}) {
+      const Case c = Case{}.lengths(50, 50).heads(4, 4).dims(64).at_offset(0).on_threads(threads);
+      std::vector<float> mine;
+      ak::test::check_agreement(
+          ak::test::agreement(spec, c, in, ring_on(spec, c, in, layout, &mine)));
+      runs.push_back(mine);
+    }
+    INFO(dist::layout_name(layout));
+    CHECK(runs[0] == runs[1]);
+    CHECK(runs[0] == runs[2]);
+  }
+}
+
+TEST_CASE("ring_attention: bad input on one rank is the same Error on every rank",
+          "[dist][ring][errors]") {
+  const int rank = my_rank(), p = ranks();
+  const Index len = 30, n = dist::shard_length(dist::Layout::Zigzag, len, rank, p);
+  std::vector<float> q(static_cast<std::size_t>(4 * (n + 1) * 32), 0.5f), o(q.size());
+  const auto view = [&](std::vector<float>& x, Index heads, Index seq) {
+    return ak::bhsd(x.data(), 1, heads, seq, 32);
+  };
+  const auto spec = ak::make_spec(ak::Causal{});
+  const auto options = dist::RingOptions{}.with_seq_len(len);
+  const auto message_of = [](auto&& call) {
+    try {
+      call();
+    } catch (const ak::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no Error");
+  };
+  // The last rank's key shard is one row too long: every rank names it.
+  const Index k_rows = rank == p - 1 ? n + 1 : n;
+  const std::string wrong_length = message_of([&] {
+    dist::ring_attention(MPI_COMM_WORLD, spec, view(q, 2, n), view(q, 2, k_rows),
+                         view(q, 2, k_rows), view(o, 2, n), options);
+  });
+  INFO(wrong_length);
+  CHECK(wrong_length.find("attnkit: rank " + std::to_string(p - 1) + " of " + std::to_string(p) +
+                          ": ring_attention(): q.seq and k.seq") == 0);
+  CHECK(wrong_length.find("shard length " + std::to_string(dist::shard_length(dist::Layout::Zigzag,
+                                                                              len, p - 1, p))) !=
+        std::string::npos);
+  // Each rank's call is sound alone, but rank 0 has 4 query heads and the others 2.
+  const Index heads = rank == 0 ? 4 : 2;
+  const std::string disagree = message_of([&] {
+    dist::ring_attention(MPI_COMM_WORLD, spec, view(q, heads, n), view(q, 2, n), view(q, 2, n),
+                         view(o, heads, n), options);
+  });
+  INFO(disagree);
+  if (p > 1)
+    CHECK(disagree ==
+          "attnkit: ring_attention(): q.heads: expected the same value on every rank, got values "
+          "from 2 to 4 across ranks");
+  else
+    CHECK(disagree == "no Error");
+}
+
+// Catch2's session between MPI_Init and MPI_Finalize; the exit code is the worst rank's.
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  const int failed = Catch::Session().run(argc, argv);
+  int worst = 0;
+  MPI_Allreduce(&failed, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return worst;
+}
