@@ -1,17 +1,20 @@
-// ring_attention() (attnkit/dist/ring_attention.hpp), run by CTest under mpirun with 2 and 3
-// ranks (tests/dist/CMakeLists.txt). Every rank runs every case on its own shard of inputs
-// all ranks draw alike; the ranks' output rows and row statistics, gathered, are checked
-// against the f64 reference of the whole sequence (reference_check.hpp's agreement) for
-// masks, normalizers, a Position, GQA, both layouts and lengths that do not divide into the
-// ranks; the output is bitwise the same from run to run and for 1 or 2 threads; bad input on
-// one rank is the same Error on every rank, not a hang. Also the layout helpers
-// (dist/layout.hpp) and the collective checks (dist/collective.hpp). Comparisons use CHECK,
-// never REQUIRE: a rank that left a case early would leave the others waiting.
+// The distributed component (attnkit/dist/), run by CTest under mpirun with 2 and 3 ranks
+// (tests/dist/CMakeLists.txt). Every rank runs every case on its own part of inputs all ranks
+// draw alike. ring_attention() (dist/ring_attention.hpp): the ranks' output rows and row
+// statistics, gathered, against the f64 reference of the whole sequence (reference_check.hpp's
+// agreement) for masks, normalizers, a Position, GQA, both layouts and lengths that do not
+// divide into the ranks; bitwise the same from run to run and for 1 or 2 threads.
+// sharded_decode() (dist/sharded_decode.hpp): each rank's merged result against the
+// reference, the same bits on every rank. Bad input on one rank is the same Error on every
+// rank, not a hang. Also the layout helpers (dist/layout.hpp) and the collective checks
+// (dist/collective.hpp). Comparisons use CHECK, never REQUIRE: a rank that left a case early
+// would leave the others waiting.
 #include <mpi.h>
 
 #include <algorithm>
 #include <attnkit/attnkit.hpp>  // first: see simd.hpp on GCC 12 and <immintrin.h>
 #include <attnkit/dist/ring_attention.hpp>
+#include <attnkit/dist/sharded_decode.hpp>
 #include <catch2/catch_session.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <cstring>
@@ -90,7 +93,7 @@ auto ring_on(const Spec& spec, const Case& c, const Inputs& in, dist::Layout lay
 
 // The specs of the agreement case: masks (dense, causal, window, sinks and window, a
 // power-of-two pattern), Softcap, Rope, and every one-round normalizer.
-template <class Visit>
+template <bool kWithRope = true, class Visit>
 void for_each_spec(Visit&& visit) {
   using ak::Causal, ak::Sinks, ak::SlidingWindow;
   const auto each_mask = [&](const char* n, const auto& norm) {
@@ -105,7 +108,9 @@ void for_each_spec(Visit&& visit) {
   each_mask("ReluPower{1.5, 0.3}", ak::ReluPower{1.5f, 0.3f});
   each_mask("SoftplusL1", ak::SoftplusL1{});
   visit("Softmax, PowerOfTwo{2, 4}", ak::make_spec(ak::PowerOfTwo{2, 4}));
-  visit("Softmax, Causal, Rope", ak::make_spec(Causal{}, ak::Rope(ak::RopeTable(32, 10000, 256))));
+  if constexpr (kWithRope)
+    visit("Softmax, Causal, Rope",
+          ak::make_spec(Causal{}, ak::Rope(ak::RopeTable(32, 10000, 256))));
 }
 
 }  // namespace
@@ -249,6 +254,92 @@ TEST_CASE("ring_attention: bad input on one rank is the same Error on every rank
           "from 2 to 4 across ranks");
   else
     CHECK(disagree == "no Error");
+}
+
+namespace {
+
+// The call of agreement() for sharded_decode(): rank r holds the keys of the r-th contiguous
+// run of the cache; every rank's o is the whole result. Its bytes go to `mine` when given.
+template <class Spec, class Inputs>
+auto sharded_on(const Spec& spec, const Case& c, const Inputs& in,
+                std::vector<float>* mine = nullptr) {
+  return [&spec, &c, &in, mine](const ak::View<float>& o, const ak::Options& options) {
+    const ak::Range part =
+        dist::shard_ranges(dist::Layout::Contiguous, c.kv_len, my_rank(), ranks()).front();
+    const auto rows_of = [&](const auto& view) {
+      return ak::strided(view.row(0, 0, part.begin),
+                         {view.batch, view.heads, part.end - part.begin, view.dim},
+                         {view.batch_stride, view.head_stride, view.seq_stride});
+    };
+    dist::sharded_decode(MPI_COMM_WORLD, spec, in.q.cview(), rows_of(in.k.cview()),
+                         rows_of(in.v.cview()), o,
+                         dist::ShardedDecodeOptions{}
+                             .with_kv_len(c.kv_len)
+                             .with_key_offset(part.begin)
+                             .with_attention(options));
+    if (mine != nullptr) {
+      mine->clear();
+      for (Index b = 0; b < c.batch; ++b)
+        for (Index h = 0; h < c.q_heads; ++h)
+          for (Index r = 0; r < c.q_len; ++r)
+            mine->insert(mine->end(), o.row(b, h, r), o.row(b, h, r) + c.dv());
+    }
+  };
+}
+
+}  // namespace
+
+TEST_CASE("sharded_decode equals decode over the whole cache (f64 reference), on every rank",
+          "[dist][sharded_decode]") {
+  for (const Index q_len : {Index{1}, Index{3}}) {
+    const Case c = Case{}.lengths(q_len, 77).heads(4, 2).dims(32, 16).batches(2);
+    const ak::test::Inputs<float> in(c, 21);
+    for_each_spec<false>([&](const std::string& name, const auto& spec) {
+      INFO(name << ", " << ranks() << " ranks, " << ak::test::describe(c));
+      std::vector<float> mine;
+      ak::test::check_agreement(ak::test::agreement(spec, c, in, sharded_on(spec, c, in, &mine)));
+      std::vector<float> first = mine;  // rank 0's bits, on every rank
+      MPI_Bcast(first.data(), static_cast<int>(first.size()), MPI_FLOAT, 0, MPI_COMM_WORLD);
+      CHECK(std::memcmp(first.data(), mine.data(), mine.size() * sizeof(float)) == 0);
+    });
+  }
+}
+
+TEST_CASE("sharded_decode: parts that do not tile the cache are the same Error on every rank",
+          "[dist][sharded_decode][errors]") {
+  const int rank = my_rank(), p = ranks();
+  std::vector<float> q(4 * 32, 0.5f), kv(2 * 10 * 32, 0.25f), o(4 * 32);
+  const auto spec = ak::make_spec(ak::Causal{});
+  const auto call = [&](Index offset, Index kv_len) {
+    try {
+      dist::sharded_decode(
+          MPI_COMM_WORLD, spec, ak::bhsd(static_cast<const float*>(q.data()), 1, 4, 1, 32),
+          ak::bhsd(static_cast<const float*>(kv.data()), 1, 2, 10, 32),
+          ak::bhsd(static_cast<const float*>(kv.data()), 1, 2, 10, 32),
+          ak::bhsd(o.data(), 1, 4, 1, 32),
+          dist::ShardedDecodeOptions{}.with_kv_len(kv_len).with_key_offset(offset));
+    } catch (const ak::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no Error");
+  };
+  // Ten keys a rank: rank r at 10 r, but the last rank one position late.
+  const std::string gap = call(10 * rank + (rank == p - 1 ? 1 : 0), 10 * p + 1);
+  INFO(gap);
+  if (p > 1)
+    CHECK(gap == "attnkit: sharded_decode(): rank " + std::to_string(p - 1) +
+                     "'s key_offset: expected " + std::to_string(10 * (p - 1)) +
+                     " (the parts tile [0, kv_len) in rank order), got " +
+                     std::to_string(10 * (p - 1) + 1));
+  const std::string short_cache = call(10 * rank, 10 * p + 5);
+  INFO(short_cache);
+  CHECK(short_cache == "attnkit: sharded_decode(): the ranks' keys in all: expected kv_len = " +
+                           std::to_string(10 * p + 5) + ", got " + std::to_string(10 * p));
+  const std::string past_end = call(10 * rank, rank == 0 ? 5 : 10 * p);  // rank 0: past kv_len
+  INFO(past_end);
+  CHECK(past_end.find("attnkit: rank 0 of " + std::to_string(p) +
+                      ": sharded_decode(): key_offset + k.seq: expected <= kv_len = 5, got 10") ==
+        0);
 }
 
 // Catch2's session between MPI_Init and MPI_Finalize; the exit code is the worst rank's.
