@@ -45,12 +45,20 @@
 
 namespace attnkit::dist {
 
+/// Where one rank's time in a ring_attention() call went (seconds, MPI_Wtime): the steps'
+/// attention, the waits for shards still in flight when a step's attention ended (the
+/// communication the computation did not hide), and the final merge.
+struct RingTimes {
+  double attention = 0, waiting = 0, merge = 0;
+};
+
 struct RingOptions {
   Layout layout = Layout::Zigzag;
   Index seq_len = -1;  // L, the whole sequence's length (required)
   // Per rank: scale, threads, and the local rows' row statistic [B, Hq, shard] (lse). The
   // query offset is set by the layout (leave it unset).
   Options attention{};
+  RingTimes* times = nullptr;  // when not null: this rank's times, added to it
 
   RingOptions with_layout(Layout l) const {
     RingOptions o = *this;
@@ -65,6 +73,11 @@ struct RingOptions {
   RingOptions with_attention(const Options& a) const {
     RingOptions o = *this;
     o.attention = a;
+    return o;
+  }
+  RingOptions with_times(RingTimes* t) const {
+    RingOptions o = *this;
+    o.times = t;
     return o;
   }
 };
@@ -248,14 +261,20 @@ void ring_attention(MPI_Comm comm, const Spec& spec, const View<Q>& q, const Vie
         AttentionSpec<Score, Remapped<Mask>, std::decay_t<decltype(normalizer)>, NoPosition>{
             spec.score, remap(spec.mask, q_pos.data(), k_pos.data(), k_cur.seq), normalizer,
             NoPosition{}};
-    float* out = part_out.data() + static_cast<std::size_t>(from) * rows * p.value_dim;
+    float* out = part_out.data() + Index{from} * rows * p.value_dim;
+    const double started = MPI_Wtime();
     attention(part_spec, qs.view(), k_cur.view(), v_cur.view(),
               bhsd(out, p.batch, p.q_heads, p.q_len, p.value_dim),
               step_options(static_cast<std::size_t>(from)));
+    const double computed = MPI_Wtime();
     if (!requests.empty())
       check_mpi(
           MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
           "MPI_Waitall");
+    if (options.times != nullptr) {
+      options.times->attention += computed - started;
+      options.times->waiting += MPI_Wtime() - computed;
+    }
     if (step + 1 < ranks) {
       std::swap(k_cur, k_next);
       std::swap(v_cur, v_next);
@@ -264,13 +283,14 @@ void ring_attention(MPI_Comm comm, const Spec& spec, const View<Q>& q, const Vie
 
   std::vector<View<const float>> parts;
   std::vector<const float*> stats;
-  for (int r = 0; r < ranks; ++r) {
-    const std::size_t at = static_cast<std::size_t>(r);
-    parts.push_back(bhsd(static_cast<const float*>(part_out.data()) + at * rows * p.value_dim,
+  for (Index r = 0; r < ranks; ++r) {
+    parts.push_back(bhsd(static_cast<const float*>(part_out.data()) + r * rows * p.value_dim,
                          p.batch, p.q_heads, p.q_len, p.value_dim));
-    if (kStat) stats.push_back(part_stat.data() + at * rows);
+    if (kStat) stats.push_back(part_stat.data() + r * rows);
   }
+  const double merging = MPI_Wtime();
   merge(spec.normalizer, parts, stats, o, options.attention.lse);
+  if (options.times != nullptr) options.times->merge += MPI_Wtime() - merging;
 }
 
 }  // namespace attnkit::dist
