@@ -6,6 +6,8 @@
 // divide into the ranks; bitwise the same from run to run and for 1 or 2 threads.
 // ring_attention_backward() (dist/ring_backward.hpp): the gathered gradients against the f64
 // reference backward of the whole sequence, bitwise the same from run to run.
+// dist::linear_attention() (dist/linear_attention.hpp): bitwise the single process's outputs
+// and final state when the runs are whole chunks, close otherwise.
 // sharded_decode() (dist/sharded_decode.hpp): each rank's merged result against the
 // reference, the same bits on every rank. Bad input on one rank is the same Error on every
 // rank, not a hang. Also the layout helpers (dist/layout.hpp) and the collective checks
@@ -15,6 +17,7 @@
 
 #include <algorithm>
 #include <attnkit/attnkit.hpp>  // first: see simd.hpp on GCC 12 and <immintrin.h>
+#include <attnkit/dist/linear_attention.hpp>
 #include <attnkit/dist/ring_attention.hpp>
 #include <attnkit/dist/ring_backward.hpp>
 #include <attnkit/dist/sharded_decode.hpp>
@@ -436,6 +439,66 @@ TEST_CASE("ring_attention_backward equals the f64 reference backward of the whol
     CHECK(first == check_ring_backward("Causal, run 2", spec, c, layout));
     CHECK(first == check_ring_backward("Causal, 1 thread", spec, Case(c).on_threads(1), layout));
   }
+}
+
+TEST_CASE("dist::linear_attention: the state handed from rank to rank is the single process's",
+          "[dist][linear]") {
+  const int rank = my_rank(), p = ranks();
+  for (const Index len : {Index{96}, Index{100}}) {  // 96: whole 16-row chunks on 1, 2, 3 ranks
+    const Index n = dist::shard_length(dist::Layout::Contiguous, len, rank, p);
+    const Index first = dist::shard_ranges(dist::Layout::Contiguous, len, rank, p).front().begin;
+    const auto spec =
+        ak::linear_spec(ak::EluPlusOne{}).with_chunk(16).with_decay({0.9f, 1.f, 0.99f, 0.8f});
+    const auto q = ak::test::random_values<float>(std::size_t(4 * len * 32), 41);
+    const auto k = ak::test::random_values<float>(std::size_t(2 * len * 32), 42);
+    const auto v = ak::test::random_values<float>(std::size_t(2 * len * 16), 43);
+    const auto whole = [&](const std::vector<float>& x, Index heads, Index dim) {
+      return ak::bhsd(x.data(), 1, heads, len, dim);
+    };
+    std::vector<float> want(std::size_t(4 * len * 16));
+    ak::LinearState want_state = ak::make_linear_state(spec, whole(q, 4, 32), whole(v, 2, 16));
+    ak::linear_attention(spec, whole(q, 4, 32), whole(k, 2, 32), whole(v, 2, 16),
+                         ak::bhsd(want.data(), 1, 4, len, 16), want_state);
+    // This rank's run: rows [first, first + n) of every head, in place (strided views).
+    const auto run = [&](const std::vector<float>& x, Index heads, Index dim) {
+      return ak::strided(x.data() + first * dim, {1, heads, n, dim},
+                         {heads * len * dim, len * dim, dim});
+    };
+    std::vector<float> got(want.size(), 0.f);
+    ak::LinearState state = ak::make_linear_state(spec, whole(q, 4, 32), whole(v, 2, 16));
+    dist::linear_attention(
+        MPI_COMM_WORLD, spec, run(q, 4, 32), run(k, 2, 32), run(v, 2, 16),
+        ak::strided(got.data() + first * 16, {1, 4, n, 16}, {4 * len * 16, len * 16, 16}), state,
+        len);
+    sum_over_ranks(got);  // every rank's rows, the others zero
+    INFO(len << " positions, " << p << " ranks");
+    if (len == 96) {
+      CHECK(got == want);
+      if (rank == p - 1) CHECK(state.floats() == want_state.floats());
+    } else {
+      double worst = 0;
+      for (std::size_t i = 0; i < got.size(); ++i)
+        worst = std::max(worst, std::abs(double(got[i]) - double(want[i])));
+      CHECK(worst <= 1e-5);
+    }
+  }
+  // A non-causal spec is refused on every rank.
+  std::vector<float> x(4 * 32, 0.5f), y(4 * 32);
+  ak::LinearState state(1, 4, 32, 32);
+  const auto spec = ak::linear_spec(ak::Identity{}).with_causal(false);
+  std::string message = "no Error";
+  try {
+    dist::linear_attention(MPI_COMM_WORLD, spec,
+                           ak::bhsd(static_cast<const float*>(x.data()), 1, 4, 1, 32),
+                           ak::bhsd(static_cast<const float*>(x.data()), 1, 4, 1, 32),
+                           ak::bhsd(static_cast<const float*>(x.data()), 1, 4, 1, 32),
+                           ak::bhsd(y.data(), 1, 4, 1, 32), state, p);
+  } catch (const ak::Error& e) {
+    message = e.what();
+  }
+  CHECK(message == "attnkit: rank 0 of " + std::to_string(p) +
+                       ": dist::linear_attention(): spec.causal: expected true (the state flows "
+                       "from rank to rank in sequence order), got false");
 }
 
 // Catch2's session between MPI_Init and MPI_Finalize; the exit code is the worst rank's.
