@@ -2,8 +2,9 @@
 // (tests/dist/CMakeLists.txt). Every rank runs every case on its own part of inputs all ranks
 // draw alike. ring_attention() (dist/ring_attention.hpp): the ranks' output rows and row
 // statistics, gathered, against the f64 reference of the whole sequence (reference_check.hpp's
-// agreement) for masks, normalizers, a Position, GQA, both layouts and lengths that do not
-// divide into the ranks; bitwise the same from run to run and for 1 or 2 threads.
+// agreement) for masks, normalizers (LSSAR in two rounds), a Position, GQA, both layouts and
+// lengths that do not divide into the ranks; bitwise the same from run to run and for 1 or 2
+// threads.
 // ring_attention_backward() (dist/ring_backward.hpp): the gathered gradients against the f64
 // reference backward of the whole sequence, bitwise the same from run to run.
 // dist::linear_attention() (dist/linear_attention.hpp): bitwise the single process's outputs
@@ -191,11 +192,23 @@ TEST_CASE("ring_attention equals attention over the whole sequence (f64 referenc
     for (const Index len : {Index{37}, Index{64}}) {
       const Case c = Case{}.lengths(len, len).heads(4, 2).dims(32, 16).batches(2).at_offset(0);
       const ak::test::Inputs<float> in(c, 5);
-      for_each_spec([&](const std::string& name, const auto& spec) {
+      const auto check = [&](const std::string& name, const auto& spec,
+                             const ak::test::Tolerance& t = {}) {
         INFO(name << ", " << dist::layout_name(layout) << ", " << ranks() << " ranks, "
                   << ak::test::describe(c));
-        ak::test::check_agreement(ak::test::agreement(spec, c, in, ring_on(spec, c, in, layout)));
-      });
+        ak::test::check_agreement(
+            ak::test::agreement(spec, c, in, ring_on(spec, c, in, layout), t));
+      };
+      for_each_spec([&](const std::string& name, const auto& spec) { check(name, spec); });
+      // LSSAR through its two rounds (two trips around the ring), with the two-round form's
+      // tolerance of the split-KV test (test_merge_softplus.cpp): each round's rounding.
+      ak::test::Tolerance two_rounds;
+      two_rounds.out = 4 * tol::kF32;
+      two_rounds.lse = 4 * tol::kLseF32;
+      check("SoftplusL1Reweighted (LSSAR), Causal",
+            ak::make_spec(ak::Causal{}, ak::SoftplusL1Reweighted{}), two_rounds);
+      check("SoftplusL1Reweighted (LSSAR), Full", ak::make_spec(ak::SoftplusL1Reweighted{}),
+            two_rounds);
     }
 }
 

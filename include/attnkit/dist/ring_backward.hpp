@@ -25,7 +25,7 @@
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/dist/collective.hpp"
 #include "attnkit/dist/layout.hpp"
-#include "attnkit/dist/ring_attention.hpp"
+#include "attnkit/dist/ring_steps.hpp"
 #include "attnkit/kernel/attention_backward.hpp"
 #include "attnkit/mask/remap.hpp"
 #include "attnkit/position/no_position.hpp"

@@ -22,7 +22,7 @@
 
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/dist/collective.hpp"
-#include "attnkit/dist/ring_attention.hpp"  // RingOptions' part_normalizer, the spec limits
+#include "attnkit/dist/ring_steps.hpp"  // part_normalizer, the spec limits
 #include "attnkit/kernel/attention.hpp"
 #include "attnkit/kernel/merge.hpp"
 #include "attnkit/mask/remap.hpp"
