@@ -6,7 +6,7 @@
 // lengths that do not divide into the ranks; bitwise the same from run to run and for 1 or 2
 // threads.
 // ring_attention_backward() (dist/ring_backward.hpp): the gathered gradients against the f64
-// reference backward of the whole sequence, bitwise the same from run to run.
+// reference backward of the whole sequence (Rope too), bitwise the same from run to run.
 // dist::linear_attention() (dist/linear_attention.hpp): bitwise the single process's outputs
 // and final state when the runs are whole chunks, close otherwise.
 // sharded_decode() (dist/sharded_decode.hpp): each rank's merged result against the
@@ -443,7 +443,7 @@ TEST_CASE("ring_attention_backward equals the f64 reference backward of the whol
           "[dist][ring][backward]") {
   for (const dist::Layout layout : {dist::Layout::Contiguous, dist::Layout::Zigzag}) {
     const Case c = Case{}.lengths(45, 45).heads(4, 2).dims(32, 16).batches(2).at_offset(0);
-    for_each_spec<false>([&](const std::string& name, const auto& spec) {
+    for_each_spec([&](const std::string& name, const auto& spec) {
       check_ring_backward(name, spec, c, layout);
     });
     // The same bits from run to run, and on 1 or 2 threads.

@@ -10,8 +10,11 @@
 // for a given rank count and any thread count. The K/V of the next step arrive during a
 // step's computation; the accumulators move after it (they are complete only then).
 //
-// The specs of ring_attention() without a Position (NoPosition) and without trained
-// parameters' gradients (a normalizer's sinks or bias: not yet); validation is collective.
+// The specs of ring_attention() but LSSAR, without trained parameters' gradients (a
+// normalizer's sinks or bias, FoPE's coefficients: not yet). With a Position that turns rows
+// (Rope), the local rows are turned once at their global positions, the steps run on them,
+// and dQ, dK are turned back by the rotation's transpose at the end. Validation is
+// collective.
 #pragma once
 
 #include <mpi.h>
@@ -22,6 +25,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "attnkit/detail/backward_traits.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/dist/collective.hpp"
 #include "attnkit/dist/layout.hpp"
@@ -29,6 +33,7 @@
 #include "attnkit/kernel/attention_backward.hpp"
 #include "attnkit/mask/remap.hpp"
 #include "attnkit/position/no_position.hpp"
+#include "attnkit/position/row_at.hpp"
 #include "attnkit/spec.hpp"
 
 namespace attnkit::dist {
@@ -71,14 +76,19 @@ void ring_attention_backward(MPI_Comm comm, const Spec& spec, const View<Q>& q, 
   static_assert(std::is_same_v<Score, Dot> || std::is_same_v<Score, Softcap>,
                 "ring_attention_backward(): the score mod must not read positions (Dot or "
                 "Softcap)");
-  static_assert(std::is_same_v<typename Spec::Position, NoPosition>,
-                "ring_attention_backward(): a Position is not supported yet (NoPosition)");
+  using Position = typename Spec::Position;
+  constexpr bool kTurns = attnkit::detail::transforms_rows<Position>();
+  static_assert(std::is_same_v<Position, NoPosition> ||
+                    (kTurns && attnkit::detail::has_apply_transpose<Position>::value),
+                "ring_attention_backward(): the Position must be NoPosition or turn rows with "
+                "an apply_transpose() (Rope)");
   static_assert(attnkit::detail::passes<Normalizer>() == 1,
                 "ring_attention_backward(): this normalizer needs two rounds (LSSAR)");
   static_assert(!std::is_const_v<GQ> && !std::is_const_v<GK> && !std::is_const_v<GV>,
                 "ring_attention_backward(): the gradient views must be writable");
-  using KT = std::remove_const_t<K>;
+  using KT = std::conditional_t<kTurns, float, std::remove_const_t<K>>;
   using VT = std::remove_const_t<V>;
+  using QT = std::conditional_t<kTurns, float, std::remove_const_t<Q>>;
   constexpr bool kStat = attnkit::detail::row_stat_kind<Normalizer>() != RowStat::None;
 
   const int rank = rank_of(comm), ranks = size_of(comm);
@@ -131,7 +141,8 @@ void ring_attention_backward(MPI_Comm comm, const Spec& spec, const View<Q>& q, 
   };
 
   // The shard in hand, its accumulators, and the next shard's.
-  ring::Rows<KT> k_cur = ring::local_rows<KT>(k, NoPosition{}, q_pos, len, Role::Key), k_next;
+  const ring::Rows<QT> qs = ring::local_rows<QT>(q, spec.position, q_pos, len, Role::Query);
+  ring::Rows<KT> k_cur = ring::local_rows<KT>(k, spec.position, q_pos, len, Role::Key), k_next;
   ring::Rows<VT> v_cur = ring::local_rows<VT>(v, NoPosition{}, q_pos, len, Role::Key), v_next;
   std::vector<float> dk_cur = sized(p.batch * hkv * n * d), dv_cur = sized(p.batch * hkv * n * e);
   std::vector<float> dq_sum = sized(p.batch * p.q_heads * n * d), dq_part = dq_sum;
@@ -160,7 +171,7 @@ void ring_attention_backward(MPI_Comm comm, const Spec& spec, const View<Q>& q, 
     dk_part = sized(p.batch * hkv * m * d);
     dv_part = sized(p.batch * hkv * m * e);
     const double started = MPI_Wtime();
-    attention_backward(part_spec, q, k_cur.view(), v_cur.view(), o, d_o,
+    attention_backward(part_spec, qs.view(), k_cur.view(), v_cur.view(), o, d_o,
                        bhsd(dq_part.data(), p.batch, p.q_heads, n, d),
                        bhsd(dk_part.data(), p.batch, hkv, m, d),
                        bhsd(dv_part.data(), p.batch, hkv, m, e), step);
@@ -202,7 +213,21 @@ void ring_attention_backward(MPI_Comm comm, const Spec& spec, const View<Q>& q, 
       std::swap(v_cur, v_next);
     }
   }
-  // After P steps the accumulators in hand are this rank's own shard's.
+  // After P steps the accumulators in hand are this rank's own shard's. Turned rows: the
+  // gradients of the raw rows are the turned rows' gradients turned back (the transpose).
+  if constexpr (kTurns) {
+    const auto turn_back = [&](std::vector<float>& rows, Index heads, Role role) {
+      for (Index b = 0; b < p.batch; ++b)
+        for (Index h = 0; h < heads; ++h)
+          for (Index i = 0; i < n; ++i) {
+            const Index at = q_pos[static_cast<std::size_t>(i)];
+            spec.position.apply_transpose(rows.data() + ((b * heads + h) * n + i) * d, d,
+                                          RowAt{b, h, at, len, at, role});
+          }
+    };
+    turn_back(dq_sum, p.q_heads, Role::Query);
+    turn_back(dk_cur, hkv, Role::Key);
+  }
   ring::store_rows(dq_sum, dq);
   ring::store_rows(dk_cur, dk);
   ring::store_rows(dv_cur, dv);
