@@ -4,10 +4,10 @@
 // combinations, a BlockMask), Softcap and ALiBi, RoPE, FoPE and TAPA, f32 / bf16 / f16 storage
 // and q8_0 / q4_0 K/V, GQA, ragged tiles and d 128, each against the f64 reference (Lq 1 cases
 // through split-KV decode);
-// then bitwise stability over thread counts. In the test workflow's emulated Arm set
-// (ATTNKIT_TEST_CI_SUBSET: the CI budget) the bf16 normalizer pass, the normalizers' Softcap
-// pass and the positions are left out; the aarch64 preset runs them. The flavour builds
-// (x86-64-v2, scalar, aarch64 under emulation) run this file where the native build runs the full
+// then bitwise stability over thread counts. In the scalar flavour (ATTNKIT_TEST_CI_SUBSET:
+// the CI budget) the bf16 normalizer pass, the normalizers' Softcap pass and the positions are
+// left out; the native, x86-64-v2 and aarch64 preset builds run them. The flavour builds
+// (x86-64-v2, scalar, the aarch64 preset) run this file where the native build runs the full
 // grids of test_attention_masks, test_attention_normalizers and test_attention_block_mask: what
 // differs between ISAs is the vector code each policy reaches, which one pass over each reaches;
 // the cross products check the policies' logic, which is the same source on every ISA.
@@ -80,7 +80,7 @@ TEST_CASE("paths: every normalizer matches the reference on ragged tiles, GQA an
   check_normalizers(Case{}.lengths(33, 70).dims(128).at_offset(5));
 }
 
-// In the emulated CI set (ATTNKIT_TEST_CI_SUBSET) bf16 reaches the kernel through the ALiBi/Softcap
+// In the CI subset (ATTNKIT_TEST_CI_SUBSET) bf16 reaches the kernel through the ALiBi/Softcap
 // case below; every normalizer in bf16 runs in the x86 flavours and the aarch64 preset.
 #ifndef ATTNKIT_TEST_CI_SUBSET
 TEST_CASE("paths: every normalizer matches the reference with bf16 storage", "[attention][paths]") {
@@ -117,7 +117,7 @@ TEST_CASE("paths: ALiBi and Softcap match the reference under Causal", "[attenti
                                    c);
 }
 
-// Not in the emulated CI set (ATTNKIT_TEST_CI_SUBSET): the positions' row transforms are scalar
+// Not in the CI subset (ATTNKIT_TEST_CI_SUBSET): the positions' row transforms are scalar
 // code, TAPA's SIMD cos is test_simd_ops'; the aarch64 preset runs this case with the whole path
 // set.
 #ifndef ATTNKIT_TEST_CI_SUBSET

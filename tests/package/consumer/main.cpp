@@ -2,7 +2,8 @@
 // add_subdirectory(attnkit). It is built with a strict warning set and -Werror, so it
 // instantiates widely to make warnings inside attnkit's templates fire: f32, bf16 and f16
 // storage, f32 and f16 output, Full/Causal x Dot/Softcap, GQA, Dv != D and an LSE output,
-// each through the fast kernel and the reference. Exits non-zero when they disagree.
+// each through the fast kernel and the reference (four storage mixes: each a kernel
+// instantiation, compiled twice by the package tests). Exits non-zero when they disagree.
 #include <Eigen/Core>  // Eigen::bfloat16, Eigen::half
 #include <algorithm>
 #include <attnkit/attnkit.hpp>
@@ -89,8 +90,7 @@ int main() {
   ok = agrees<float, float, float>("f32, Full, Dot", full, kF32) && ok;
   ok = agrees<float, bf16, float>("f32 / bf16 V, Causal, Softcap", causal_capped, kF32) && ok;
   ok = agrees<bf16, bf16, f16>("bf16 -> f16, Causal, Dot", causal, kF16) && ok;
-  ok = agrees<f16, f16, float>("f16, Full, Softcap", capped, kF32) && ok;
-  ok = agrees<f16, float, f16>("f16 / f32 V -> f16, Causal, Softcap", causal_capped, kF16) && ok;
+  ok = agrees<f16, float, f16>("f16 / f32 V -> f16, Full, Softcap", capped, kF16) && ok;
   if (!ok) {
     std::printf("consumer FAILED\n");
     return 1;
