@@ -1,6 +1,7 @@
 // The distributed component (attnkit/dist/), run by CTest under mpirun with 2 and 3 ranks
 // (tests/dist/CMakeLists.txt). Every rank runs every case on its own part of inputs all ranks
-// draw alike. ring_attention() (dist/ring_attention.hpp): the ranks' output rows and row
+// draw alike. ring_attention() (dist/ring_attention.hpp, its ring in dist/ring_steps.hpp): the
+// ranks' output rows and row
 // statistics, gathered, against the f64 reference of the whole sequence (reference_check.hpp's
 // agreement) for masks, normalizers (LSSAR in two rounds), a Position, GQA, both layouts and
 // lengths that do not divide into the ranks; bitwise the same from run to run and for 1 or 2
