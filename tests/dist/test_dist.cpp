@@ -1,15 +1,13 @@
 // The distributed component (attnkit/dist/), run by CTest under mpirun with 2 and 3 ranks
 // (tests/dist/CMakeLists.txt). Every rank runs every case on its own part of inputs all ranks
 // draw alike. ring_attention() (dist/ring_attention.hpp, its ring in dist/ring_steps.hpp): the
-// ranks' output rows and row
-// statistics, gathered, against the f64 reference of the whole sequence (reference_check.hpp's
-// agreement) for masks, normalizers (LSSAR in two rounds), a Position, GQA, both layouts and
-// lengths that do not divide into the ranks; bitwise the same from run to run and for 1 or 2
-// threads.
-// ring_attention_backward() (dist/ring_backward.hpp): the gathered gradients against the f64
-// reference backward of the whole sequence (Rope too), bitwise the same from run to run.
-// dist::linear_attention() (dist/linear_attention.hpp): bitwise the single process's outputs
-// and final state when the runs are whole chunks, close otherwise.
+// ranks' output rows and row statistics, gathered, against the f64 reference of the whole
+// sequence (reference_check.hpp's agreement) for masks, normalizers (LSSAR in two rounds), a
+// Position, GQA, both layouts and lengths that do not divide into the ranks; bitwise the same from
+// run to run and for 1 or 2 threads. ring_attention_backward() (dist/ring_backward.hpp): the
+// gathered gradients against the f64 reference backward of the whole sequence (Rope too), bitwise
+// the same from run to run. dist::linear_attention() (dist/linear_attention.hpp): bitwise the
+// single process's outputs and final state when the runs are whole chunks, close otherwise.
 // sharded_decode() (dist/sharded_decode.hpp): each rank's merged result against the
 // reference, the same bits on every rank. Bad input on one rank is the same Error on every
 // rank, not a hang. Also the layout helpers (dist/layout.hpp) and the collective checks
