@@ -57,28 +57,43 @@ inline Index shard_length(Layout layout, Index len, int rank, int ranks) {
   return n;
 }
 
-/// shard[b, h, s] = full[b, h, positions[s]] for rank `rank`'s positions: the rows of a
-/// whole sequence's view (seq = len) copied to the rank's shard (seq = shard_length()).
-/// Throws Error when the shapes disagree.
-template <class T, class U>
-void shard_rows(const View<T>& full, Layout layout, int rank, int ranks, const View<U>& shard) {
-  static_assert(!std::is_const_v<U>, "shard_rows(): the shard view must be writable");
+namespace impl {
+
+// The rows of rank `rank`'s shard between a whole sequence's view and the shard's: to the
+// shard (kToShard: shard_rows) or back (unshard_rows), after the shapes' check.
+template <bool kToShard, class F, class S>
+void copy_shard_rows(const View<F>& full, const View<S>& shard, Layout layout, int rank, int ranks,
+                     const char* what) {
   detail::check_view(full, "full");
   detail::check_view(shard, "shard");
   const std::vector<Index> at = shard_positions(layout, full.seq, rank, ranks);
   detail::require(
       shard.batch == full.batch && shard.heads == full.heads && shard.dim == full.dim &&
           shard.seq == static_cast<Index>(at.size()),
-      "shard_rows(): shard",
+      detail::cat(what, ": shard"),
       detail::cat("[", full.batch, ", ", full.heads, ", ", at.size(), ", ", full.dim, "]"),
       detail::cat("[", shard.batch, ", ", shard.heads, ", ", shard.seq, ", ", shard.dim, "]"));
+  const Index e = detail::row_elements<F>(full.dim);
   for (Index b = 0; b < full.batch; ++b)
     for (Index h = 0; h < full.heads; ++h)
       for (std::size_t s = 0; s < at.size(); ++s) {
-        const T* src = full.row(b, h, at[s]);
-        std::copy(src, src + detail::row_elements<T>(full.dim),
-                  shard.row(b, h, static_cast<Index>(s)));
+        const Index i = static_cast<Index>(s);
+        if constexpr (kToShard)
+          std::copy(full.row(b, h, at[s]), full.row(b, h, at[s]) + e, shard.row(b, h, i));
+        else
+          std::copy(shard.row(b, h, i), shard.row(b, h, i) + e, full.row(b, h, at[s]));
       }
+}
+
+}  // namespace impl
+
+/// shard[b, h, s] = full[b, h, positions[s]] for rank `rank`'s positions: the rows of a
+/// whole sequence's view (seq = len) copied to the rank's shard (seq = shard_length()).
+/// Throws Error when the shapes disagree.
+template <class T, class U>
+void shard_rows(const View<T>& full, Layout layout, int rank, int ranks, const View<U>& shard) {
+  static_assert(!std::is_const_v<U>, "shard_rows(): the shard view must be writable");
+  impl::copy_shard_rows<true>(full, shard, layout, rank, ranks, "shard_rows()");
 }
 
 /// The inverse: full[b, h, positions[s]] = shard[b, h, s] (the other rows of full untouched),
@@ -86,21 +101,7 @@ void shard_rows(const View<T>& full, Layout layout, int rank, int ranks, const V
 template <class T, class U>
 void unshard_rows(const View<T>& shard, Layout layout, int rank, int ranks, const View<U>& full) {
   static_assert(!std::is_const_v<U>, "unshard_rows(): the full view must be writable");
-  detail::check_view(full, "full");
-  detail::check_view(shard, "shard");
-  const std::vector<Index> at = shard_positions(layout, full.seq, rank, ranks);
-  detail::require(
-      shard.batch == full.batch && shard.heads == full.heads && shard.dim == full.dim &&
-          shard.seq == static_cast<Index>(at.size()),
-      "unshard_rows(): shard",
-      detail::cat("[", full.batch, ", ", full.heads, ", ", at.size(), ", ", full.dim, "]"),
-      detail::cat("[", shard.batch, ", ", shard.heads, ", ", shard.seq, ", ", shard.dim, "]"));
-  for (Index b = 0; b < full.batch; ++b)
-    for (Index h = 0; h < full.heads; ++h)
-      for (std::size_t s = 0; s < at.size(); ++s) {
-        const T* src = shard.row(b, h, static_cast<Index>(s));
-        std::copy(src, src + detail::row_elements<T>(full.dim), full.row(b, h, at[s]));
-      }
+  impl::copy_shard_rows<false>(full, shard, layout, rank, ranks, "unshard_rows()");
 }
 
 }  // namespace attnkit::dist

@@ -21,8 +21,6 @@
 
 #include <mpi.h>
 
-#include <cstdint>
-#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -69,39 +67,11 @@ void ring_attention(MPI_Comm comm, const Spec& spec, const View<Q>& q, const Vie
 
   const int rank = rank_of(comm), ranks = size_of(comm);
   const Index len = options.seq_len;
-  Problem p;
-  validate_together(comm, [&] {
-    attnkit::detail::require(len >= 0, "ring_attention(): options.seq_len", ">= 0", len);
-    attnkit::detail::require(!options.attention.q_offset, "ring_attention(): Options.q_offset",
-                             "unset (the layout places the rows)", "a value");
-    const Index n = shard_length(options.layout, len, rank, ranks);
-    p = make_problem(q, k, v, o, options.attention.with_q_offset(0));
-    attnkit::detail::require(p.q_len == n && p.kv_len == n, "ring_attention(): q.seq and k.seq",
-                             attnkit::detail::cat("this rank's shard length ", n, " (",
-                                                  layout_name(options.layout), ", L = ", len, ")"),
-                             attnkit::detail::cat(p.q_len, " and ", p.kv_len));
-    Problem whole = p;
-    whole.q_len = whole.kv_len = len;
-    validate_policies(spec, whole, options.attention.with_q_offset(0));
+  const Problem p = ring::validate<KT, VT>(comm, "ring_attention()", spec, options, [&] {
+    return make_problem(q, k, v, o, options.attention.with_q_offset(0));
   });
-  std::int32_t scale_bits = 0;
-  std::memcpy(&scale_bits, &p.scale, sizeof p.scale);
-  require_same_on_all_ranks(comm, "ring_attention()",
-                            {{"q.batch", p.batch},
-                             {"q.heads", p.q_heads},
-                             {"k.heads", p.kv_heads},
-                             {"q.dim", p.head_dim},
-                             {"v.dim", p.value_dim},
-                             {"options.seq_len", len},
-                             {"options.layout", static_cast<long long>(options.layout)},
-                             {"sizeof(K)", static_cast<long long>(sizeof(KT))},
-                             {"sizeof(V)", static_cast<long long>(sizeof(VT))},
-                             {"the scale (its bits)", scale_bits}});
-
   // This rank's rows, then the ring: at step s the shard of rank (rank - s) mod P is in hand.
-  std::vector<std::vector<Index>> positions(static_cast<std::size_t>(ranks));
-  for (int r = 0; r < ranks; ++r)
-    positions[static_cast<std::size_t>(r)] = shard_positions(options.layout, len, r, ranks);
+  const std::vector<std::vector<Index>> positions = ring::all_positions(options.layout, len, ranks);
   const std::vector<Index>& q_pos = positions[static_cast<std::size_t>(rank)];
   const ring::Rows<QT> qs = ring::local_rows<QT>(q, spec.position, q_pos, len, Role::Query);
   const ring::Rows<KT> k_local = ring::local_rows<KT>(k, spec.position, q_pos, len, Role::Key);

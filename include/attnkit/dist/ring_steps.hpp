@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -143,6 +145,58 @@ inline void post(bool send, void* p, std::size_t bytes, int peer, int tag, MPI_C
     requests.push_back(request);
     if (bytes == 0) break;
   }
+}
+
+/// The global positions of every rank's shard, by rank.
+inline std::vector<std::vector<Index>> all_positions(Layout layout, Index len, int ranks) {
+  std::vector<std::vector<Index>> positions(static_cast<std::size_t>(ranks));
+  for (int r = 0; r < ranks; ++r)
+    positions[static_cast<std::size_t>(r)] = shard_positions(layout, len, r, ranks);
+  return positions;
+}
+
+/// The checks of a ring call (`what`: its name), collective: the length and query offset,
+/// `local_problem()` (this rank's shapes, as the local call checks them, and the call's own
+/// checks), shards of this rank's length, the spec's policies against the whole sequence,
+/// then the ranks' agreement on sizes, layout, storage (KT, VT: as they travel) and scale.
+/// Returns this rank's Problem; throws the same Error on every rank.
+template <class KT, class VT, class Spec, class LocalProblem>
+Problem validate(MPI_Comm comm, const char* what, const Spec& spec, const RingOptions& options,
+                 LocalProblem&& local_problem) {
+  const int rank = rank_of(comm), ranks = size_of(comm);
+  const Index len = options.seq_len;
+  Problem p;
+  validate_together(comm, [&] {
+    attnkit::detail::require(len >= 0, attnkit::detail::cat(what, ": options.seq_len"), ">= 0",
+                             len);
+    attnkit::detail::require(!options.attention.q_offset,
+                             attnkit::detail::cat(what, ": Options.q_offset"),
+                             "unset (the layout places the rows)", "a value");
+    const Index n = shard_length(options.layout, len, rank, ranks);
+    p = local_problem();
+    attnkit::detail::require(p.q_len == n && p.kv_len == n,
+                             attnkit::detail::cat(what, ": q.seq and k.seq"),
+                             attnkit::detail::cat("this rank's shard length ", n, " (",
+                                                  layout_name(options.layout), ", L = ", len, ")"),
+                             attnkit::detail::cat(p.q_len, " and ", p.kv_len));
+    Problem whole = p;
+    whole.q_len = whole.kv_len = len;
+    validate_policies(spec, whole, options.attention.with_q_offset(0));
+  });
+  std::int32_t scale_bits = 0;
+  std::memcpy(&scale_bits, &p.scale, sizeof p.scale);
+  require_same_on_all_ranks(comm, what,
+                            {{"q.batch", p.batch},
+                             {"q.heads", p.q_heads},
+                             {"k.heads", p.kv_heads},
+                             {"q.dim", p.head_dim},
+                             {"v.dim", p.value_dim},
+                             {"options.seq_len", len},
+                             {"options.layout", static_cast<long long>(options.layout)},
+                             {"sizeof(K)", static_cast<long long>(sizeof(KT))},
+                             {"sizeof(V)", static_cast<long long>(sizeof(VT))},
+                             {"the scale (its bits)", scale_bits}});
+  return p;
 }
 
 /// One trip of the K/V shards around the ring: part_out [P, B, Hq, n, Dv] and part_stat
