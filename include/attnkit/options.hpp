@@ -1,6 +1,7 @@
 // Options: the per-call knobs of attention() that are not part of the variant itself —
-// scale, query offset, thread count and the optional row-statistics output. Chainable
-// setters stand in for designated initializers, which C++17 lacks.
+// scale, query offset, thread count, how the products are formed and the optional
+// row-statistics output. Chainable setters stand in for designated initializers, which C++17
+// lacks.
 #pragma once
 
 #include <optional>
@@ -9,12 +10,24 @@
 
 namespace attnkit {
 
+/// How the kernels form the products Q.K and P.V.
+///  - Exact (default): f32 products of the stored values (bf16 / f16 / quantized K/V widened).
+///  - Bf16: the tile kernel (attention() and attention_paged() / attention_varlen() prefill)
+///    may round the operands to bfloat16 -- the scaled, position-turned query rows, the key
+///    and value rows, and the softmax weights P before P.V (their row sums stay f32) -- and
+///    multiply them with bf16 products, accumulating in f32 throughout, as FlashAttention
+///    does on GPUs. It is a permission, chosen per call: paths where it would not be faster
+///    (decode and its row engine, which are memory-bound; the backward) stay exact, and every
+///    result is within the mode's error bound (README, "bf16 products").
+enum class Products { Exact, Bf16 };
+
 struct Options {
   static constexpr int kMaxThreads = 1024;  // a larger `threads` is an Error
 
   std::optional<float> scale;     // default 1/sqrt(head_dim)
   std::optional<Index> q_offset;  // absolute position of query row 0; default kv_len - q_len
   int threads = 0;                // 0: all OpenMP threads; 1: serial; at most kMaxThreads
+  Products products = Products::Exact;
   // Optional [batch, q_heads, q_len] row statistic of the normalizer: the log-sum-exp
   // (natural log) for Softmax, the row sum of the weights for l1 normalizers (ReluPower);
   // a normalizer without one (Sigmoid) refuses a buffer.
@@ -34,6 +47,11 @@ struct Options {
   Options with_threads(int n) const {
     Options o = *this;
     o.threads = n;
+    return o;
+  }
+  Options with_products(Products how) const {
+    Options o = *this;
+    o.products = how;
     return o;
   }
   Options with_lse(float* out) const {

@@ -23,6 +23,7 @@ struct Problem {
   float scale = 0.f;   // logit = scale * q . k
   Index q_offset = 0;  // absolute position of query row i is i + q_offset (keys: j)
   int threads = 0;
+  Products products = Products::Exact;  // Bf16: the tile kernel may round its operands
 
   /// Query head h reads KV head kv_head(h) (GQA/MQA).
   Index kv_head(Index h) const { return h / (q_heads / kv_heads); }
@@ -41,6 +42,8 @@ struct Problem {
     require(std::isfinite(scale) && scale != 0.f, "scale", "finite and non-zero", scale);
     require(threads >= 0 && threads <= kMaxThreads, "threads",
             detail::cat("0 (all) to ", kMaxThreads), threads);
+    require(products == Products::Exact || products == Products::Bf16, "products",
+            "Products::Exact or Products::Bf16", static_cast<int>(products));
     // Positions i + q_offset and the ranges built from them must not overflow Index.
     require(q_offset >= -kMaxOffset && q_offset <= kMaxOffset, "q_offset", "within +-2^62",
             q_offset);
@@ -148,8 +151,12 @@ Problem make_problem(const View<Q>& q, const View<K>& k, const View<V>& v, const
   detail::check_outputs_disjoint(q, k, v, o, options.lse);
   detail::require_qkv_dims(q, k, v);
   detail::require_out_dims(o, q, v, "o");
-  return detail::problem_of(q, k, v, detail::scale_for(options, q.dim),
-                            options.q_offset ? *options.q_offset : k.seq - q.seq, options.threads);
+  Problem p =
+      detail::problem_of(q, k, v, detail::scale_for(options, q.dim),
+                         options.q_offset ? *options.q_offset : k.seq - q.seq, options.threads);
+  p.products = options.products;
+  p.validate();
+  return p;
 }
 
 /// Lets each policy of `spec` that carries data of its own (a BlockMask built for other

@@ -50,6 +50,12 @@ constexpr bool is_f32() {
   return std::is_same_v<std::remove_const_t<T>, float>;
 }
 
+/// True for bfloat16 storage, whose rows widen to f32 exactly: bf16 products need no rounding.
+template <class T>
+constexpr bool is_bf16() {
+  return std::is_same_v<std::remove_const_t<T>, Eigen::bfloat16>;
+}
+
 /// The f32 rows of an f32 view; nullptr for other storage (never read then).
 template <class T>
 const float* as_f32(const T* p) {

@@ -12,6 +12,7 @@
 #include <limits>
 #include <vector>
 
+#include "attnkit/detail/bf16_round.hpp"
 #include "attnkit/detail/pack.hpp"
 #include "attnkit/detail/row_norms.hpp"
 #include "attnkit/detail/scratch.hpp"
@@ -59,8 +60,9 @@ class AttentionTiles {
         lse_(lse),
         key_scale_(key_scale),
         dv_pad_(simd::round_up(p.value_dim)),
-        k_direct_(is_f32<K>()),
-        v_direct_(is_f32<V>() && dv_pad_ == p.value_dim),
+        bf16_(p.products == Products::Bf16),
+        k_direct_(is_f32<K>() && !bf16_),
+        v_direct_(is_f32<V>() && dv_pad_ == p.value_dim && !bf16_),
         scratch_(Scratch::size_for(
             p.head_dim * kBq, k_direct_ ? 0 : kBk * p.head_dim, v_direct_ ? 0 : kBk * dv_pad_,
             kBk * kBq, kBq * dv_pad_, kBq, kCounts ? kBq : 0, kTurnsRows ? p.head_dim : 0,
@@ -140,15 +142,22 @@ class AttentionTiles {
     }
     do {
       for_each_logit_tile([&](Index k0, Index nk, TileKind kind) {
-        absorb(nk, nq, lanes);                                       // weights, rescale
+        absorb(nk, nq, lanes);  // weights (their row sums in f32), rescale
+        if (bf16_) round_rows_to_bf16(s_, nk, lanes, kBq);
         accumulate_values(b, h, hk, q_pos.begin, k0, nk, nq, kind);  // acc_ += P V
       });
     } while (another_pass_needed(lanes));
   }
 
   // qt_ = the query rows, transposed and scaled -- by 1/|q_i| for cosine logits -- after the
-  // Position's transform (RoPE: each row turned at its position) when there is one.
+  // Position's transform (RoPE: each row turned at its position) when there is one; with
+  // bf16 products, rounded to bf16 last.
   void pack_queries(Index b, Index h, Index q0, Index nq, Index lanes) {
+    pack_query_values(b, h, q0, nq, lanes);
+    if (bf16_) round_rows_to_bf16(qt_, p_.head_dim, lanes, kBq);
+  }
+
+  void pack_query_values(Index b, Index h, Index q0, Index nq, Index lanes) {
     if constexpr (kTurnsRows) {
       const Index dim = p_.head_dim;
       for (Index r = 0; r < nq; ++r) {
@@ -188,6 +197,7 @@ class AttentionTiles {
   // products of the two parts of the head dims, s_ and s2_, and joins them.
   void scores(Index b, Index hk, Index i0, Index k0, Index nk, Index lanes) {
     const F32Rows keys = f32_rows(k_, k_direct_, b, hk, k0, nk, kp_, p_.head_dim);
+    if (bf16_ && !is_bf16<K>()) round_rows_to_bf16(kp_, nk, p_.head_dim, p_.head_dim);
     if constexpr (kOwnsProduct) {
       const Index d = p_.head_dim, a = spec_.position.amplitude_dims(d);
       gemm::gemm(nk, lanes, a, {keys.data, keys.ld, 1}, qt_, kBq, s_, kBq, false);
@@ -264,6 +274,7 @@ class AttentionTiles {
   void accumulate_values(Index b, Index h, Index hk, Index i0, Index k0, Index nk, Index nq,
                          TileKind kind) {
     const F32Rows values = f32_rows(v_, v_direct_, b, hk, k0, nk, vp_, dv_pad_);
+    if (bf16_ && !is_bf16<V>()) round_rows_to_bf16(vp_, nk, p_.value_dim, dv_pad_);
     if (kind == TileKind::Full || rows_finite(values, 0, nk, dv_pad_)) {
       weighted_sum(values, 0, nk, nq);
       return;
@@ -319,6 +330,7 @@ class AttentionTiles {
   float* lse_;
   const float* key_scale_;  // [B, Hkv, Lk] inverse key norms (cosine logits only)
   Index dv_pad_;
+  bool bf16_;                 // Products::Bf16: Q, K, V and P rounded to bf16 (f32 products)
   bool k_direct_, v_direct_;  // f32 K/V rows feed the GEMMs in place, no packing
   // Scratch of one thread, carved once:
   Scratch scratch_;

@@ -1,0 +1,275 @@
+// Products::Bf16 (options.hpp): the tile kernel with its operands rounded to bfloat16
+// (detail/bf16_round.hpp) and f32 accumulation, against the f64 reference. Two comparisons,
+// each with the tolerance its rounding implies (u = 2^-9, bf16's relative rounding bound):
+//  - on operands that are already bf16 (bf16 Q, K, V and a power-of-two scale) only the
+//    weights P are rounded: each output moves by at most u sum_j w_j |v_j| / l <= u max|v|;
+//  - on f32 inputs the logits move too, by at most delta, computed here in double from the
+//    inputs and their bf16 roundings (not from any output), and V by u: the output by at most
+//    8 delta + (2u + u^2) max|v| (the shared Tolerance rule for a logit error).
+// Every normalizer, masks, d 32 to 256, GQA, ragged lengths, a 16K context, bitwise
+// stability over thread counts, the paths that stay exact (decode), and the rounding itself
+// against Eigen::bfloat16's conversion.
+#include <Eigen/Core>
+#include <algorithm>
+#include <attnkit/detail/bf16_round.hpp>
+#include <attnkit/kernel/attention.hpp>
+#include <attnkit/mask/causal.hpp>
+#include <attnkit/mask/combine.hpp>
+#include <attnkit/mask/full.hpp>
+#include <attnkit/mask/sinks.hpp>
+#include <attnkit/mask/sliding_window.hpp>
+#include <attnkit/normalizer/relu_power.hpp>
+#include <attnkit/normalizer/sigmoid.hpp>
+#include <attnkit/normalizer/softmax.hpp>
+#include <attnkit/normalizer/softplus_l1.hpp>
+#include <attnkit/position/rope.hpp>
+#include <attnkit/score/softcap.hpp>
+#include <catch2/catch_test_macros.hpp>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "support/error_checks.hpp"
+#include "support/reference_check.hpp"
+#include "support/test_names.hpp"
+
+using ak::Causal;
+using ak::Products;
+using ak::SlidingWindow;
+using ak::test::Case;
+using ak::test::Layout;
+using bf16 = Eigen::bfloat16;
+
+namespace {
+
+constexpr double kU = ak::detail::kBf16Unit;  // 2^-9
+
+// attention(spec) on `in` with bf16 products, for agreement().
+template <class Spec, class In>
+auto bf16_products_on(const Spec& spec, const In& in) {
+  return [&spec, &in](const ak::View<float>& o, const ak::Options& options) {
+    ak::attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), o,
+                  options.with_products(Products::Bf16));
+  };
+}
+
+template <class T>
+std::vector<double> values_of(const ak::test::Tensor<T>& x) {  // row-major [B, H, S, D]
+  std::vector<double> out;
+  x.for_each([&out](const T& v) { out.push_back(double(float(v))); });
+  return out;
+}
+
+double max_abs(const std::vector<double>& x) {
+  double m = 0.0;
+  for (const double v : x) m = std::max(m, std::abs(v));
+  return m;
+}
+
+double bf16_of(double x) { return double(float(bf16(float(x)))); }  // Eigen's rounding
+
+// The largest move of a logit scale q_i . k_j when the kernel rounds scale * q_i and k_j to
+// bf16, over all pairs (bhsd layout, one batch): computed from the inputs alone.
+double logit_shift(const Case& c, const std::vector<double>& q, const std::vector<double>& k,
+                   double scale) {
+  const Index d = c.dim, group = c.q_heads / c.kv_heads;
+  double delta = 0.0;
+  for (Index h = 0; h < c.q_heads; ++h)
+    for (Index i = 0; i < c.q_len; ++i)
+      for (Index j = 0; j < c.kv_len; ++j) {
+        const double* qi = q.data() + (h * c.q_len + i) * d;
+        const double* kj = k.data() + (h / group * c.kv_len + j) * d;
+        double exact = 0.0, rounded = 0.0;
+        for (Index x = 0; x < d; ++x) {
+          const double sq = double(float(qi[x]) * float(scale));  // the kernel scales in f32
+          exact += scale * qi[x] * kj[x];
+          rounded += bf16_of(sq) * bf16_of(kj[x]);
+        }
+        delta = std::max(delta, std::abs(exact - rounded));
+      }
+  return delta;
+}
+
+// On bf16 Q, K, V with a power-of-two scale: only P is rounded.
+template <class Spec>
+void check_on_bf16_operands(const std::string& what, const Spec& spec, Case c, double logit = 0.0) {
+  INFO(what << ", " << ak::test::describe(c));
+  const ak::test::Inputs<bf16> in(c, 7);
+  ak::test::Tolerance t;
+  t.out = kU * max_abs(values_of(in.v)) + ak::test::tol::kF32;
+  t.logit = logit;
+  ak::test::check_agreement(ak::test::agreement(spec, c, in, bf16_products_on(spec, in), t));
+}
+
+}  // namespace
+
+TEST_CASE("bf16 products: rounding matches Eigen::bfloat16 bit for bit", "[attention][bf16]") {
+  std::vector<float> xs = {0.f,
+                           -0.f,
+                           1.f,
+                           -1.f,
+                           1.00390625f,
+                           1.005859375f,
+                           1.0078125f,
+                           3.4e38f,
+                           -3.4e38f,
+                           3.3895314e38f,
+                           1e-40f,
+                           -1e-42f,
+                           1.17549435e-38f,
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::max()};
+  for (std::uint32_t bits = 0; bits < 0xFFFFFFF0u; bits += 0x00012345u) {  // a sweep of patterns
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    xs.push_back(f);
+  }
+  Index mismatches = 0, nans = 0;
+  for (const float x : xs) {
+    const float got = ak::detail::round_to_bf16(x), want = float(bf16(x));
+    if (std::isnan(x)) {
+      ++nans;
+      mismatches += std::isnan(got) ? 0 : 1;
+      continue;
+    }
+    std::uint32_t g, w;
+    std::memcpy(&g, &got, sizeof g);
+    std::memcpy(&w, &want, sizeof w);
+    mismatches += g == w ? 0 : 1;
+  }
+  INFO(xs.size() << " values, " << nans << " NaN patterns");
+  CHECK(nans > 0);
+  CHECK(mismatches == 0);
+}
+
+TEST_CASE("bf16 products: on bf16 operands only P is rounded, for every normalizer",
+          "[attention][bf16]") {
+  const Index heads = 4;
+  const std::vector<float> biases = ak::test::head_biases(heads);
+  const std::vector<float> sinks = ak::test::head_sinks(heads);
+  const auto window = Causal{} & SlidingWindow{100, 0};
+  for (const Index d : {64, 256})  // scale 1/8, 1/16: scale * q is a bf16 value again
+    for (const Index lq : {17, 150}) {
+      const Case c = Case{}
+                         .lengths(lq, lq + 333)
+                         .heads(heads, 2)
+                         .dims(d)
+                         .laid_out(lq == 17 ? Layout::Padded : Layout::Bshd);
+      check_on_bf16_operands("Causal", ak::make_spec(Causal{}), c);
+      check_on_bf16_operands("Full", ak::make_spec(ak::Full{}), c);
+      check_on_bf16_operands("Causal & SlidingWindow{100, 0}", ak::make_spec(window), c);
+      check_on_bf16_operands("Sigmoid::per_head",
+                             ak::make_spec(window, ak::Sigmoid::per_head(biases)), c);
+      check_on_bf16_operands("ReluPower{1.5, 0.3}",
+                             ak::make_spec(window, ak::ReluPower{1.5f, 0.3f}), c);
+      check_on_bf16_operands("Softmax::with_sinks",
+                             ak::make_spec(Causal{}, ak::Softmax::with_sinks(sinks)), c);
+      check_on_bf16_operands("Softcap{5}", ak::make_spec(Causal{}, ak::Softcap{5.f}), c);
+      // Cosine logits: the normalized query is rounded, so |d cos| <= u, and the logit is
+      // log(d) log(N) cos.
+      check_on_bf16_operands("SoftplusL1", ak::make_spec(Causal{}, ak::SoftplusL1{}), c,
+                             kU * std::log(double(d)) * std::log(double(c.kv_len)));
+    }
+}
+
+TEST_CASE("bf16 products: a 16K context, 64 queries at its end", "[attention][bf16]") {
+  const Case c = Case{}.lengths(64, 16384).heads(2, 1).dims(64).on_threads(2);
+  check_on_bf16_operands("Causal", ak::make_spec(Causal{}), c);
+}
+
+TEST_CASE("bf16 products: on f32 inputs, within the bound of rounding Q, K, V and P",
+          "[attention][bf16]") {
+  for (const Index d : {32, 80, 128})
+    for (const Index lq : {40, 130}) {
+      const Case c = Case{}.lengths(lq, 2 * lq + 75).heads(4, 2).dims(d).laid_out(Layout::Bhsd);
+      INFO(ak::test::describe(c));
+      const ak::test::Inputs<float> in(c, 3);
+      const std::vector<double> q = values_of(in.q), k = values_of(in.k), v = values_of(in.v);
+      const double scale = double(1.f / std::sqrt(float(d)));
+      ak::test::Tolerance t;
+      t.logit = logit_shift(c, q, k, scale);
+      t.out = (2 * kU + kU * kU) * max_abs(v) + ak::test::tol::kF32;
+      INFO("logit shift <= " << t.logit);
+      const auto spec = ak::make_spec(Causal{});
+      ak::test::check_agreement(ak::test::agreement(spec, c, in, bf16_products_on(spec, in), t));
+      const auto sig = ak::make_spec(ak::Full{}, ak::Sigmoid{});
+      ak::test::check_agreement(ak::test::agreement(sig, c, in, bf16_products_on(sig, in), t));
+      // The rounding is there: against the exact f32 kernel the output moves.
+      const auto run = [&](Products how) {
+        return ak::test::run_into<decltype(spec)>(
+                   c,
+                   [&](const ak::View<float>& o, const ak::Options& options) {
+                     ak::attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), o,
+                                   options.with_products(how));
+                   })
+            .out;
+      };
+      const std::vector<float> exact = run(Products::Exact), rounded = run(Products::Bf16);
+      double moved = 0.0;
+      for (std::size_t i = 0; i < exact.size(); ++i)
+        moved = std::max(moved, double(std::abs(exact[i] - rounded[i])));
+      INFO("bf16 against exact products: max |diff| " << moved);
+      CHECK(moved > 10 * ak::test::tol::kF32);
+    }
+}
+
+TEST_CASE("bf16 products: RoPE turns the rows before they are rounded", "[attention][bf16]") {
+  // The turned rows keep their norms, so |d logit| <= scale |q| |k| (2u + u^2).
+  const Case c = Case{}.lengths(100, 300).heads(2, 1).dims(64);
+  const ak::test::Inputs<float> in(c, 5);
+  const auto norms = [&](const ak::test::Tensor<float>& x) {
+    double m = 0.0;
+    const std::vector<double> val = values_of(x);
+    for (std::size_t r = 0; r * 64 < val.size(); ++r) {
+      double n = 0.0;
+      for (std::size_t x2 = 0; x2 < 64; ++x2) n += val[r * 64 + x2] * val[r * 64 + x2];
+      m = std::max(m, std::sqrt(n));
+    }
+    return m;
+  };
+  ak::test::Tolerance t;
+  t.logit = 0.125 * norms(in.q) * norms(in.k) * (2 * kU + kU * kU);
+  t.out = (2 * kU + kU * kU) * max_abs(values_of(in.v)) + ak::test::tol::kF32;
+  const auto spec = ak::make_spec(Causal{}, ak::Rope(ak::RopeTable(64, 10000, 512)));
+  ak::test::check_agreement(ak::test::agreement(spec, c, in, bf16_products_on(spec, in), t));
+}
+
+TEST_CASE("bf16 products: bitwise identical for 1..3 threads; decode stays exact",
+          "[attention][bf16][threads]") {
+  const auto spec = ak::make_spec(Causal{} & (ak::Sinks{4} | SlidingWindow{300, 0}));
+  for (const Index lq : {5, 200}) {
+    const Case c = Case{}.lengths(lq, 1100).heads(4, 2).dims(64).on_threads(1);
+    INFO(ak::test::describe(c));
+    const ak::test::Inputs<float> in(c, 9);
+    const auto run = [&](const Case& with, Products how) {
+      return ak::test::bytes_of(ak::test::run_into<decltype(spec)>(
+          with, [&](const ak::View<float>& o, const ak::Options& options) {
+            ak::attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), o,
+                          options.with_products(how));
+          }));
+    };
+    const auto one = run(c, Products::Bf16);
+    for (int t = 2; t <= 3; ++t) {
+      INFO("threads " << t);
+      CHECK(run(Case{c}.on_threads(t), Products::Bf16) == one);
+    }
+    // Lq <= 16 runs split-KV decode, which keeps f32 products.
+    CHECK((run(c, Products::Exact) == one) == (lq <= ak::kMaxDecodeQueries));
+  }
+}
+
+TEST_CASE("bf16 products: an Options::products value that is no mode is an Error",
+          "[attention][bf16][errors]") {
+  const Case c = Case{}.lengths(8, 8).heads(1, 1).dims(32);
+  const ak::test::Inputs<float> in(c, 1);
+  ak::test::Tensor<float> o(c.layout, 1, 1, 8, 32);
+  ak::test::check_error(
+      [&] {
+        ak::attention(ak::make_spec(Causal{}), in.q.cview(), in.k.cview(), in.v.cview(), o.view,
+                      ak::Options{}.with_products(static_cast<Products>(7)));
+      },
+      {"products", "Products::Exact or Products::Bf16", "7"});
+}
