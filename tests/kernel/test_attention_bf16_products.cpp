@@ -6,12 +6,15 @@
 //  - on f32 inputs the logits move too, by at most delta, computed here in double from the
 //    inputs and their bf16 roundings (not from any output), and V by u: the output by at most
 //    8 delta + (2u + u^2) max|v| (the shared Tolerance rule for a logit error).
-// Every normalizer, masks, d 32 to 256, GQA, ragged lengths, a 16K context, bitwise
-// stability over thread counts, the paths that stay exact (decode), and the rounding itself
-// against Eigen::bfloat16's conversion.
+// Each on both kernels of the mode where the build has both (f32 FMAs on the rounded operands,
+// and vdpbf16ps: gemm/tile_gemm_bf16.hpp through kernel/tile_pair_products.hpp), which are also
+// compared with each other. Every normalizer, masks, d 32 to 256, GQA, ragged lengths, a 16K
+// context, bitwise stability over thread counts, the paths that stay exact (decode), the pair
+// GEMM alone, and the rounding itself against Eigen::bfloat16's conversion.
 #include <Eigen/Core>
 #include <algorithm>
 #include <attnkit/detail/bf16_round.hpp>
+#include <attnkit/gemm/tile_gemm_bf16.hpp>
 #include <attnkit/kernel/attention.hpp>
 #include <attnkit/mask/causal.hpp>
 #include <attnkit/mask/combine.hpp>
@@ -25,6 +28,7 @@
 #include <attnkit/position/rope.hpp>
 #include <attnkit/score/softcap.hpp>
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -38,6 +42,7 @@
 using ak::Causal;
 using ak::Products;
 using ak::SlidingWindow;
+using ak::gemm::Bf16Kernel;
 using ak::test::Case;
 using ak::test::Layout;
 using bf16 = Eigen::bfloat16;
@@ -45,6 +50,23 @@ using bf16 = Eigen::bfloat16;
 namespace {
 
 constexpr double kU = ak::detail::kBf16Unit;  // 2^-9
+
+// Forces the mode's kernel for the scope of a test (the process-wide choice, back to Auto).
+struct UsingKernel {
+  explicit UsingKernel(Bf16Kernel k) { ak::gemm::bf16_kernel() = k; }
+  ~UsingKernel() { ak::gemm::bf16_kernel() = Bf16Kernel::Auto; }
+  UsingKernel(const UsingKernel&) = delete;
+  UsingKernel& operator=(const UsingKernel&) = delete;
+};
+
+// A generator over the kernels the mode has in this build, named for the INFO.
+Bf16Kernel kernel_here() {
+  return ak::gemm::kHasBf16Dot ? GENERATE(Bf16Kernel::RoundedF32, Bf16Kernel::PairProducts)
+                               : Bf16Kernel::RoundedF32;
+}
+const char* name_of(Bf16Kernel k) {
+  return k == Bf16Kernel::PairProducts ? "vdpbf16ps" : "f32 FMAs on rounded operands";
+}
 
 // attention(spec) on `in` with bf16 products, for agreement().
 template <class Spec, class In>
@@ -147,6 +169,9 @@ TEST_CASE("bf16 products: rounding matches Eigen::bfloat16 bit for bit", "[atten
 
 TEST_CASE("bf16 products: on bf16 operands only P is rounded, for every normalizer",
           "[attention][bf16]") {
+  const Bf16Kernel kernel = kernel_here();
+  const UsingKernel using_kernel(kernel);
+  INFO(name_of(kernel));
   const Index heads = 4;
   const std::vector<float> biases = ak::test::head_biases(heads);
   const std::vector<float> sinks = ak::test::head_sinks(heads);
@@ -176,12 +201,18 @@ TEST_CASE("bf16 products: on bf16 operands only P is rounded, for every normaliz
 }
 
 TEST_CASE("bf16 products: a 16K context, 64 queries at its end", "[attention][bf16]") {
+  const Bf16Kernel kernel = kernel_here();
+  const UsingKernel using_kernel(kernel);
+  INFO(name_of(kernel));
   const Case c = Case{}.lengths(64, 16384).heads(2, 1).dims(64).on_threads(2);
   check_on_bf16_operands("Causal", ak::make_spec(Causal{}), c);
 }
 
 TEST_CASE("bf16 products: on f32 inputs, within the bound of rounding Q, K, V and P",
           "[attention][bf16]") {
+  const Bf16Kernel kernel = kernel_here();
+  const UsingKernel using_kernel(kernel);
+  INFO(name_of(kernel));
   for (const Index d : {32, 80, 128})
     for (const Index lq : {40, 130}) {
       const Case c = Case{}.lengths(lq, 2 * lq + 75).heads(4, 2).dims(d).laid_out(Layout::Bhsd);
@@ -217,6 +248,9 @@ TEST_CASE("bf16 products: on f32 inputs, within the bound of rounding Q, K, V an
 }
 
 TEST_CASE("bf16 products: RoPE turns the rows before they are rounded", "[attention][bf16]") {
+  const Bf16Kernel kernel = kernel_here();
+  const UsingKernel using_kernel(kernel);
+  INFO(name_of(kernel));
   // The turned rows keep their norms, so |d logit| <= scale |q| |k| (2u + u^2).
   const Case c = Case{}.lengths(100, 300).heads(2, 1).dims(64);
   const ak::test::Inputs<float> in(c, 5);
@@ -239,6 +273,9 @@ TEST_CASE("bf16 products: RoPE turns the rows before they are rounded", "[attent
 
 TEST_CASE("bf16 products: bitwise identical for 1..3 threads; decode stays exact",
           "[attention][bf16][threads]") {
+  const Bf16Kernel kernel = kernel_here();
+  const UsingKernel using_kernel(kernel);
+  INFO(name_of(kernel));
   const auto spec = ak::make_spec(Causal{} & (ak::Sinks{4} | SlidingWindow{300, 0}));
   for (const Index lq : {5, 200}) {
     const Case c = Case{}.lengths(lq, 1100).heads(4, 2).dims(64).on_threads(1);
@@ -272,4 +309,80 @@ TEST_CASE("bf16 products: an Options::products value that is no mode is an Error
                       ak::Options{}.with_products(static_cast<Products>(7)));
       },
       {"products", "Products::Exact or Products::Bf16", "7"});
+}
+
+TEST_CASE("bf16 products: the vdpbf16ps kernel agrees with f32 FMAs on the same operands",
+          "[attention][bf16]") {
+  if (!ak::gemm::kHasBf16Dot) SKIP("this build has no AVX512-BF16 (vdpbf16ps)");
+  // Both multiply the same bf16 operands and add in f32; only the order of the additions (and
+  // subnormal products, flushed by the instruction) differs. So the logits agree to f32 level,
+  // and with them the LSE (its row sums are of the f32 weights); a weight that lies next to a
+  // bf16 rounding boundary may round to neighbouring values in the two (2u apart), which
+  // bounds the outputs' difference by 2u max|v|.
+  for (const Index d : {32, 80, 128})
+    for (const Index lq : {70, 200}) {
+      const Case c = Case{}.lengths(lq, lq + 900).heads(4, 1).dims(d).laid_out(Layout::Bshd);
+      INFO(ak::test::describe(c));
+      const ak::test::Inputs<float> in(c, 13);
+      const auto spec = ak::make_spec(Causal{} & SlidingWindow{500, 0});
+      const auto run = [&](Bf16Kernel k) {
+        const UsingKernel using_kernel(k);
+        return ak::test::run_into<decltype(spec)>(c, bf16_products_on(spec, in));
+      };
+      const ak::test::KernelResult f32 = run(Bf16Kernel::RoundedF32),
+                                   pairs = run(Bf16Kernel::PairProducts);
+      double out = 0.0, lse = 0.0;
+      for (std::size_t i = 0; i < f32.out.size(); ++i)
+        out = std::max(out, double(std::abs(f32.out[i] - pairs.out[i])));
+      for (std::size_t i = 0; i < f32.lse.size(); ++i)
+        lse = std::max(lse, double(std::abs(f32.lse[i] - pairs.lse[i])));
+      INFO("max |diff| out " << out << ", LSE " << lse);
+      CHECK(lse <= ak::test::tol::kLseF32);
+      CHECK(out <= 2 * kU * max_abs(values_of(in.v)) + ak::test::tol::kF32);
+      CHECK(ak::test::bytes_of(f32) != ak::test::bytes_of(pairs));  // two kernels ran
+    }
+}
+
+TEST_CASE("bf16 products: gemm_bf16 matches the double product of its bf16 operands",
+          "[gemm][bf16]") {
+#ifndef ATTNKIT_BF16_DOT
+  SKIP("this build has no AVX512-BF16 (vdpbf16ps)");
+#else
+  for (const Index m : {1, 5, 6, 13})
+    for (const Index k : {1, 2, 7, 64, 129})
+      for (const Index n : {16, 64, 80}) {
+        INFO("m " << m << " k " << k << " n " << n);
+        std::vector<float> a(std::size_t(m * k)), b(std::size_t(k * n));
+        std::uint32_t x = 1234567u + std::uint32_t(m * 1000 + k * 10 + n);
+        const auto next = [&x] {
+          x = x * 1664525u + 1013904223u;
+          return ak::detail::round_to_bf16(float(int(x >> 8) - (1 << 23)) / float(1 << 23));
+        };
+        for (float& v : a) v = next();
+        for (float& v : b) v = next();
+        const Index lda = k + k % 2, ldc = n + 16;
+        std::vector<std::uint16_t> ap(std::size_t(m * lda));
+        std::vector<std::uint32_t> bp(std::size_t((k + 1) / 2 * n));
+        ak::gemm::pack_bf16_rows(a.data(), k, 1, m, k, ap.data(), lda);
+        ak::gemm::pack_bf16_pairs(b.data(), n, k, n, bp.data(), n);
+        std::vector<float> c(std::size_t(m * ldc), 0.5f);
+        for (const bool accumulate : {false, true}) {
+          ak::gemm::gemm_bf16(m, n, k, ap.data(), lda, bp.data(), n, c.data(), ldc, accumulate);
+          double worst = 0.0;
+          for (Index i = 0; i < m; ++i)
+            for (Index j = 0; j < n; ++j) {
+              double want = 0.0, size = 0.0;
+              for (Index p = 0; p < k; ++p) {
+                want += double(a[std::size_t(i * k + p)]) * b[std::size_t(p * n + j)];
+                size += std::abs(double(a[std::size_t(i * k + p)]) * b[std::size_t(p * n + j)]);
+              }
+              worst = std::max(
+                  worst, std::abs(c[std::size_t(i * ldc + j)] - (accumulate ? 2 * want : want)) /
+                             (1.0 + size));
+            }
+          CHECK(worst <= 4 * k * 6e-8);  // f32 additions: k of them, each within 2^-24 relative
+          CHECK(c[std::size_t(ldc - 1)] == 0.5f);  // nothing past n
+        }
+      }
+#endif
 }

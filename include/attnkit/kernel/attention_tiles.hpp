@@ -22,6 +22,7 @@
 #include "attnkit/kernel/tile_mask.hpp"
 #include "attnkit/kernel/tile_narrow.hpp"
 #include "attnkit/kernel/tile_output.hpp"
+#include "attnkit/kernel/tile_pair_products.hpp"
 #include "attnkit/kernel/value_guard.hpp"
 #include "attnkit/mask/key_schedule.hpp"
 #include "attnkit/mask/tile_kind.hpp"
@@ -78,7 +79,8 @@ class AttentionTiles {
         s2_(kOwnsProduct ? scratch_.carve(kBk * kBq) : nullptr),
         work_(kOwnsProduct ? scratch_.carve(kBq + kBk) : nullptr),
         qr_(scratch_.carve(kNarrow * p.head_dim)),
-        states_(kBq / simd::kWidth) {}
+        states_(kBq / simd::kWidth),
+        pairs_(bf16_, p.head_dim, dv_pad_) {}
 
   /// Computes output rows [q0, q0 + nq) of query head h in batch b.
   void run(Index b, Index h, Index q0, Index nq) {
@@ -114,6 +116,7 @@ class AttentionTiles {
     narrow_ = nq <= kNarrow && !kOwnsProduct;
     nq_ = nq;
     if (narrow_) narrow::pack_query_rows(qt_, kBq, nq, p_.head_dim, qr_);  // qr_ [nq, D]
+    if (pairs_.on() && !narrow_) pairs_.pack_queries(qt_, lanes);
     begin_rows(b, h, q0, nq, q_pos.begin);
     std::fill(acc_, acc_ + nq * dv_pad_, 0.f);  // acc_ [kBq, dv_pad]
 
@@ -210,6 +213,8 @@ class AttentionTiles {
     (void)i0;
     if (narrow_)
       narrow::dot_rows(keys, nk, nq_, lanes, qr_, p_.head_dim, s_, kBq);
+    else if (pairs_.on())
+      pairs_.logits(keys, nk, lanes, s_);
     else
       gemm::gemm(nk, lanes, p_.head_dim, {keys.data, keys.ld, 1}, qt_, kBq, s_, kBq, false);
     if constexpr (kCosine) {
@@ -291,6 +296,7 @@ class AttentionTiles {
 
   // acc_[nq, dv] += P[nq, j0:j1] * values[j0:j1]; row by row when narrow.
   void weighted_sum(const F32Rows& values, Index j0, Index j1, Index nq) {
+    if (pairs_.on() && !narrow_) return pairs_.weighted_sum(s_, values, j0, j1, nq, acc_);
     if (!narrow_) {
       gemm::gemm(nq, dv_pad_, j1 - j0, {s_ + j0 * kBq, 1, kBq}, values.data + j0 * values.ld,
                  values.ld, acc_, dv_pad_, true);
@@ -348,6 +354,7 @@ class AttentionTiles {
   bool narrow_ = false;        // this tile's products run row by row (nq <= kNarrow)
   Index nq_ = 0;               // rows of the current tile
   std::vector<State> states_;  // [kBq / kWidth] normalizer state, one lane per query
+  TilePairProducts pairs_;     // bf16 mode on vdpbf16ps: its packed operands
 };
 
 }  // namespace detail
