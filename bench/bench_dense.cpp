@@ -3,7 +3,8 @@
 // and a GEMM roofline (the same two Eigen GEMMs without the softmax). Counters: GFLOP/s
 // (4 * B * H * Lq * Lk * d useful FLOPs, halved for causal), bytes/s of Q, K, V, O, and
 // others% (CPU that other processes took during the run: this machine is shared). After
-// the usual table, a summary prints the ratios per shape.
+// the usual table, a summary prints the ratios per shape; then the bf16-products table
+// (bench_dense_products.hpp).
 #include <benchmark/benchmark.h>
 #include <time.h>
 #include <unistd.h>
@@ -21,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_dense_products.hpp"
 #include "bench_support.hpp"
 
 #ifdef _OPENMP
@@ -136,6 +138,26 @@ void BM_Attention_Attnkit(benchmark::State& state, Shape s, Score score) {
   set_counters(state, s, probe);
 }
 
+// attnkit with bf16 products (Products::Bf16) on one kernel of the mode, same inputs.
+void BM_Attention_Bf16(benchmark::State& state, Shape s, ak::gemm::Bf16Kernel kernel) {
+  Buffers buf(s);
+  const auto q = buf.view(buf.q, s), k = buf.view(buf.k, s), v = buf.view(buf.v, s),
+             o = buf.view(buf.o, s);
+  const auto options = ak::Options{}.with_threads(s.threads).with_products(ak::Products::Bf16);
+  ak::gemm::bf16_kernel() = kernel;
+  const OthersProbe probe;
+  for (auto _ : state) {
+    if (s.causal)
+      ak::attention(ak::make_spec(ak::Causal{}), q, k, v, o, options);
+    else
+      ak::attention(ak::make_spec(ak::Full{}), q, k, v, o, options);
+    benchmark::DoNotOptimize(buf.o.data());
+    benchmark::ClobberMemory();
+  }
+  ak::gemm::bf16_kernel() = ak::gemm::Bf16Kernel::Auto;
+  set_counters(state, s, probe);
+}
+
 // Runs body(Q, K, V, O, S) for every head: Eigen maps [L, d] of that head's buffers and a
 // [L, L] score matrix of the running thread, allocated outside the timed loop. Heads are
 // spread over s.threads threads, as attnkit spreads its work; Eigen itself stays serial.
@@ -223,6 +245,9 @@ class SummaryReporter : public attnkit_bench::PlainConsoleReporter {
     }
   }
 
+  /// The best GFLOP/s of a row (0 when it did not run).
+  double gflops(const std::string& name) const { return get(name).gflops; }
+
   void print_summary(const std::vector<Shape>& shapes) const {
     std::fputs(
         "\nSummary (GFLOP/s, the best repetition; causal counts half the FLOPs; roofline ="
@@ -291,10 +316,22 @@ int main(int argc, char** argv) {
     add(s.name("unfused"), BM_Attention_Unfused, s);
     if (!s.causal) add(s.name("roofline"), BM_Gemm_Roofline, s);
   }
+  const std::vector<Shape> product_shapes = bench_products::shapes<Shape>();
+  add("fma_peak/threads:1", bench_products::BM_InstructionPeak, true);
+  if (ak::gemm::kHasBf16Dot) add("dot_peak/threads:1", bench_products::BM_InstructionPeak, false);
+  for (const Shape& s : product_shapes) {
+    if (std::find_if(shapes.begin(), shapes.end(),
+                     [&](const Shape& t) { return t.name("") == s.name(""); }) == shapes.end())
+      add(s.name("attnkit"), BM_Attention_Attnkit<ak::Dot>, s, ak::Dot{});
+    for (const auto kernel : bench_products::kernels())
+      add(s.name(bench_products::variant(kernel)), BM_Attention_Bf16, s, kernel);
+  }
 
   attnkit_bench::report_context("dense", kBatch * kHeads, 0);
   attnkit_bench::report_baseline("attnkit", "unfused");
   attnkit_bench::report_baseline("attnkit_softcap", "attnkit");
+  attnkit_bench::report_baseline("bf16_fma", "attnkit");
+  attnkit_bench::report_baseline("bf16_dot", "attnkit");
   // 0.3 s per benchmark unless the command line says otherwise.
   if (!attnkit_bench::initialize(argc, argv, {"--benchmark_min_time=0.3"})) return 1;
   std::printf("attnkit bench_dense: B=%td H=%td, SIMD %s (%d lanes), OpenMP %s\n", kBatch, kHeads,
@@ -309,6 +346,8 @@ int main(int argc, char** argv) {
   SummaryReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   reporter.print_summary(shapes);
+  bench_products::print_summary<Shape>(
+      product_shapes, [&reporter](const std::string& name) { return reporter.gflops(name); });
   benchmark::Shutdown();
   return 0;
 }

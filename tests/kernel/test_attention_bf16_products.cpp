@@ -176,28 +176,29 @@ TEST_CASE("bf16 products: on bf16 operands only P is rounded, for every normaliz
   const std::vector<float> biases = ak::test::head_biases(heads);
   const std::vector<float> sinks = ak::test::head_sinks(heads);
   const auto window = Causal{} & SlidingWindow{100, 0};
-  for (const Index d : {64, 256})  // scale 1/8, 1/16: scale * q is a bf16 value again
-    for (const Index lq : {17, 150}) {
-      const Case c = Case{}
-                         .lengths(lq, lq + 333)
-                         .heads(heads, 2)
-                         .dims(d)
-                         .laid_out(lq == 17 ? Layout::Padded : Layout::Bshd);
-      check_on_bf16_operands("Causal", ak::make_spec(Causal{}), c);
-      check_on_bf16_operands("Full", ak::make_spec(ak::Full{}), c);
-      check_on_bf16_operands("Causal & SlidingWindow{100, 0}", ak::make_spec(window), c);
-      check_on_bf16_operands("Sigmoid::per_head",
-                             ak::make_spec(window, ak::Sigmoid::per_head(biases)), c);
-      check_on_bf16_operands("ReluPower{1.5, 0.3}",
-                             ak::make_spec(window, ak::ReluPower{1.5f, 0.3f}), c);
-      check_on_bf16_operands("Softmax::with_sinks",
-                             ak::make_spec(Causal{}, ak::Softmax::with_sinks(sinks)), c);
-      check_on_bf16_operands("Softcap{5}", ak::make_spec(Causal{}, ak::Softcap{5.f}), c);
-      // Cosine logits: the normalized query is rounded, so |d cos| <= u, and the logit is
-      // log(d) log(N) cos.
-      check_on_bf16_operands("SoftplusL1", ak::make_spec(Causal{}, ak::SoftplusL1{}), c,
-                             kU * std::log(double(d)) * std::log(double(c.kv_len)));
-    }
+  struct Shape {
+    Index d, lq;  // d 64, 256: scale 1/8, 1/16, so scale * q is a bf16 value again
+  };
+  for (const Shape sh : {Shape{64, 17}, Shape{64, 150}, Shape{256, 40}}) {
+    const Index d = sh.d, lq = sh.lq;
+    const Case c = Case{}
+                       .lengths(lq, lq + 250)
+                       .heads(heads, 2)
+                       .dims(d)
+                       .laid_out(lq == 17 ? Layout::Padded : Layout::Bshd);
+    check_on_bf16_operands("Causal", ak::make_spec(Causal{}), c);
+    check_on_bf16_operands("Causal & SlidingWindow{100, 0}", ak::make_spec(window), c);
+    check_on_bf16_operands("Sigmoid::per_head",
+                           ak::make_spec(window, ak::Sigmoid::per_head(biases)), c);
+    check_on_bf16_operands("ReluPower{1.5, 0.3}", ak::make_spec(window, ak::ReluPower{1.5f, 0.3f}),
+                           c);
+    check_on_bf16_operands("Softmax::with_sinks",
+                           ak::make_spec(Causal{}, ak::Softmax::with_sinks(sinks)), c);
+    // Cosine logits: the normalized query is rounded, so |d cos| <= u, and the logit is
+    // log(d) log(N) cos.
+    check_on_bf16_operands("SoftplusL1", ak::make_spec(Causal{}, ak::SoftplusL1{}), c,
+                           kU * std::log(double(d)) * std::log(double(c.kv_len)));
+  }
 }
 
 TEST_CASE("bf16 products: a 16K context, 64 queries at its end", "[attention][bf16]") {
@@ -385,4 +386,23 @@ TEST_CASE("bf16 products: gemm_bf16 matches the double product of its bf16 opera
         }
       }
 #endif
+}
+
+TEST_CASE("bf16 products: Auto rounds only where a kernel makes them faster", "[attention][bf16]") {
+  // Auto (gemm::bf16_products_here()): vdpbf16ps on AMD CPUs; elsewhere the products stay
+  // exact, bit for bit, since no kernel there is faster than exact products.
+  const Case c = Case{}.lengths(150, 400).heads(2, 1).dims(64).on_threads(1);
+  const ak::test::Inputs<float> in(c, 4);
+  const auto spec = ak::make_spec(Causal{});
+  const auto run = [&](Products how) {
+    return ak::test::bytes_of(ak::test::run_into<decltype(spec)>(
+        c, [&](const ak::View<float>& o, const ak::Options& options) {
+          ak::attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), o,
+                        options.with_products(how));
+        }));
+  };
+  INFO("Auto rounds here: " << ak::gemm::bf16_products_here()
+                            << ", on vdpbf16ps: " << ak::gemm::pair_products_chosen());
+  CHECK((run(Products::Bf16) == run(Products::Exact)) == !ak::gemm::bf16_products_here());
+  CHECK(ak::gemm::pair_products_chosen() == ak::gemm::bf16_products_here());
 }

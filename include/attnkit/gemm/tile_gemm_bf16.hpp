@@ -14,24 +14,19 @@
 #include <cstdint>
 #include <cstring>
 
+#include "attnkit/detail/bf16_round.hpp"
+#include "attnkit/simd/bf16_dot.hpp"
+#include "attnkit/simd/vec.hpp"
 #include "attnkit/tensor.hpp"
-
-#if defined(__AVX512BF16__) && defined(__AVX512F__) && !defined(ATTNKIT_NO_SIMD)
-#include <immintrin.h>
-#define ATTNKIT_BF16_DOT 1
-#endif
 
 namespace attnkit::gemm {
 
-/// True when this build has the bf16 pair products (AVX512-BF16).
-#ifdef ATTNKIT_BF16_DOT
-inline constexpr bool kHasBf16Dot = true;
-#else
-inline constexpr bool kHasBf16Dot = false;
-#endif
+/// True when this build has the bf16 pair products (AVX512-BF16: simd/bf16_dot.hpp).
+inline constexpr bool kHasBf16Dot = simd::kHasBf16Dot;
 
-/// Which kernel Products::Bf16's tile products run on where the build has the pair products:
-/// Auto picks per CPU (pair_products_chosen()); the others force one (tests, benchmarks).
+/// How the tile kernel serves Products::Bf16: Auto picks per CPU (bf16_products_here()); the
+/// others force a kernel (tests, benchmarks): vdpbf16ps where the build has it, or f32 FMAs
+/// on the operands rounded to bf16 (the portable form, on every ISA).
 enum class Bf16Kernel { Auto, PairProducts, RoundedF32 };
 
 /// The process-wide choice (default Auto).
@@ -40,21 +35,13 @@ inline std::atomic<Bf16Kernel>& bf16_kernel() {
   return kernel;
 }
 
-/// Whether Products::Bf16 multiplies with vdpbf16ps here. Auto: on AMD CPUs, whose Zen 4 and
-/// Zen 5 cores run it at twice the f32 FMA's multiply-adds per cycle (AMD's and uops.info's
-/// tables; not measured on this project's machines yet); not on Intel ones, where a Xeon of
-/// the Sapphire Rapids class measured 0.5 vdpbf16ps a cycle against 2 FMAs (84 against 170
-/// GFLOP/s, bench_dense's products table), so f32 FMAs on the rounded operands are faster.
-inline bool pair_products_chosen() {
-  if (!kHasBf16Dot) return false;
-  switch (bf16_kernel().load(std::memory_order_relaxed)) {
-    case Bf16Kernel::PairProducts:
-      return true;
-    case Bf16Kernel::RoundedF32:
-      return false;
-    case Bf16Kernel::Auto:
-      break;
-  }
+/// Auto's choice: vdpbf16ps on AMD CPUs, whose Zen 4 and Zen 5 cores run it at twice the f32
+/// FMA's multiply-adds per cycle (AMD's and uops.info's tables; not measured on this
+/// project's machines yet). Elsewhere nothing makes bf16 products faster than exact ones --
+/// a Xeon of the Sapphire Rapids class measured 0.5 vdpbf16ps a cycle against 2 FMAs (84
+/// against 166-175 GFLOP/s, bench_dense's products table), and the rounded-f32 form pays for
+/// its rounding -- so Auto leaves the products exact there (the mode is a permission).
+inline bool bf16_dot_by_default() {
 #ifdef ATTNKIT_BF16_DOT
   return __builtin_cpu_is("amd") != 0;
 #else
@@ -62,18 +49,38 @@ inline bool pair_products_chosen() {
 #endif
 }
 
+/// Whether Products::Bf16 rounds the operands here (else the products stay exact).
+inline bool bf16_products_here() {
+  switch (bf16_kernel().load(std::memory_order_relaxed)) {
+    case Bf16Kernel::PairProducts:
+      return kHasBf16Dot;
+    case Bf16Kernel::RoundedF32:
+      return true;
+    case Bf16Kernel::Auto:
+      break;
+  }
+  return bf16_dot_by_default();
+}
+
+/// Whether they are multiplied with vdpbf16ps (else with f32 FMAs).
+inline bool pair_products_chosen() {
+  return bf16_products_here() && kHasBf16Dot &&
+         bf16_kernel().load(std::memory_order_relaxed) != Bf16Kernel::RoundedF32;
+}
+
 /// Columns of one vector of pairs: B and C have n a multiple of this.
 inline constexpr Index kBf16Lanes = 16;
 
-/// The bf16 bits of an f32 that holds a bf16 value (its high half).
+/// The bits of x rounded to bf16 (detail/bf16_round.hpp: the high half of the rounded f32).
 inline std::uint16_t bf16_bits(float x) {
+  const float rounded = attnkit::detail::round_to_bf16(x);
   std::uint32_t bits;
-  std::memcpy(&bits, &x, sizeof bits);
+  std::memcpy(&bits, &rounded, sizeof bits);
   return static_cast<std::uint16_t>(bits >> 16);
 }
 
-/// dst[i * ld + p] = the bf16 bits of src[i * src_row + p * src_col] for i < m, p < k (values
-/// that are bf16 already), and 0 at p = k when k is odd (the pair's other half).
+/// dst[i * ld + p] = src[i * src_row + p * src_col] rounded to bf16, for i < m, p < k, and 0
+/// at p = k when k is odd (the pair's other half).
 inline void pack_bf16_rows(const float* src, Index src_row, Index src_col, Index m, Index k,
                            std::uint16_t* dst, Index ld) {
   for (Index i = 0; i < m; ++i) {
@@ -82,8 +89,8 @@ inline void pack_bf16_rows(const float* src, Index src_row, Index src_col, Index
   }
 }
 
-/// dst[(p / 2) * ld + j] = the pair (src row p, src row p + 1) at column j for p < k (rows ld_src
-/// apart, values that are bf16 already), j < n; a missing last row of an odd k is 0.
+/// dst[(p / 2) * ld + j] = the pair (src row p, src row p + 1) at column j, rounded to bf16,
+/// for p < k (rows ld_src apart), j < n; a missing last row of an odd k is 0.
 inline void pack_bf16_pairs(const float* src, Index ld_src, Index k, Index n, std::uint32_t* dst,
                             Index ld) {
   for (Index p = 0; p < k; p += 2) {
@@ -103,26 +110,20 @@ namespace detail {
 template <int MR, int NR>
 inline void micro_kernel_bf16(Index kp, const std::uint16_t* a, Index lda, const std::uint32_t* b,
                               Index ldb, float* c, Index ldc, bool accumulate) {
-  __m512 acc[std::size_t{MR}][std::size_t{NR}];
+  simd::Vec acc[std::size_t{MR}][std::size_t{NR}];
   for (int i = 0; i < MR; ++i)
     for (int r = 0; r < NR; ++r)
-      acc[i][r] = accumulate ? _mm512_loadu_ps(c + i * ldc + r * 16) : _mm512_setzero_ps();
-  // The bf16 vector type has no load or cast intrinsics in GCC 12: memcpy (one vmovdqu16, one
-  // vpbroadcastd) stands in for a C-style cast.
+      acc[i][r] = accumulate ? simd::load(c + i * ldc + r * 16) : simd::Vec(0.f);
   for (Index p = 0; p < kp; ++p) {
-    __m512bh bv[std::size_t{NR}];
-    for (int r = 0; r < NR; ++r) std::memcpy(&bv[r], b + p * ldb + r * 16, sizeof bv[r]);
+    simd::Bf16Pairs bv[std::size_t{NR}];
+    for (int r = 0; r < NR; ++r) bv[r] = simd::load_pairs(b + p * ldb + r * 16);
     for (int i = 0; i < MR; ++i) {
-      std::int32_t pair;
-      std::memcpy(&pair, a + i * lda + 2 * p, sizeof pair);
-      const __m512i pairs = _mm512_set1_epi32(pair);
-      __m512bh ai;
-      std::memcpy(&ai, &pairs, sizeof ai);
-      for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_dpbf16_ps(acc[i][r], ai, bv[r]);
+      const simd::Bf16Pairs ai = simd::broadcast_pair(a + i * lda + 2 * p);
+      for (int r = 0; r < NR; ++r) acc[i][r] = simd::dot_pairs(acc[i][r], ai, bv[r]);
     }
   }
   for (int i = 0; i < MR; ++i)
-    for (int r = 0; r < NR; ++r) _mm512_storeu_ps(c + i * ldc + r * 16, acc[i][r]);
+    for (int r = 0; r < NR; ++r) simd::store(c + i * ldc + r * 16, acc[i][r]);
 }
 
 // The micro-kernel over rows [0, m) in blocks of 6, the last block with fewer.

@@ -61,7 +61,7 @@ class AttentionTiles {
         lse_(lse),
         key_scale_(key_scale),
         dv_pad_(simd::round_up(p.value_dim)),
-        bf16_(p.products == Products::Bf16),
+        bf16_(p.products == Products::Bf16 && gemm::bf16_products_here()),
         k_direct_(is_f32<K>() && !bf16_),
         v_direct_(is_f32<V>() && dv_pad_ == p.value_dim && !bf16_),
         scratch_(Scratch::size_for(
@@ -146,7 +146,7 @@ class AttentionTiles {
     do {
       for_each_logit_tile([&](Index k0, Index nk, TileKind kind) {
         absorb(nk, nq, lanes);  // weights (their row sums in f32), rescale
-        if (bf16_) round_rows_to_bf16(s_, nk, lanes, kBq);
+        if (bf16_ && !pairs_.on()) round_rows_to_bf16(s_, nk, lanes, kBq);
         accumulate_values(b, h, hk, q_pos.begin, k0, nk, nq, kind);  // acc_ += P V
       });
     } while (another_pass_needed(lanes));
@@ -200,7 +200,8 @@ class AttentionTiles {
   // products of the two parts of the head dims, s_ and s2_, and joins them.
   void scores(Index b, Index hk, Index i0, Index k0, Index nk, Index lanes) {
     const F32Rows keys = f32_rows(k_, k_direct_, b, hk, k0, nk, kp_, p_.head_dim);
-    if (bf16_ && !is_bf16<K>()) round_rows_to_bf16(kp_, nk, p_.head_dim, p_.head_dim);
+    if (bf16_ && !pairs_.on() && !is_bf16<K>())
+      round_rows_to_bf16(kp_, nk, p_.head_dim, p_.head_dim);
     if constexpr (kOwnsProduct) {
       const Index d = p_.head_dim, a = spec_.position.amplitude_dims(d);
       gemm::gemm(nk, lanes, a, {keys.data, keys.ld, 1}, qt_, kBq, s_, kBq, false);
@@ -279,7 +280,7 @@ class AttentionTiles {
   void accumulate_values(Index b, Index h, Index hk, Index i0, Index k0, Index nk, Index nq,
                          TileKind kind) {
     const F32Rows values = f32_rows(v_, v_direct_, b, hk, k0, nk, vp_, dv_pad_);
-    if (bf16_ && !is_bf16<V>()) round_rows_to_bf16(vp_, nk, p_.value_dim, dv_pad_);
+    if (bf16_ && !pairs_.on() && !is_bf16<V>()) round_rows_to_bf16(vp_, nk, p_.value_dim, dv_pad_);
     if (kind == TileKind::Full || rows_finite(values, 0, nk, dv_pad_)) {
       weighted_sum(values, 0, nk, nq);
       return;
@@ -354,7 +355,7 @@ class AttentionTiles {
   bool narrow_ = false;        // this tile's products run row by row (nq <= kNarrow)
   Index nq_ = 0;               // rows of the current tile
   std::vector<State> states_;  // [kBq / kWidth] normalizer state, one lane per query
-  TilePairProducts pairs_;     // bf16 mode on vdpbf16ps: its packed operands
+  TilePairProducts pairs_;     // bf16 mode on vdpbf16ps: packs (and rounds) K, V and P itself
 };
 
 }  // namespace detail

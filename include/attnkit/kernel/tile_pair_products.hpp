@@ -1,9 +1,9 @@
 // TilePairProducts: the tile engine's two products (kernel/attention_tiles.hpp) on bf16
 // pairs, for Products::Bf16 where gemm::pair_products_chosen() (vdpbf16ps,
-// gemm/tile_gemm_bf16.hpp): the engine rounds its operands to bf16 as the portable form does
-// and hands them here, which packs them -- the query columns in pairs of dims once per query
-// tile, the key rows, the weights in a row per query and the value rows in pairs of keys once
-// per key tile -- and multiplies. Elsewhere it is off and holds nothing.
+// gemm/tile_gemm_bf16.hpp): it packs the operands, rounding them to bf16 as the portable form
+// does -- the query columns in pairs of dims once per query tile, the key rows, the weights
+// in a row per query and the value rows in pairs of keys once per key tile -- and multiplies.
+// Elsewhere it is off and holds nothing.
 #pragma once
 
 #include <cstddef>
@@ -23,7 +23,8 @@ class TilePairProducts {
   static constexpr Index kBq = TileConfig::kBlockQ;
   static constexpr Index kBk = TileConfig::kBlockK;
 
-  /// Off unless `bf16` and the pair products are chosen here; head dim d, values dv_pad apart.
+  /// Off unless `bf16` (the engine rounds its operands) and the pair products are chosen
+  /// here; head dim d, values dv_pad apart.
   TilePairProducts(bool bf16, Index d, Index dv_pad)
       : on_(bf16 && gemm::pair_products_chosen() && simd::kWidth == gemm::kBf16Lanes),
         d_(d),
@@ -42,14 +43,14 @@ class TilePairProducts {
     gemm::pack_bf16_pairs(qt, kBq, d_, lanes, queries_.data(), kBq);
   }
 
-  /// s[nk, lanes] (rows kBq apart) = the nk key rows (bf16 values) . the packed queries.
+  /// s[nk, lanes] (rows kBq apart) = the nk key rows, rounded, . the packed queries.
   void logits(const F32Rows& keys, Index nk, Index lanes, float* s) {
     gemm::pack_bf16_rows(keys.data, keys.ld, 1, nk, d_, keys_.data(), even(d_));
     multiply(nk, lanes, d_, keys_.data(), even(d_), queries_.data(), kBq, s, kBq, false);
   }
 
-  /// acc[nq, dv_pad] += P[nq, j0:j1] * values[j0:j1], P read transposed from s [nk, kBq]
-  /// (bf16 values, as the value rows).
+  /// acc[nq, dv_pad] += P[nq, j0:j1] * values[j0:j1], P read transposed from s [nk, kBq],
+  /// both rounded.
   void weighted_sum(const float* s, const F32Rows& values, Index j0, Index j1, Index nq,
                     float* acc) {
     const Index n = j1 - j0, ld = even(kBk);

@@ -1,8 +1,10 @@
 // The SIMD layer, whole: simd::Vec and its arithmetic (vec.hpp), elementwise functions
-// (math.hpp), lane masks (lane_mask.hpp) and bf16 / f16 conversions (convert.hpp). Kernels
-// include this header; only simd/ names xsimd or intrinsics.
+// (math.hpp), lane masks (lane_mask.hpp), bf16 / f16 conversions (convert.hpp), int8 / 4-bit
+// widening (int_widen.hpp) and bf16 pair products (bf16_dot.hpp). Kernels include this
+// header; only simd/ names xsimd or intrinsics.
 #pragma once
 
+#include "attnkit/simd/bf16_dot.hpp"
 #include "attnkit/simd/convert.hpp"
 #include "attnkit/simd/int_widen.hpp"
 #include "attnkit/simd/lane_mask.hpp"
