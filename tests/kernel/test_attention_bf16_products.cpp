@@ -7,7 +7,8 @@
 //    inputs and their bf16 roundings (not from any output), and V by u: the output by at most
 //    8 delta + (2u + u^2) max|v| (the shared Tolerance rule for a logit error).
 // Each on both kernels of the mode where the build has both (f32 FMAs on the rounded operands,
-// and vdpbf16ps: gemm/tile_gemm_bf16.hpp through kernel/tile_pair_products.hpp), which are also
+// and vdpbf16ps: gemm/tile_gemm_bf16.hpp through kernel/tile_pair_products.hpp, on K and V
+// packed once per call by kernel/pair_kv.hpp or per tile where those cannot serve), which are also
 // compared with each other. Every normalizer, masks, d 32 to 256, GQA, ragged lengths, a 16K
 // context, bitwise stability over thread counts, the paths that stay exact (decode), the pair
 // GEMM alone, and the rounding itself against Eigen::bfloat16's conversion.
@@ -405,4 +406,40 @@ TEST_CASE("bf16 products: Auto rounds only where a kernel makes them faster", "[
                             << ", on vdpbf16ps: " << ak::gemm::pair_products_chosen());
   CHECK((run(Products::Bf16) == run(Products::Exact)) == !ak::gemm::bf16_products_here());
   CHECK(ak::gemm::pair_products_chosen() == ak::gemm::bf16_products_here());
+}
+
+TEST_CASE("bf16 products: a masked key's infinite value reaches only the rows that see it",
+          "[attention][bf16][nonfinite]") {
+  const Bf16Kernel kernel = kernel_here();
+  const UsingKernel using_kernel(kernel);
+  INFO(name_of(kernel));
+  // Causal prefill: key 150's value is +inf; rows 0..149 do not see it (their tiles are
+  // Partial there, and the packed pairs hold the inf), rows 150.. do.
+  const Case c = Case{}.lengths(300, 300).heads(2, 1).dims(64).laid_out(Layout::Bhsd);
+  ak::test::Inputs<bf16> in(c, 8);
+  const double v_max = max_abs(values_of(in.v));
+  for (Index x = 0; x < 64; ++x) in.v.view.row(0, 0, 150)[x] = bf16(INFINITY);
+  const auto spec = ak::make_spec(Causal{});
+  ak::test::Tensor<float> o(Layout::Bhsd, 1, 2, 300, 64);
+  ak::test::Tensor<double> want(Layout::Bhsd, 1, 2, 300, 64);
+  ak::attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view,
+                c.options().with_products(Products::Bf16));
+  ak::reference::attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), want.view);
+  double worst = 0.0;
+  bool clean = true, reached = true;
+  for (Index h = 0; h < 2; ++h)
+    for (Index r = 0; r < 300; ++r)
+      for (Index x = 0; x < 64; ++x) {
+        const float got = o.view.row(0, h, r)[x];
+        if (r < 150) {
+          clean = clean && std::isfinite(got);
+          worst = std::max(worst, std::abs(double(got) - want.view.row(0, h, r)[x]));
+        } else {
+          reached = reached && !std::isfinite(got);
+        }
+      }
+  INFO("rows before the key: max |error| " << worst);
+  CHECK(clean);
+  CHECK(reached);
+  CHECK(worst <= kU * v_max + ak::test::tol::kF32);
 }

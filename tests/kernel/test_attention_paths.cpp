@@ -2,7 +2,8 @@
 // finalize and row statistic), every kind of mask the kernel treats differently (runs() on
 // Partial tiles, keep() only, key ranges that leave Full, Partial and Empty tiles, and/or
 // combinations, a BlockMask), Softcap and ALiBi, RoPE, FoPE and TAPA, f32 / bf16 / f16 storage
-// and q8_0 / q4_0 K/V, GQA, ragged tiles and d 128, each against the f64 reference (Lq 1 cases
+// and q8_0 / q4_0 K/V, GQA, ragged tiles and d 128, bf16 products in their portable form
+// (detail/bf16_round.hpp's rounding, f32 FMAs), each against the f64 reference (Lq 1 cases
 // through split-KV decode);
 // then bitwise stability over thread counts. In the scalar flavour (ATTNKIT_TEST_CI_SUBSET:
 // the CI budget) the bf16 normalizer pass, the normalizers' Softcap pass and the positions are
@@ -12,6 +13,9 @@
 // differs between ISAs is the vector code each policy reaches, which one pass over each reaches;
 // the cross products check the policies' logic, which is the same source on every ISA.
 #include <Eigen/Core>
+#include <algorithm>
+#include <attnkit/detail/bf16_round.hpp>
+#include <attnkit/gemm/tile_gemm_bf16.hpp>
 #include <attnkit/kernel/attention.hpp>
 #include <attnkit/mask/block_mask.hpp>
 #include <attnkit/mask/causal.hpp>
@@ -31,6 +35,7 @@
 #include <attnkit/score/alibi.hpp>
 #include <attnkit/score/softcap.hpp>
 #include <catch2/catch_test_macros.hpp>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -152,6 +157,29 @@ TEST_CASE("paths: q8_0 keys and q4_0 values match the reference in prefill and d
     ak::test::check_attention_on(ak::make_spec(Causal{}), c,
                                  ak::test::Inputs<ak::BlockQ8_0, float, ak::BlockQ4_0>(c, 3));
   }
+}
+
+TEST_CASE("paths: bf16 products in their portable form stay within their bound",
+          "[attention][paths][bf16]") {
+  // bf16 operands with d 64 (scale 1/8): the products are exact, only the weights P round,
+  // so each output moves by at most u max|v| (u = 2^-9; tests/kernel/ has the whole grid).
+  ak::gemm::bf16_kernel() = ak::gemm::Bf16Kernel::RoundedF32;
+  const Case c = Case{}.lengths(100, 230).heads(4, 2).dims(64);
+  const ak::test::Inputs<Eigen::bfloat16> in(c, 6);
+  double v_max = 0.0;
+  in.v.for_each(
+      [&v_max](const Eigen::bfloat16& x) { v_max = std::max(v_max, std::abs(double(float(x)))); });
+  ak::test::Tolerance t;
+  t.out = ak::detail::kBf16Unit * v_max + ak::test::tol::kF32;
+  const auto spec = ak::make_spec(Causal{} & SlidingWindow{24, 0});
+  ak::test::check_agreement(ak::test::agreement(
+      spec, c, in,
+      [&](const ak::View<float>& o, const ak::Options& options) {
+        ak::attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), o,
+                      options.with_products(ak::Products::Bf16));
+      },
+      t));
+  ak::gemm::bf16_kernel() = ak::gemm::Bf16Kernel::Auto;
 }
 
 TEST_CASE("paths: output and statistic are bitwise identical for 1..4 threads",

@@ -126,31 +126,17 @@ inline void micro_kernel_bf16(Index kp, const std::uint16_t* a, Index lda, const
     for (int r = 0; r < NR; ++r) simd::store(c + i * ldc + r * 16, acc[i][r]);
 }
 
-// The micro-kernel over rows [0, m) in blocks of 6, the last block with fewer.
+// The micro-kernel over rows [0, m) in blocks of 6, the last few rows one at a time (four
+// instantiations in all: each costs every translation unit that runs attention() its
+// compile time, and the remainder rows are a few of a tile's 64 or 256).
 template <int NR>
 inline void rows_bf16(Index m, Index kp, const std::uint16_t* a, Index lda, const std::uint32_t* b,
                       Index ldb, float* c, Index ldc, bool accumulate) {
   Index i = 0;
   for (; i + 6 <= m; i += 6)
     micro_kernel_bf16<6, NR>(kp, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
-  const auto rest = [&](auto rows) {
-    micro_kernel_bf16<decltype(rows)::value, NR>(kp, a + i * lda, lda, b, ldb, c + i * ldc, ldc,
-                                                 accumulate);
-  };
-  switch (m - i) {
-    case 1:
-      return rest(std::integral_constant<int, 1>{});
-    case 2:
-      return rest(std::integral_constant<int, 2>{});
-    case 3:
-      return rest(std::integral_constant<int, 3>{});
-    case 4:
-      return rest(std::integral_constant<int, 4>{});
-    case 5:
-      return rest(std::integral_constant<int, 5>{});
-    default:
-      return;
-  }
+  for (; i < m; ++i)
+    micro_kernel_bf16<1, NR>(kp, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
 }
 
 }  // namespace detail

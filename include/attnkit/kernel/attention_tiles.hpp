@@ -49,9 +49,11 @@ class AttentionTiles {
   static constexpr bool kTurnsRows = transforms_rows<typename Spec::Position>();
   static constexpr bool kOwnsProduct = owns_product<typename Spec::Position>();
 
-  /// key_scale: with cosine logits, the inverse norms of the key rows ([B, Hkv, Lk]).
+  /// key_scale: with cosine logits, the inverse norms of the key rows ([B, Hkv, Lk]);
+  /// pair_kv: k and v packed for the bf16 pair products (when they run, else null or empty).
   AttentionTiles(const Spec& spec, const Problem& p, const View<Q>& q, const View<K>& k,
-                 const View<V>& v, const View<O>& o, float* lse, const float* key_scale)
+                 const View<V>& v, const View<O>& o, float* lse, const float* key_scale,
+                 const PairKv* pair_kv = nullptr)
       : spec_(spec),
         p_(p),
         q_(q),
@@ -80,7 +82,7 @@ class AttentionTiles {
         work_(kOwnsProduct ? scratch_.carve(kBq + kBk) : nullptr),
         qr_(scratch_.carve(kNarrow * p.head_dim)),
         states_(kBq / simd::kWidth),
-        pairs_(bf16_, p.head_dim, dv_pad_) {}
+        pairs_(bf16_, p.head_dim, dv_pad_, pair_kv) {}
 
   /// Computes output rows [q0, q0 + nq) of query head h in batch b.
   void run(Index b, Index h, Index q0, Index nq) {
@@ -195,10 +197,10 @@ class AttentionTiles {
                                                    kCounts ? counts_ + c : nullptr});
   }
 
-  // s_[nk, lanes] = K[k0:k0+nk] * qt_ (scale already in qt_). With cosine logits each key
-  // row is then divided by its norm. A Position that owns the product (TAPA) gets the
-  // products of the two parts of the head dims, s_ and s2_, and joins them.
-  void scores(Index b, Index hk, Index i0, Index k0, Index nk, Index lanes) {
+  // s_[nk, lanes] = K[k0:k0+nk] * qt_ (scale already in qt_). A Position that owns the
+  // product (TAPA) gets the products of the two parts of the head dims, s_ and s2_, and
+  // joins them.
+  void key_products(Index b, Index hk, Index i0, Index k0, Index nk, Index lanes) {
     const F32Rows keys = f32_rows(k_, k_direct_, b, hk, k0, nk, kp_, p_.head_dim);
     if (bf16_ && !pairs_.on() && !is_bf16<K>())
       round_rows_to_bf16(kp_, nk, p_.head_dim, p_.head_dim);
@@ -218,6 +220,15 @@ class AttentionTiles {
       pairs_.logits(keys, nk, lanes, s_);
     else
       gemm::gemm(nk, lanes, p_.head_dim, {keys.data, keys.ld, 1}, qt_, kBq, s_, kBq, false);
+  }
+
+  // s_ as key_products() forms it (or from the call's packed K), then, with cosine logits,
+  // each key row divided by its norm.
+  void scores(Index b, Index hk, Index i0, Index k0, Index nk, Index lanes) {
+    if (!kOwnsProduct && !narrow_ && pairs_.packed())
+      pairs_.logits_packed(b, hk, k0, nk, lanes, s_);  // the call's K, packed once
+    else
+      key_products(b, hk, i0, k0, nk, lanes);
     if constexpr (kCosine) {
       const float* inv = key_scale_ + (b * p_.kv_heads + hk) * p_.kv_len + k0;
       for (Index jj = 0; jj < nk; ++jj) {
@@ -279,6 +290,9 @@ class AttentionTiles {
   // Partial tiles only); the product then skips them and adds each to the rows that see it.
   void accumulate_values(Index b, Index h, Index hk, Index i0, Index k0, Index nk, Index nq,
                          TileKind kind) {
+    if (!narrow_ && pairs_.packed() &&
+        pairs_.weighted_sum_packed(s_, b, hk, k0, nk, nq, kind == TileKind::Full, acc_))
+      return;  // the call's V, packed once
     const F32Rows values = f32_rows(v_, v_direct_, b, hk, k0, nk, vp_, dv_pad_);
     if (bf16_ && !pairs_.on() && !is_bf16<V>()) round_rows_to_bf16(vp_, nk, p_.value_dim, dv_pad_);
     if (kind == TileKind::Full || rows_finite(values, 0, nk, dv_pad_)) {
