@@ -47,7 +47,8 @@ configure=("$cmake" -S "$source" -B "$build"
            "-DATTNKIT_AARCH64_PREFIX=$prefix" -DCMAKE_BUILD_TYPE=Release
            "-DATTNKIT_TEST_OPT_FLAGS=$opt" "-DATTNKIT_EXAMPLE_OPT_FLAGS=$opt"
            -DATTNKIT_BUILD_TESTS=ON -DATTNKIT_BUILD_EXAMPLES=ON -DATTNKIT_BUILD_BENCHMARKS=OFF
-           -DATTNKIT_INSTALL=OFF -DATTNKIT_MPI=OFF -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
+           -DATTNKIT_INSTALL=OFF -DATTNKIT_MPI=OFF -DATTNKIT_TEST_PCH=OFF
+           -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
 [ -n "$generator" ] && configure+=(-G "$generator")
 [ -n "$make_program" ] && configure+=("-DCMAKE_MAKE_PROGRAM=$make_program")
 echo "aarch64: configuring and building in $build"

@@ -65,6 +65,13 @@ Bf16Kernel kernel_here() {
   return ak::gemm::kHasBf16Dot ? GENERATE(Bf16Kernel::RoundedF32, Bf16Kernel::PairProducts)
                                : Bf16Kernel::RoundedF32;
 }
+
+// The fastest kernel here, for the largest grids (CI time): vdpbf16ps where the build has it.
+// The portable form meets the same grids in test_attention_paths (every SIMD path) and,
+// against vdpbf16ps, in "the vdpbf16ps kernel agrees with f32 FMAs on the same operands".
+Bf16Kernel fastest_kernel_here() {
+  return ak::gemm::kHasBf16Dot ? Bf16Kernel::PairProducts : Bf16Kernel::RoundedF32;
+}
 const char* name_of(Bf16Kernel k) {
   return k == Bf16Kernel::PairProducts ? "vdpbf16ps" : "f32 FMAs on rounded operands";
 }
@@ -145,7 +152,7 @@ TEST_CASE("bf16 products: rounding matches Eigen::bfloat16 bit for bit", "[atten
                            std::numeric_limits<float>::infinity(),
                            -std::numeric_limits<float>::infinity(),
                            std::numeric_limits<float>::max()};
-  for (std::uint32_t bits = 0; bits < 0xFFFFFFF0u; bits += 0x00012345u) {  // a sweep of patterns
+  for (std::uint32_t bits = 0; bits < 0xFFFFF000u; bits += 0x000A3C5Bu) {  // a sweep of patterns
     float f;
     std::memcpy(&f, &bits, sizeof f);
     xs.push_back(f);
@@ -203,7 +210,7 @@ TEST_CASE("bf16 products: on bf16 operands only P is rounded, for every normaliz
 }
 
 TEST_CASE("bf16 products: a 16K context, 64 queries at its end", "[attention][bf16]") {
-  const Bf16Kernel kernel = kernel_here();
+  const Bf16Kernel kernel = fastest_kernel_here();
   const UsingKernel using_kernel(kernel);
   INFO(name_of(kernel));
   const Case c = Case{}.lengths(64, 16384).heads(2, 1).dims(64).on_threads(2);
