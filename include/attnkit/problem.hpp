@@ -120,7 +120,7 @@ void require_out_dims(const View<O>& o, const View<Q>& q, const View<V>& v, cons
 /// The Problem of views whose shapes were checked, with the given scalars, validated.
 template <class Q, class K, class V>
 Problem problem_of(const View<Q>& q, const View<K>& k, const View<V>& v, float scale,
-                   Index q_offset, int threads) {
+                   Index q_offset, int threads, Products products = Products::Exact) {
   Problem p;
   p.batch = q.batch;
   p.q_heads = q.heads;
@@ -132,6 +132,7 @@ Problem problem_of(const View<Q>& q, const View<K>& k, const View<V>& v, float s
   p.scale = scale;
   p.q_offset = q_offset;
   p.threads = threads;
+  p.products = products;
   p.validate();
   return p;
 }
@@ -151,12 +152,9 @@ Problem make_problem(const View<Q>& q, const View<K>& k, const View<V>& v, const
   detail::check_outputs_disjoint(q, k, v, o, options.lse);
   detail::require_qkv_dims(q, k, v);
   detail::require_out_dims(o, q, v, "o");
-  Problem p =
-      detail::problem_of(q, k, v, detail::scale_for(options, q.dim),
-                         options.q_offset ? *options.q_offset : k.seq - q.seq, options.threads);
-  p.products = options.products;
-  p.validate();
-  return p;
+  return detail::problem_of(q, k, v, detail::scale_for(options, q.dim),
+                            options.q_offset ? *options.q_offset : k.seq - q.seq, options.threads,
+                            options.products);
 }
 
 /// Lets each policy of `spec` that carries data of its own (a BlockMask built for other

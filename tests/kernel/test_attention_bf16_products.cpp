@@ -7,7 +7,8 @@
 //    inputs and their bf16 roundings (not from any output), and V by u: the output by at most
 //    8 delta + (2u + u^2) max|v| (the shared Tolerance rule for a logit error).
 // Each on both kernels of the mode where the build has both (f32 FMAs on the rounded operands,
-// and vdpbf16ps: gemm/tile_gemm_bf16.hpp through kernel/tile_pair_products.hpp, on K and V
+// and vdpbf16ps -- simd/bf16_dot.hpp's instruction in gemm/tile_gemm_bf16.hpp, through
+// kernel/tile_pair_products.hpp (the query tile from kernel/tile_queries.hpp), on K and V
 // packed once per call by kernel/pair_kv.hpp or per tile where those cannot serve), which are also
 // compared with each other. Every normalizer, masks, d 32 to 256, GQA, ragged lengths, a 16K
 // context, bitwise stability over thread counts, the paths that stay exact (decode), the pair

@@ -54,8 +54,7 @@ void run_tiles(const Spec& spec, const Problem& p, const View<Q>& q, const View<
   if constexpr (cosine_logits<typename Spec::Normalizer>()) key_scale = inverse_row_norms(k);
   // bf16 products on vdpbf16ps: K and V packed once for every query tile (pair_kv.hpp).
   PairKv pair_kv;
-  if (!owns_product<typename Spec::Position>() &&
-      TilePairProducts::wanted(p.products == Products::Bf16 && gemm::bf16_products_here()))
+  if (!owns_product<typename Spec::Position>() && TilePairProducts::wanted(rounds_operands(p)))
     pair_kv = pack_pair_kv(k, v, simd::round_up(p.value_dim), threads);
   std::deque<Tiles> tiles;  // a deque never relocates: each thread's Tiles stays put
   for (int t = 0; t < threads; ++t)

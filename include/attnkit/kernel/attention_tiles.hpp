@@ -14,7 +14,6 @@
 
 #include "attnkit/detail/bf16_round.hpp"
 #include "attnkit/detail/pack.hpp"
-#include "attnkit/detail/row_norms.hpp"
 #include "attnkit/detail/scratch.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/gemm/tile_gemm.hpp"
@@ -23,12 +22,12 @@
 #include "attnkit/kernel/tile_narrow.hpp"
 #include "attnkit/kernel/tile_output.hpp"
 #include "attnkit/kernel/tile_pair_products.hpp"
+#include "attnkit/kernel/tile_queries.hpp"
 #include "attnkit/kernel/value_guard.hpp"
 #include "attnkit/mask/key_schedule.hpp"
 #include "attnkit/mask/tile_kind.hpp"
 #include "attnkit/mask/visible_keys.hpp"
 #include "attnkit/normalizer/row_context.hpp"
-#include "attnkit/position/row_at.hpp"
 #include "attnkit/problem.hpp"
 #include "attnkit/score/score_tile.hpp"
 #include "attnkit/simd/simd.hpp"
@@ -63,7 +62,7 @@ class AttentionTiles {
         lse_(lse),
         key_scale_(key_scale),
         dv_pad_(simd::round_up(p.value_dim)),
-        bf16_(p.products == Products::Bf16 && gemm::bf16_products_here()),
+        bf16_(rounds_operands(p)),
         k_direct_(is_f32<K>() && !bf16_),
         v_direct_(is_f32<V>() && dv_pad_ == p.value_dim && !bf16_),
         scratch_(Scratch::size_for(
@@ -114,7 +113,8 @@ class AttentionTiles {
     const Index lanes = simd::round_up(nq);  // queries padded to whole vectors
     const Range q_pos{q0 + p_.q_offset, q0 + nq + p_.q_offset};
 
-    pack_queries(b, h, q0, nq, lanes);  // qt_ [D, kBq]
+    // qt_ [D, kBq]: the query tile, turned, scaled and (bf16 products) rounded.
+    pack_query_tile(spec_, p_, q_, b, h, q0, nq, lanes, bf16_, qt_, kBq, row_, factor_);
     narrow_ = nq <= kNarrow && !kOwnsProduct;
     nq_ = nq;
     if (narrow_) narrow::pack_query_rows(qt_, kBq, nq, p_.head_dim, qr_);  // qr_ [nq, D]
@@ -152,35 +152,6 @@ class AttentionTiles {
         accumulate_values(b, h, hk, q_pos.begin, k0, nk, nq, kind);  // acc_ += P V
       });
     } while (another_pass_needed(lanes));
-  }
-
-  // qt_ = the query rows, transposed and scaled -- by 1/|q_i| for cosine logits -- after the
-  // Position's transform (RoPE: each row turned at its position) when there is one; with
-  // bf16 products, rounded to bf16 last.
-  void pack_queries(Index b, Index h, Index q0, Index nq, Index lanes) {
-    pack_query_values(b, h, q0, nq, lanes);
-    if (bf16_) round_rows_to_bf16(qt_, p_.head_dim, lanes, kBq);
-  }
-
-  void pack_query_values(Index b, Index h, Index q0, Index nq, Index lanes) {
-    if constexpr (kTurnsRows) {
-      const Index dim = p_.head_dim;
-      for (Index r = 0; r < nq; ++r) {
-        const Q* src = q_.row(b, h, q0 + r);
-        for (Index c = 0; c < dim; ++c) row_[c] = static_cast<float>(src[c]);
-        spec_.position.apply(row_, dim,
-                             RowAt{b, h, q0 + r, p_.q_len, q0 + r + p_.q_offset, Role::Query});
-        const float f = kCosine ? inverse_norm(row_, dim) : p_.scale;
-        for (Index c = 0; c < dim; ++c) qt_[c * kBq + r] = row_[c] * f;
-      }
-      for (Index c = 0; c < dim; ++c) std::fill(qt_ + c * kBq + nq, qt_ + c * kBq + lanes, 0.f);
-    } else if constexpr (kCosine) {  // q_i / |q_i|: the logits are cosines
-      for (Index r = 0; r < nq; ++r) factor_[r] = inverse_norm(q_.row(b, h, q0 + r), p_.head_dim);
-      pack_q_transposed(q_, b, h, q0, nq, lanes, factor_, qt_, kBq);
-    } else {
-      // A Position that owns the product (TAPA) scales its own logits.
-      pack_q_transposed(q_, b, h, q0, nq, lanes, kOwnsProduct ? 1.f : p_.scale, qt_, kBq);
-    }
   }
 
   // The normalizer states of rows [q0, q0 + nq), one per lane block, with their context:

@@ -16,10 +16,17 @@
 #include "attnkit/gemm/tile_gemm_bf16.hpp"
 #include "attnkit/kernel/pair_kv.hpp"
 #include "attnkit/kernel/tile_config.hpp"
+#include "attnkit/problem.hpp"
 #include "attnkit/simd/simd.hpp"
 #include "attnkit/tensor.hpp"
 
 namespace attnkit::detail {
+
+/// Whether the tile kernel rounds its operands to bf16 in a call: Products::Bf16 where a
+/// kernel makes that faster (gemm::bf16_products_here()).
+inline bool rounds_operands(const Problem& p) {
+  return p.products == Products::Bf16 && gemm::bf16_products_here();
+}
 
 class TilePairProducts {
  public:

@@ -1,0 +1,48 @@
+// The query tile of the tile engine (kernel/attention_tiles.hpp): the rows of one query tile,
+// transposed into the layout both products read, with everything that happens to a query row
+// before its products -- the Position's transform (RoPE: each row turned at its position),
+// the logit scale or, for cosine logits, 1/|q_i|, and with bf16 products (Options::products)
+// the rounding to bf16, last.
+#pragma once
+
+#include <algorithm>
+
+#include "attnkit/detail/bf16_round.hpp"
+#include "attnkit/detail/pack.hpp"
+#include "attnkit/detail/row_norms.hpp"
+#include "attnkit/detail/traits.hpp"
+#include "attnkit/position/row_at.hpp"
+#include "attnkit/problem.hpp"
+#include "attnkit/tensor.hpp"
+
+namespace attnkit::detail {
+
+/// qt[D, ld] = query rows [q0, q0 + nq) of head h in batch b, transposed, as above; columns
+/// nq .. lanes are 0. row [D] and factor [nq] are scratch (a row being turned, the rows'
+/// inverse norms). A Position that owns the product (TAPA) scales its own logits.
+template <class Spec, class Q>
+void pack_query_tile(const Spec& spec, const Problem& p, const View<Q>& q, Index b, Index h,
+                     Index q0, Index nq, Index lanes, bool bf16, float* qt, Index ld, float* row,
+                     float* factor) {
+  constexpr bool kCosine = cosine_logits<typename Spec::Normalizer>();
+  const Index dim = p.head_dim;
+  if constexpr (transforms_rows<typename Spec::Position>()) {
+    for (Index r = 0; r < nq; ++r) {
+      const Q* src = q.row(b, h, q0 + r);
+      for (Index c = 0; c < dim; ++c) row[c] = static_cast<float>(src[c]);
+      spec.position.apply(row, dim, RowAt{b, h, q0 + r, p.q_len, q0 + r + p.q_offset, Role::Query});
+      const float f = kCosine ? inverse_norm(row, dim) : p.scale;
+      for (Index c = 0; c < dim; ++c) qt[c * ld + r] = row[c] * f;
+    }
+    for (Index c = 0; c < dim; ++c) std::fill(qt + c * ld + nq, qt + c * ld + lanes, 0.f);
+  } else if constexpr (kCosine) {  // q_i / |q_i|: the logits are cosines
+    for (Index r = 0; r < nq; ++r) factor[r] = inverse_norm(q.row(b, h, q0 + r), dim);
+    pack_q_transposed(q, b, h, q0, nq, lanes, factor, qt, ld);
+  } else {
+    const float scale = owns_product<typename Spec::Position>() ? 1.f : p.scale;
+    pack_q_transposed(q, b, h, q0, nq, lanes, scale, qt, ld);
+  }
+  if (bf16) round_rows_to_bf16(qt, dim, lanes, ld);
+}
+
+}  // namespace attnkit::detail
