@@ -1,7 +1,9 @@
 // Mask combinators: `a & b` (MaskAnd, mask_and) keeps a pair when both masks keep it,
 // `a | b` (MaskOr, mask_or) when either does. Every face derives from the operands' exactly:
 // classify() combines the two kinds (Empty & x = Empty, Full | x = Full, Partial otherwise),
-// key_ranges() intersects or unites, runs() exists only when both operands have it. The
+// key_ranges() intersects or unites, runs() exists only when both operands have it, and the
+// gathered-columns face exists when either has it (range parts combined, columns kept by the
+// pair outside that range part: checked against keep() for & and |, nested, both sides). The
 // combined classification is correct but not tight in general (two Partial operands may
 // leave a tile with no pair, or every pair), so mixedness is asserted only where it is
 // proven: Causal & SlidingWindow{w, 0} classifies exactly like SlidingWindow{w, 0}.
@@ -287,4 +289,25 @@ TEST_CASE("MaskAnd: the operators do not hijack & and | of other types", "[mask]
   CHECK(with_attnkit::bits_or(std::bitset<8>{0b0101}, std::bitset<8>{0b0011}).to_ulong() == 7u);
   CHECK(with_attnkit::ints_and(6, 3) == 2);
   STATIC_REQUIRE(has_or<std::byte, std::byte>::value);
+}
+
+TEST_CASE("MaskAnd, MaskOr: gathered columns derive from either operand's, exactly",
+          "[mask][combine]") {
+  using ak::detail::has_columns;
+  STATIC_REQUIRE(has_columns<ak::MaskAnd<Causal, PowerOfTwo>>::value);
+  STATIC_REQUIRE(has_columns<ak::MaskOr<PowerOfTwo, Sinks>>::value);
+  STATIC_REQUIRE(has_columns<ak::MaskAnd<ak::MaskOr<PowerOfTwo, Sinks>, Causal>>::value);
+  STATIC_REQUIRE_FALSE(has_columns<ak::MaskAnd<Causal, SlidingWindow>>::value);
+  std::vector<Index> positions;
+  for (Index i = -10; i < 260; i += 3) positions.push_back(i);
+  const Index keys = 260;
+  ak::test::check_columns_split_keep(Causal{} & PowerOfTwo{2, 3}, positions, keys);
+  ak::test::check_columns_split_keep(PowerOfTwo{0, 4} | Sinks{9}, positions, keys);
+  ak::test::check_columns_split_keep(Sinks{9} | PowerOfTwo{0, 4}, positions, keys);
+  ak::test::check_columns_split_keep(SlidingWindow{20, 0} & PowerOfTwo{1, 2}, positions, keys);
+  ak::test::check_columns_split_keep((PowerOfTwo{0, 4} | Sinks{9}) & Chunked{100}, positions, keys);
+  // Both operands with columns: their range parts overlap the other's columns.
+  ak::test::check_columns_split_keep(PowerOfTwo{0, 2} | PowerOfTwo{5, 20}, positions, keys);
+  ak::test::check_columns_split_keep(PowerOfTwo{0, 2} & PowerOfTwo{5, 20}, positions, keys);
+  ak::test::check_columns_split_keep(PowerOfTwo{0, 30} | user::EvenKeys{}, positions, keys);
 }

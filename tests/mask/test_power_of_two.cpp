@@ -3,7 +3,8 @@
 // classify() is correct but not tight: a Partial tile may in fact keep every pair or none
 // (the points at distance 2^k are not tracked per tile), so mixedness is never asserted.
 // key_ranges() is exact (every listed key is kept by some query) and sparse; there is no
-// runs() face.
+// runs() face. Its gathered-columns face splits keep() into the sinks and the window (a mask
+// of ranges) and the keys at distances 2^k beyond the window, per query.
 #include <attnkit/detail/traits.hpp>
 #include <attnkit/error.hpp>
 #include <attnkit/mask/power_of_two.hpp>
@@ -152,6 +153,7 @@ TEST_CASE("PowerOfTwo: key_ranges of a far query tile is a few narrow bands",
 TEST_CASE("PowerOfTwo: has no runs face, so the kernel masks its Partial tiles with keep",
           "[mask][power_of_two]") {
   STATIC_REQUIRE_FALSE(ak::detail::has_runs<PowerOfTwo>::value);
+  STATIC_REQUIRE(ak::detail::has_columns<PowerOfTwo>::value);
   STATIC_REQUIRE(ak::detail::has_key_ranges<PowerOfTwo, Range>::value);
   STATIC_REQUIRE(ak::detail::has_classify<PowerOfTwo, Range>::value);
 }
@@ -177,4 +179,33 @@ TEST_CASE("PowerOfTwo: key_ranges holds the key at distance 2^62 (q_offset = 2^6
   bool covered = false;
   for (const Range& r : ranges) covered = covered || (r.begin <= 0 && 0 < r.end);
   CHECK(covered);
+}
+
+TEST_CASE("PowerOfTwo: range part and columns split keep() exactly", "[mask][power_of_two]") {
+  const auto [sinks, window] =
+      GENERATE(table<Index, Index>({{0, 0}, {4, 0}, {0, 16}, {3, 10}, {50, 40}, {4, 64}}));
+  INFO("PowerOfTwo{" << sinks << ", " << window << "}");
+  std::vector<Index> positions;
+  for (Index i = -20; i < 300; ++i) positions.push_back(i);
+  ak::test::check_columns_split_keep(PowerOfTwo{sinks, window}, positions, 300);
+}
+
+TEST_CASE("PowerOfTwo: the columns of a query are its distances 2^k past the window",
+          "[mask][power_of_two]") {
+  const auto list = [](const PowerOfTwo& m, Index i) {
+    const auto c = m.columns(0, 0, i);
+    return std::vector<Index>(c.begin(), c.end());
+  };
+  CHECK(list(PowerOfTwo{0, 5}, 100) == std::vector<Index>{36, 68, 84, 92});  // 64, 32, 16, 8
+  CHECK(list(PowerOfTwo{40, 5}, 100) == std::vector<Index>{68, 84, 92});     // 36 is a sink
+  CHECK(list(PowerOfTwo{0, 64}, 100).empty());  // every power of two <= 100 is in the window
+  CHECK(list(PowerOfTwo{0, 0}, 0).empty());
+  CHECK(list(PowerOfTwo{0, 0}, -7).empty());
+  // The farthest: distance 2^62 from a query at 2^62 + 5 reaches key 5; 63 columns at most.
+  const Index far = (Index{1} << 62) + 5;
+  const auto c = PowerOfTwo{0, 0}.columns(0, 0, far);
+  CHECK(c.count == 63);  // 2^62 .. 2^0 (the window of 0 holds distance 0 only): the capacity
+  CHECK(c.keys[0] == 5);
+  CHECK(c.keys[c.count - 1] == far - 1);
+  ak::test::check_columns_split_keep(PowerOfTwo{2, 3}, {far, far - 100, Index{1} << 40}, 200);
 }

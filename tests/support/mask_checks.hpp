@@ -1,13 +1,15 @@
 // Property checks shared by the mask tests: a mask's faces must agree with its element rule
 // keep(). classify() is checked tile by tile (Empty keeps nothing, Full keeps everything,
 // Partial is mixed where the mask promises a tight classification), key_ranges() must cover
-// every kept key of a query range, and runs() must list exactly the keys a query keeps.
+// every kept key of a query range, runs() must list exactly the keys a query keeps, and the
+// gathered-columns face (range_part() and columns()) must split keep() in two, exactly.
 #pragma once
 
 #include <attnkit/detail/traits.hpp>
 #include <attnkit/mask/tile_kind.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <random>
+#include <vector>
 
 namespace attnkit::test {
 
@@ -90,6 +92,33 @@ void check_runs_equal_keep(const Mask& mask) {
       INFO("query " << i << " key " << j);
       CHECK(in_runs == mask.keep(0, 0, i, j));
     }
+  }
+}
+
+// keep(i, j) == range_part().keep(i, j) || j in columns(i), for queries at `positions`
+// (any, beyond 2^k distances too) and keys [0, keys): columns ascending, none kept by the
+// range part, and (with the range part's runs) the range part's own faces agree with it.
+template <class Mask>
+void check_columns_split_keep(const Mask& mask, const std::vector<Index>& positions, Index keys) {
+  const auto part = mask.range_part();
+  for (const Index i : positions) {
+    const auto columns = mask.columns(0, 0, i);
+    INFO("query " << i);
+    CHECK(columns.count <= columns.kCapacity);
+    std::vector<char> is_column(static_cast<std::size_t>(keys), 0);
+    for (int t = 0; t < columns.count; ++t) {
+      const Index j = columns.keys[t];
+      INFO("column " << j);
+      if (t > 0) CHECK(columns.keys[t - 1] < j);
+      CHECK(!part.keep(0, 0, i, j));
+      CHECK(mask.keep(0, 0, i, j));
+      if (0 <= j && j < keys) is_column[static_cast<std::size_t>(j)] = 1;
+    }
+    Index mismatches = 0;
+    for (Index j = 0; j < keys; ++j)
+      mismatches += mask.keep(0, 0, i, j) !=
+                    (part.keep(0, 0, i, j) || is_column[static_cast<std::size_t>(j)] != 0);
+    CHECK(mismatches == 0);
   }
 }
 

@@ -31,6 +31,14 @@ void pack_q_transposed(const View<T>& q, Index b, Index h, Index row0, Index row
   for (Index c = 0; c < dim; ++c) std::fill(qt + c * ld + rows, qt + c * ld + padded, 0.f);
 }
 
+/// dst[c * ld_dst + r] = src[r * ld_src + c] for r < rows, c < cols: f32 rows transposed,
+/// each dst row written in order (a gather per 16 values measured no faster, AVX-512).
+inline void transpose_rows(const float* src, Index ld_src, Index rows, Index cols, float* dst,
+                           Index ld_dst) {
+  for (Index c = 0; c < cols; ++c)
+    for (Index r = 0; r < rows; ++r) dst[c * ld_dst + r] = src[r * ld_src + c];
+}
+
 /// dst[rows, ld] = f32(src rows from (b, h, row0)), columns past src.dim up to ld are 0.
 /// bfloat16 and half rows widen with SIMD, quantized blocks dequantize in registers
 /// (detail/storage_rows.hpp).

@@ -66,6 +66,13 @@ inline void row_blocks(Index m, Index k, StridedA a, const float* b, Index ldb, 
   const auto rows_from = [&](Index i0) {
     return StridedA{a.at(i0, 0), a.row_stride, a.col_stride};
   };
+  if constexpr (NR == 1) {
+    // One vector of columns (a 16-query tile's logits, AVX-512): 6 accumulators leave the
+    // FMAs waiting on their own latency; 8 rows keep both pipes busy (12 would spill the
+    // rows' addresses: 16 general registers).
+    for (; i + 8 <= m; i += 8)
+      micro_kernel<8, 1>(k, rows_from(i), b, ldb, c + i * ldc, ldc, accumulate);
+  }
   for (; i + kMR <= m; i += kMR)
     micro_kernel<kMR, NR>(k, rows_from(i), b, ldb, c + i * ldc, ldc, accumulate);
   const auto at = [&](auto rows) {

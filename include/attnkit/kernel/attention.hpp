@@ -13,6 +13,7 @@
 #include "attnkit/detail/parallel.hpp"
 #include "attnkit/kernel/attention_tiles.hpp"
 #include "attnkit/kernel/split_kv.hpp"
+#include "attnkit/kernel/tile_plan.hpp"
 #include "attnkit/options.hpp"
 #include "attnkit/position/apply.hpp"
 #include "attnkit/position/row_at.hpp"
@@ -29,7 +30,11 @@ template <class Spec, class Q, class K, class V, class O>
 void run_tiles(const Spec& spec, const Problem& p, const View<Q>& q, const View<K>& k,
                const View<V>& v, const View<O>& o, float* lse) {
   using Tiles = AttentionTiles<Spec, Q, K, V, O>;
-  const Index q_tiles = (p.q_len + Tiles::kBq - 1) / Tiles::kBq;
+  // A mask with gathered columns: gathered or not, 64 or 16 queries a tile (tile_plan.hpp).
+  TilePlan plan;
+  if constexpr (Tiles::kColumns) plan = plan_tiles(spec.mask, p);
+  const Index rows = plan.rows;
+  const Index q_tiles = (p.q_len + rows - 1) / rows;
   const Index heads = p.batch * p.q_heads;
   const Index items = q_tiles * heads;
   const int threads = threads_for(p.threads, items);
@@ -41,8 +46,8 @@ void run_tiles(const Spec& spec, const Problem& p, const View<Q>& q, const View<
   const auto run_item = [&](Tiles& tiles, Index item) {
     const Index qt = q_tiles - 1 - item % q_tiles;
     const Index bh = item / q_tiles;
-    const Index q0 = qt * Tiles::kBq;
-    tiles.run(bh / p.q_heads, bh % p.q_heads, q0, std::min(Tiles::kBq, p.q_len - q0));
+    const Index q0 = qt * rows;
+    tiles.run(bh / p.q_heads, bh % p.q_heads, q0, std::min(rows, p.q_len - q0));
   };
 
   if (items == 0) return;
@@ -58,7 +63,7 @@ void run_tiles(const Spec& spec, const Problem& p, const View<Q>& q, const View<
     pair_kv = pack_pair_kv(k, v, simd::round_up(p.value_dim), threads);
   std::deque<Tiles> tiles;  // a deque never relocates: each thread's Tiles stays put
   for (int t = 0; t < threads; ++t)
-    tiles.emplace_back(spec, p, q, k, v, o, lse, key_scale.data(), &pair_kv);
+    tiles.emplace_back(spec, p, q, k, v, o, lse, key_scale.data(), &pair_kv, plan.gather);
 
   for_each_item(tiles, items, run_item);
 }

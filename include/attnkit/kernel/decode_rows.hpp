@@ -24,6 +24,7 @@
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/kernel/decode_row_math.hpp"
 #include "attnkit/mask/combine.hpp"
+#include "attnkit/mask/key_columns.hpp"
 #include "attnkit/mask/tile_kind.hpp"
 #include "attnkit/normalizer/softmax.hpp"
 #include "attnkit/position/no_position.hpp"
@@ -45,15 +46,17 @@ namespace attnkit::detail {
 inline constexpr Index kDecodeRowsMaxQueries = 8;
 
 /// True when DecodeRows can run the spec: softmax rows (sinks are added by the merge), a
-/// logit mod that does not depend on positions or heads (none, Softcap), and no Position or
-/// one that turns rows (the key rows then arrive turned). Others take AttentionTiles.
+/// logit mod that does not depend on positions or heads (none, Softcap), no Position or
+/// one that turns rows (the key rows then arrive turned), and a mask without gathered
+/// columns (AttentionTiles reads only their rows). Others take AttentionTiles.
 template <class Spec>
 constexpr bool decode_rows_fit() {
   using Score = typename Spec::Score;
   using Position = typename Spec::Position;
   return std::is_same_v<typename Spec::Normalizer, Softmax> &&
          (std::is_same_v<Score, Dot> || std::is_same_v<Score, Softcap>)&&(
-             std::is_same_v<Position, NoPosition> || transforms_rows<Position>());
+             std::is_same_v<Position, NoPosition> || transforms_rows<Position>()) &&
+         !has_columns<typename Spec::Mask>::value;
 }
 
 template <class Spec, class Q, class K, class V>

@@ -1,7 +1,7 @@
 // The narrow path of the tile engine (kernel/attention_tiles.hpp): a tile of at most
 // AttentionTiles::kNarrow queries forms its products row by row -- a dot product per key and
 // query, vectorized over the head dimension -- instead of as tile GEMMs, which would fill one
-// lane of each GEMM vector. The queries come from the packed tile (qt, transposed) once.
+// lane of each GEMM vector. The queries come in rows (kernel/tile_queries.hpp packs them).
 #pragma once
 
 #include "attnkit/detail/pack.hpp"
@@ -9,12 +9,6 @@
 #include "attnkit/tensor.hpp"
 
 namespace attnkit::detail::narrow {
-
-// qr[nq, d] = the packed queries qt [d, ld] in rows, for the narrow products.
-inline void pack_query_rows(const float* qt, Index ld, Index nq, Index d, float* qr) {
-  for (Index r = 0; r < nq; ++r)
-    for (Index c = 0; c < d; ++c) qr[r * d + c] = qt[c * ld + r];
-}
 
 // s[nk, lanes] (rows ld apart) = K[k0:k0+nk] . q_r for each query row r of qr [nq, d]
 // (padding lanes 0), vectorized over the head dimension: no GEMM lane is wasted when a tile

@@ -19,13 +19,30 @@ namespace attnkit::detail {
 
 /// qt[D, ld] = query rows [q0, q0 + nq) of head h in batch b, transposed, as above; columns
 /// nq .. lanes are 0. row [D] and factor [nq] are scratch (a row being turned, the rows'
-/// inverse norms). A Position that owns the product (TAPA) scales its own logits.
+/// inverse norms). A Position that owns the product (TAPA) scales its own logits. With
+/// `rows` [nq, D], the same rows are also left there in row form (the row-by-row products
+/// read them): formed in rows first, then transposed, bit for bit the same qt.
 template <class Spec, class Q>
 void pack_query_tile(const Spec& spec, const Problem& p, const View<Q>& q, Index b, Index h,
                      Index q0, Index nq, Index lanes, bool bf16, float* qt, Index ld, float* row,
-                     float* factor) {
+                     float* factor, float* rows = nullptr) {
   constexpr bool kCosine = cosine_logits<typename Spec::Normalizer>();
   const Index dim = p.head_dim;
+  if (rows != nullptr) {
+    for (Index r = 0; r < nq; ++r) {
+      float* x = rows + r * dim;
+      row_to_f32(q.row(b, h, q0 + r), dim, x);
+      if constexpr (transforms_rows<typename Spec::Position>())
+        spec.position.apply(x, dim, RowAt{b, h, q0 + r, p.q_len, q0 + r + p.q_offset, Role::Query});
+      const float f = kCosine ? inverse_norm(x, dim)
+                              : (owns_product<typename Spec::Position>() ? 1.f : p.scale);
+      for (Index c = 0; c < dim; ++c) x[c] *= f;
+    }
+    if (bf16) round_rows_to_bf16(rows, nq, dim, dim);
+    transpose_rows(rows, dim, nq, dim, qt, ld);
+    for (Index c = 0; c < dim; ++c) std::fill(qt + c * ld + nq, qt + c * ld + lanes, 0.f);
+    return;
+  }
   if constexpr (transforms_rows<typename Spec::Position>()) {
     for (Index r = 0; r < nq; ++r) {
       const Q* src = q.row(b, h, q0 + r);

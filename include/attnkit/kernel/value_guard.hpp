@@ -12,14 +12,25 @@ namespace attnkit::detail {
 
 // True when every element of value rows [j0, j1) (dv_pad floats each) is finite: x - x is 0
 // exactly for finite x and NaN for inf or NaN, and NaN survives the sum.
+// Four sums, over the rows' vectors in turn: one sum would chain every add on the last.
 inline bool rows_finite(const F32Rows& values, Index j0, Index j1, Index dv_pad) {
-  simd::Vec sum(0.f);
-  for (Index jj = j0; jj < j1; ++jj)
-    for (Index c = 0; c < dv_pad; c += simd::kWidth) {
-      const simd::Vec x = simd::load(values.data + jj * values.ld + c);
-      sum = sum + (x - x);
+  simd::Vec s0(0.f), s1(0.f), s2(0.f), s3(0.f);
+  const auto nan_if_not_finite = [](const float* p) {
+    const simd::Vec x = simd::load(p);
+    return x - x;
+  };
+  for (Index jj = j0; jj < j1; ++jj) {
+    const float* row = values.data + jj * values.ld;
+    Index c = 0;
+    for (; c + 4 * simd::kWidth <= dv_pad; c += 4 * simd::kWidth) {
+      s0 = s0 + nan_if_not_finite(row + c);
+      s1 = s1 + nan_if_not_finite(row + c + simd::kWidth);
+      s2 = s2 + nan_if_not_finite(row + c + 2 * simd::kWidth);
+      s3 = s3 + nan_if_not_finite(row + c + 3 * simd::kWidth);
     }
-  return simd::reduce_add(sum) == 0.f;
+    for (; c < dv_pad; c += simd::kWidth) s0 = s0 + nan_if_not_finite(row + c);
+  }
+  return simd::reduce_add((s0 + s1) + (s2 + s3)) == 0.f;
 }
 
 // acc[r] (rows dv_pad apart) += P[r, jj] * values[jj] for the query rows r < nq (at positions

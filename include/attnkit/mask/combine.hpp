@@ -3,11 +3,15 @@
 // from the operands' exactly: tile kinds combine (Empty & x = Empty, Full | x = Full), key
 // ranges intersect or unite (an `|` of two ranges is two ranges, not their hull), and
 // runs() exists when both operands have it, so windows of windows stay on the SIMD path.
+// When an operand has gathered columns (mask/key_columns.hpp), so does the pair: its range
+// part is the operands' range parts combined, its columns those of either that the pair keeps
+// outside that range part.
 #pragma once
 
 #include <type_traits>
 
 #include "attnkit/detail/traits.hpp"
+#include "attnkit/mask/key_columns.hpp"
 #include "attnkit/mask/key_ranges.hpp"
 #include "attnkit/mask/tile_kind.hpp"
 #include "attnkit/slots.hpp"
@@ -46,6 +50,14 @@ constexpr bool is_mask() {
 /// How `&` combines: a pair, tile or key range survives when both operands keep it.
 struct AndRule {
   static bool keep(bool x, bool y) { return x && y; }
+  // Columns of a & b: a's that b keeps, and b's that a keeps (none is in both range parts).
+  template <class A, class B, class CA, class CB>
+  static auto columns(const A& a, const B& b, const CA& ca, const CB& cb, Index bi, Index h,
+                      Index i) {
+    return detail::merge_columns(
+        ca, cb, [&](Index j) { return b.keep(bi, h, i, j); },
+        [&](Index j) { return a.keep(bi, h, i, j); });
+  }
   static TileKind kind(TileKind x, TileKind y) {
     if (x == TileKind::Empty || y == TileKind::Empty) return TileKind::Empty;
     return x == TileKind::Full && y == TileKind::Full ? TileKind::Full : TileKind::Partial;
@@ -59,6 +71,14 @@ struct AndRule {
 /// How `|` combines: a pair, tile or key range survives when either operand keeps it.
 struct OrRule {
   static bool keep(bool x, bool y) { return x || y; }
+  // Columns of a | b: either's, except those the other's range part keeps.
+  template <class A, class B, class CA, class CB>
+  static auto columns(const A& a, const B& b, const CA& ca, const CB& cb, Index bi, Index h,
+                      Index i) {
+    return detail::merge_columns(
+        ca, cb, [&](Index j) { return !detail::range_part_keeps(b, bi, h, i, j); },
+        [&](Index j) { return !detail::range_part_keeps(a, bi, h, i, j); });
+  }
   static TileKind kind(TileKind x, TileKind y) {
     if (x == TileKind::Full || y == TileKind::Full) return TileKind::Full;
     return x == TileKind::Empty && y == TileKind::Empty ? TileKind::Empty : TileKind::Partial;
@@ -92,6 +112,29 @@ struct MaskCombination {
             std::enable_if_t<detail::has_runs<A_>::value && detail::has_runs<B_>::value, int> = 0>
   auto runs(Index bi, Index h, Index i) const {
     return Rule::ranges(a.runs(bi, h, i), b.runs(bi, h, i));
+  }
+
+  template <
+      class A_ = A, class B_ = B,
+      std::enable_if_t<detail::has_columns<A_>::value || detail::has_columns<B_>::value, int> = 0>
+  auto range_part() const {
+    const auto part = [](const auto& m) {
+      if constexpr (detail::has_columns<std::decay_t<decltype(m)>>::value)
+        return m.range_part();
+      else
+        return m;
+    };
+    using RA = decltype(part(a));
+    using RB = decltype(part(b));
+    return MaskCombination<Rule, RA, RB>{part(a), part(b)};
+  }
+
+  template <
+      class A_ = A, class B_ = B,
+      std::enable_if_t<detail::has_columns<A_>::value || detail::has_columns<B_>::value, int> = 0>
+  auto columns(Index bi, Index h, Index i) const {
+    return Rule::columns(a, b, detail::columns_of(a, bi, h, i), detail::columns_of(b, bi, h, i), bi,
+                         h, i);
   }
 
   /// Operands that carry data (a BlockMask in `Causal{} & blocks`) check it against the call.

@@ -1,14 +1,22 @@
 // PowerOfTwo{sinks, window} (PowerAttention): query i sees the keys at distance 2^k
 // (k >= 0) behind it, the keys of a local window i - window <= j <= i, and the first `sinks`
 // keys; never a future key. A static pattern of O(log L) keys per query beyond the window.
-// It has no runs() face (a query's keys are up to ~62 single points): Partial tiles are
-// masked with keep(), and key_ranges() keeps them to the few 64-key bands that hold points.
+// It has no runs() face (a query's keys are up to ~62 single points). It has the gathered-
+// columns face (mask/key_columns.hpp): range_part() is `Causal & (Sinks | SlidingWindow)`,
+// tiled and masked by SIMD compares, and columns() the keys at distances 2^k > window, formed
+// row by row. Paths that do not read that face use keep() on Partial tiles, and key_ranges()
+// keeps them to the few bands of the query tile's height that hold points.
 #pragma once
 
 #include <algorithm>
 
 #include "attnkit/error.hpp"
+#include "attnkit/mask/causal.hpp"
+#include "attnkit/mask/combine.hpp"
+#include "attnkit/mask/key_columns.hpp"
 #include "attnkit/mask/key_ranges.hpp"
+#include "attnkit/mask/sinks.hpp"
+#include "attnkit/mask/sliding_window.hpp"
 #include "attnkit/mask/tile_kind.hpp"
 #include "attnkit/slots.hpp"
 
@@ -46,6 +54,26 @@ struct PowerOfTwo {
     }
     r.add({std::max<Index>(q.begin - window, 0), q.end});
     return r;
+  }
+
+  /// The keys that come in ranges: the sinks and the window, never a future key.
+  MaskAnd<Causal, MaskOr<Sinks, SlidingWindow>> range_part() const {
+    return {Causal{}, {Sinks{sinks}, SlidingWindow{window, 0}}};
+  }
+
+  /// Query i's other keys: i - 2^k for 2^k > window, at or past the sinks, ascending.
+  KeyColumns<kMaxPower + 1> columns(Index /*b*/, Index /*h*/, Index i) const {
+    KeyColumns<kMaxPower + 1> c;
+    if (i - sinks < 1) return c;
+    int k = 0;  // the largest 2^k <= i - sinks, by halving steps (no bit-scan in C++17)
+    for (int step = 32; step > 0; step /= 2)
+      if (k + step <= kMaxPower && (Index{1} << (k + step)) <= i - sinks) k += step;
+    for (; k >= 0; --k) {
+      const Index d = Index{1} << k;
+      if (d <= window) break;
+      c.add(i - d);
+    }
+    return c;
   }
 
   TileKind classify(Index /*b*/, Index /*h*/, Range q, Range kv) const {

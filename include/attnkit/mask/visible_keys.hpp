@@ -11,6 +11,7 @@
 #include "attnkit/detail/checked.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/error.hpp"
+#include "attnkit/mask/key_columns.hpp"
 #include "attnkit/mask/key_schedule.hpp"
 
 namespace attnkit {
@@ -21,7 +22,12 @@ template <class Mask>
 Index visible_key_count(const Mask& mask, Index b, Index h, Index i, Index kv_len,
                         Range within = {0, -1}) {
   Index count = 0;
-  if constexpr (detail::has_runs<Mask>::value) {
+  if constexpr (detail::has_columns<Mask>::value) {  // its range part, then its columns
+    const Index lo = std::max<Index>(within.begin, 0);
+    const Index hi = within.end < 0 ? kv_len : std::min(within.end, kv_len);
+    for (const Index j : mask.columns(b, h, i)) count += lo <= j && j < hi ? 1 : 0;
+    return count + visible_key_count(mask.range_part(), b, h, i, kv_len, within);
+  } else if constexpr (detail::has_runs<Mask>::value) {
     const Index lo = std::max<Index>(within.begin, 0);
     const Index hi = within.end < 0 ? kv_len : std::min(within.end, kv_len);
     for (const Range& r : mask.runs(b, h, i))

@@ -1,0 +1,97 @@
+// How attention() tiles a call whose mask has gathered columns (mask/key_columns.hpp): with
+// the columns gathered or not, and with query tiles of 64 or 16 rows. A tile of 64 queries
+// fills the GEMM's register block, but under a narrow range part (PowerOfTwo's window of 64)
+// its key tiles are mostly masked: 16 queries visit 80 keys of a window of 64 where 64
+// queries visit 128. A gathered column costs more than a tiled pair (its K and V rows are
+// read for one query, from L3 or memory). The plan compares the three costs on a sample of
+// query tiles, in units of one tiled (query, key) pair, with the weights below.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+
+#include "attnkit/mask/key_columns.hpp"
+#include "attnkit/mask/key_schedule.hpp"
+#include "attnkit/problem.hpp"
+
+namespace attnkit::detail {
+
+struct TilePlan {
+  bool gather = false;  // the range part tiled, the columns gathered (else the whole mask)
+  Index rows = 64;      // queries per tile
+};
+
+// Cost weights, relative to a pair of a Full tile of 64 queries (measured with bench_masks,
+// d 128, f32, one thread, AVX-512): a pair of a 16-query tile costs 1.3 (one GEMM vector of
+// queries), a Partial pair masked by keep() 1.5 more, by runs() 0.1 more, and a gathered
+// column 6 (two rows read for one query; about 2 when they sit in L2).
+struct TileCosts {
+  static constexpr double kNarrowRows = 1.3;
+  static constexpr double kKeepMasked = 1.5;
+  static constexpr double kRunsMasked = 0.1;
+  static constexpr double kColumn = 6.0;
+};
+
+/// The plan attention() takes for a mask with columns: by cost (Auto), or forced (tests
+/// compare the paths, benches time each). Process-wide; other masks ignore it.
+enum class PlanChoice { Auto, Whole, Gathered16, Gathered64 };
+inline std::atomic<PlanChoice>& plan_choice() {
+  static std::atomic<PlanChoice> choice{PlanChoice::Auto};
+  return choice;
+}
+
+// The cost of the key tiles `mask` visits for query positions q (at most kv_len keys).
+template <class Mask>
+double tiled_cost(const Mask& mask, Range q, Index kv_len) {
+  double cost = 0;
+  const double masked = has_runs<Mask>::value ? TileCosts::kRunsMasked : TileCosts::kKeepMasked;
+  for_each_key_tile(mask, 0, 0, q, kv_len, 256, [&](Range kv, TileKind kind) {
+    cost += double(kv.end - kv.begin) * double(q.end - q.begin) *
+            (kind == TileKind::Partial ? 1.0 + masked : 1.0);
+  });
+  return cost;
+}
+
+/// The plan for a call of p's sizes under `mask` (batch 0, head 0 stand for the others):
+/// eight query tiles spread over the call are costed each way.
+template <class Mask>
+TilePlan plan_tiles(const Mask& mask, const Problem& p) {
+  TilePlan plan;
+  if constexpr (has_columns<Mask>::value) {
+    switch (plan_choice().load()) {
+      case PlanChoice::Whole:
+        return plan;
+      case PlanChoice::Gathered16:
+        return TilePlan{true, 16};
+      case PlanChoice::Gathered64:
+        return TilePlan{true, 64};
+      case PlanChoice::Auto:
+        break;
+    }
+    const auto range_part = mask.range_part();
+    double whole = 0, wide = 0, narrow = 0;
+    constexpr Index kSamples = 8, kWide = 64, kNarrow = 16;
+    for (Index s = 0; s < kSamples; ++s) {
+      const Index q0 = std::max<Index>(0, (p.q_len - kWide) * s / (kSamples - 1)) / kWide * kWide;
+      const Range q{q0 + p.q_offset, std::min(q0 + kWide, p.q_len) + p.q_offset};
+      whole += tiled_cost(mask, q, p.kv_len);
+      double columns = 0;
+      for (Index i = q.begin; i < q.end; ++i)
+        for (const Index j : mask.columns(0, 0, i)) columns += j >= 0 && j < p.kv_len ? 1 : 0;
+      columns *= TileCosts::kColumn;
+      wide += tiled_cost(range_part, q, p.kv_len) + columns;
+      for (Index n0 = q.begin; n0 < q.end; n0 += kNarrow)
+        narrow += TileCosts::kNarrowRows *
+                  tiled_cost(range_part, Range{n0, std::min(n0 + kNarrow, q.end)}, p.kv_len);
+      narrow += columns;
+    }
+    if (std::min(wide, narrow) < whole) {
+      plan.gather = true;
+      plan.rows = narrow < wide ? kNarrow : kWide;
+    }
+  }
+  (void)mask, (void)p;
+  return plan;
+}
+
+}  // namespace attnkit::detail

@@ -1,0 +1,186 @@
+// attention() under masks with gathered columns (mask/key_columns.hpp): the range part runs
+// as key tiles, each query's columns run row by row (kernel/tile_columns.hpp), under the plan
+// the kernel picks (kernel/tile_plan.hpp) or each plan forced. Against reference::attention():
+// PowerOfTwo alone and combined (Causal &, | Sinks), a dilated mask written the way a user
+// writes one, ragged sizes, Lq != Lk and q_offset, GQA, decode (split-KV), every normalizer,
+// bf16 / f16 / q8_0 storage, score mods (ALiBi, Softcap) and RoPE; more columns than a tile of
+// logits holds; the gathered and the element-rule (whole-mask) paths agree; threads bitwise.
+#include <Eigen/Core>
+#include <attnkit/attnkit.hpp>
+#include <attnkit/kernel/tile_columns.hpp>
+#include <attnkit/kernel/tile_plan.hpp>
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
+#include <string>
+
+#include "support/reference_check.hpp"
+#include "support/test_names.hpp"
+
+using ak::Causal;
+using ak::Index;
+using ak::PowerOfTwo;
+using ak::detail::PlanChoice;
+using ak::test::Case;
+using ak::test::check_attention;
+
+namespace user {
+
+// Dilated attention, as a user adds it: query i sees its last `local` keys and `count` more
+// at every `stride`-th distance beyond them. The local keys are a range (a mask with every
+// face of its own); the dilated ones are columns, at most N of them.
+template <int N = 64>
+struct Dilated {
+  using slot = ak::MaskSlot;
+  Index local = 8, stride = 5, count = 40;  // count <= N
+
+  bool keep(Index /*b*/, Index /*h*/, Index i, Index j) const {
+    const Index d = i - j, beyond = d - (local - 1);
+    return d >= 0 && (d < local || (beyond % stride == 0 && beyond / stride <= count));
+  }
+  // The keys a query range may see, so that the whole-mask path walks no more than these.
+  ak::KeyRanges<1> key_ranges(Index /*b*/, Index /*h*/, ak::Range q) const {
+    return ak::key_range(q.begin - (local - 1) - count * stride, q.end);
+  }
+  auto range_part() const { return Causal{} & ak::SlidingWindow{local - 1, 0}; }
+  ak::KeyColumns<N> columns(Index /*b*/, Index /*h*/, Index i) const {
+    ak::KeyColumns<N> c;
+    for (Index t = count; t >= 1; --t)
+      if (i - (local - 1) - t * stride >= 0) c.add(i - (local - 1) - t * stride);
+    return c;
+  }
+};
+
+}  // namespace user
+
+namespace {
+
+// Sets the plan for masks with columns for one scope.
+struct ForcedPlan {
+  explicit ForcedPlan(PlanChoice c) { ak::detail::plan_choice() = c; }
+  ~ForcedPlan() { ak::detail::plan_choice() = PlanChoice::Auto; }
+};
+
+const char* name(PlanChoice c) {
+  switch (c) {
+    case PlanChoice::Whole:
+      return "whole mask";
+    case PlanChoice::Gathered16:
+      return "gathered, 16 rows";
+    case PlanChoice::Gathered64:
+      return "gathered, 64 rows";
+    default:
+      return "by cost";
+  }
+}
+
+Case shape(Index q_len, Index kv_len, Index dim, Index q_offset) {
+  return Case{}.lengths(q_len, kv_len).heads(2, 1).dims(dim).on_threads(2).at_offset(q_offset);
+}
+
+template <class Visit>
+void for_each_mask(Visit&& visit) {
+  visit("PowerOfTwo{4, 16}", PowerOfTwo{4, 16});
+  visit("Causal & PowerOfTwo{0, 8}", Causal{} & PowerOfTwo{0, 8});
+  visit("PowerOfTwo{2, 8} | Sinks{6}", PowerOfTwo{2, 8} | ak::Sinks{6});
+  visit("Dilated{8, 5, 40}", user::Dilated<>{});
+}
+
+}  // namespace
+
+TEST_CASE("columns: every mask and plan matches the reference on ragged shapes",
+          "[attention][mask][columns]") {
+  const PlanChoice plan =
+      GENERATE(PlanChoice::Auto, PlanChoice::Whole, PlanChoice::Gathered16, PlanChoice::Gathered64);
+  const ForcedPlan forced(plan);
+  for (const Case& c : {shape(300, 300, 64, 0), shape(77, 700, 32, 623), shape(130, 90, 32, -25),
+                        Case{}.lengths(200, 450).heads(4, 2).dims(48).on_threads(3)}) {
+    for_each_mask([&](const char* mask, const auto& m) {
+      check_attention(std::string(mask) + ", " + name(plan), ak::make_spec(m), c);
+    });
+  }
+}
+
+TEST_CASE("columns: decode reads the columns of each key chunk", "[attention][mask][columns]") {
+  // Lq <= 16 runs split-KV: 512-key chunks, each query's columns inside each chunk.
+  for (const Index q_len : {1, 3, 16})
+    for_each_mask([&](const char* mask, const auto& m) {
+      check_attention(mask, ak::make_spec(m), shape(q_len, 1500, 64, 1500 - q_len));
+    });
+  check_attention("PowerOfTwo{4, 16}, GQA 8/2", ak::make_spec(PowerOfTwo{4, 16}),
+                  Case{}.lengths(2, 1300).heads(8, 2).dims(64));
+}
+
+TEST_CASE("columns: every normalizer, score mod and RoPE", "[attention][mask][columns]") {
+  const ForcedPlan forced(PlanChoice::Gathered16);
+  const Case c = shape(150, 400, 32, 250);
+  const PowerOfTwo m{2, 8};
+  check_attention("Softmax with sinks", ak::make_spec(m, ak::Softmax::with_sinks({0.5f, -1.f})), c);
+  check_attention("Sigmoid", ak::make_spec(m, ak::Sigmoid{}), c);
+  check_attention("ReluPower{2, 0}", ak::make_spec(m, ak::ReluPower{2.f, 0.f}), c);
+  check_attention("SoftplusL1", ak::make_spec(m, ak::SoftplusL1{}), c);
+  check_attention("SoftplusL1Reweighted", ak::make_spec(m, ak::SoftplusL1Reweighted{}), c);
+  check_attention("Alibi::standard(2)", ak::make_spec(m, ak::Alibi::standard(2)), c);
+  check_attention("Softcap{5}", ak::make_spec(m, ak::Softcap{5.f}), c);
+  check_attention("Rope", ak::make_spec(m, ak::Rope(ak::RopeTable(32, 10000, 512))), c);
+  check_attention("Tapa (the whole mask)", ak::make_spec(m, ak::Tapa{}), c);
+}
+
+TEST_CASE("columns: bf16, f16 and q8_0 rows are widened per column", "[attention][mask][columns]") {
+  const ForcedPlan forced(PlanChoice::Gathered16);
+  const Case c = shape(100, 333, 64, 233);
+  const auto spec = ak::make_spec(Causal{} & PowerOfTwo{1, 4});
+  check_attention<Eigen::bfloat16>("Causal & PowerOfTwo{1, 4}", spec, c);
+  check_attention<Eigen::half>("Causal & PowerOfTwo{1, 4}", spec, c);
+  INFO("q8_0 K and V");
+  ak::test::check_attention_on(spec, c,
+                               ak::test::Inputs<ak::BlockQ8_0, float, ak::BlockQ8_0>(c, 5));
+}
+
+TEST_CASE("columns: more columns per query than a tile of logits holds",
+          "[attention][mask][columns]") {
+  // 300 columns a query against the engine's 256-row logit tile: two column tiles.
+  const user::Dilated<320> many{4, 2, 300};
+  const ForcedPlan forced(PlanChoice::Gathered16);
+  check_attention("Dilated{4, 2, 300}", ak::make_spec(many), shape(40, 700, 32, 660));
+  // Far queries: 40 powers of two, three transposing adds of 16 a query.
+  check_attention("PowerOfTwo{0, 0} at 2^40", ak::make_spec(PowerOfTwo{0, 0}),
+                  shape(20, 64, 32, Index{1} << 40));
+}
+
+TEST_CASE("columns: the gathered and the element-rule paths agree, bitwise over threads",
+          "[attention][mask][columns]") {
+  const Case c = shape(333, 333, 64, 0);
+  const auto spec = ak::make_spec(PowerOfTwo{3, 12});
+  const auto run = [&](PlanChoice plan, int threads) {
+    const ForcedPlan forced(plan);
+    Case t = c;
+    t.threads = threads;
+    return ak::test::run_kernel(spec, t);
+  };
+  const auto whole = run(PlanChoice::Whole, 1);
+  for (const PlanChoice plan : {PlanChoice::Gathered16, PlanChoice::Gathered64}) {
+    INFO(name(plan));
+    const auto one = run(plan, 1);
+    double worst = 0;
+    for (std::size_t x = 0; x < one.out.size(); ++x)
+      worst = std::max(worst, double(std::abs(one.out[x] - whole.out[x])));
+    CHECK(worst <= 2 * ak::test::tol::kF32);  // two f32 evaluations of one attention
+    for (const int threads : {2, 3})
+      CHECK(ak::test::bytes_of(run(plan, threads)) == ak::test::bytes_of(one));
+  }
+}
+
+TEST_CASE("columns: the plan follows the cost", "[attention][mask][columns]") {
+  ak::Problem p{};
+  p.q_len = p.kv_len = 16384;
+  const auto plan = [&](const auto& mask) { return ak::detail::plan_tiles(mask, p); };
+  CHECK(plan(PowerOfTwo{4, 64}).gather);  // a narrow window: 16 queries a tile
+  CHECK(plan(PowerOfTwo{4, 64}).rows == 16);
+  CHECK(plan(PowerOfTwo{4, 1024}).gather);  // a wide one: 64
+  CHECK(plan(PowerOfTwo{4, 1024}).rows == 64);
+  // Columns at every other key, within its key ranges: tiles that keep half their pairs beat
+  // two rows read per pair.
+  CHECK_FALSE(plan(user::Dilated<320>{4, 2, 300}).gather);
+  const ForcedPlan forced(PlanChoice::Gathered64);
+  CHECK(plan(user::Dilated<320>{4, 2, 300}).rows == 64);
+}
