@@ -1,16 +1,23 @@
 // Sparse masks against dense attention on the same inputs, in the same run: sliding window,
-// StreamingLLM sinks + window, chunked, PowerOfTwo and a BlockMask with 10% live blocks,
-// each beside dense causal (and dense full, the BlockMask's baseline). The question a user
-// asks: does the time follow the work the mask leaves? So the summary reports, per
-// variant, the live fraction (kept pairs / causal pairs), the effective GFLOP/s over the
-// kept pairs (4 d per kept pair), and time / (baseline time x live fraction of the
+// StreamingLLM sinks + window, chunked, PowerOfTwo, a strided mask (a window and every
+// 128th key before it, the way a user writes a mask with gathered columns) and a BlockMask
+// with 10% live blocks, each beside dense causal (and dense full, the BlockMask's baseline).
+// PowerOfTwo and the strided mask run twice: as the kernel plans them (gathered columns,
+// kernel/tile_plan.hpp) and with their whole mask tiled ("/whole"), the path without the face.
+// The question a user asks: does the time follow the work the mask leaves? So the summary
+// reports, per variant, the live fraction (kept pairs / causal pairs), the effective GFLOP/s
+// over the kept pairs (4 d per kept pair), and time / (baseline time x live fraction of the
 // baseline's pairs): 1.0 means the sparse call is exactly as efficient per kept pair as the
-// dense one. Times are the best of the repetitions (the machines are shared).
+// dense one; "of ideal" is its inverse, the speedup over the baseline as a share of 1 / live.
+// Times are the best of the repetitions (the machines are shared). ATTNKIT_BENCH_LONG=1 adds
+// PowerOfTwo and dense causal at L 65536.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <attnkit/attnkit.hpp>
+#include <attnkit/kernel/tile_plan.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <numeric>
@@ -25,7 +32,30 @@ using ak::Index;
 
 namespace {
 
-constexpr Index kDim = 128, kLen = 16384, kHeads = 1;
+constexpr Index kDim = 128, kLen = 16384, kLongLen = 65536, kHeads = 1;
+using Plan = ak::detail::PlanChoice;
+
+// Sparse Transformer's strided pattern, written as a user writes a mask with gathered
+// columns: query i sees its last `local` keys, and every `stride`-th key before them.
+struct Strided {
+  using slot = ak::MaskSlot;
+  static constexpr int kColumns = 512;  // up to L 65536 with stride 128
+  Index local = 128, stride = 128;
+
+  bool keep(Index /*b*/, Index /*h*/, Index i, Index j) const {
+    return j <= i && (i - j < local || (i - j) % stride == 0);
+  }
+  ak::KeyRanges<1> key_ranges(Index /*b*/, Index /*h*/, ak::Range q) const {
+    return ak::key_range(0, q.end);
+  }
+  auto range_part() const { return ak::Causal{} & ak::SlidingWindow{local - 1, 0}; }
+  ak::KeyColumns<kColumns> columns(Index /*b*/, Index /*h*/, Index i) const {
+    ak::KeyColumns<kColumns> c;  // j = i mod stride, ..., up to the key before the window
+    if (i < local) return c;
+    for (Index j = i % stride; j <= i - local && c.count < kColumns; j += stride) c.add(j);
+    return c;
+  }
+};
 
 // A random BlockMask with `live` of its 128 x 128 blocks listed full, the same number in
 // every query block, shared across heads.
@@ -47,24 +77,23 @@ ak::BlockMask<> random_block_mask(double live) {
   return ak::BlockMask<>(layout, std::move(partial), std::move(full));
 }
 
-// Pairs (i, j) of the kLen x kLen problem the mask keeps, counted exactly once per variant,
-// outside the timed loop: from runs() where the mask has them, else with keep().
+// Pairs (i, j) of the len x len problem the mask keeps, counted exactly once per variant,
+// outside the timed loop: from runs() or columns() where the mask has them, else keep().
 template <class Mask>
-double kept_pairs(const Mask& mask) {
+double kept_pairs(const Mask& mask, Index len) {
   double kept = 0;
-  for (Index i = 0; i < kLen; ++i) {
-    if constexpr (ak::detail::has_runs<Mask>::value) {
-      for (const ak::Range& r : mask.runs(0, 0, i))
-        kept += double(std::max<Index>(0, std::min(r.end, kLen) - std::max<Index>(r.begin, 0)));
+  for (Index i = 0; i < len; ++i) {
+    if constexpr (ak::detail::has_runs<Mask>::value || ak::detail::has_columns<Mask>::value) {
+      kept += double(ak::visible_key_count(mask, 0, 0, i, len));
     } else {
-      for (Index j = 0; j < kLen; ++j) kept += mask.keep(0, 0, i, j) ? 1 : 0;
+      for (Index j = 0; j < len; ++j) kept += mask.keep(0, 0, i, j) ? 1 : 0;
     }
   }
   return kept;
 }
 
 // A BlockMask without an element rule keeps whole blocks: count them.
-double kept_pairs(const ak::BlockMask<>& mask) {
+double kept_pairs(const ak::BlockMask<>& mask, Index /*len*/) {
   const ak::BlockMaskLayout& l = mask.layout();
   double kept = 0;
   for (const ak::BlockList* list : {&mask.full_blocks(), &mask.partial_blocks()})
@@ -80,6 +109,7 @@ double kept_pairs(const ak::BlockMask<>& mask) {
 struct Variant {
   std::string name, baseline;  // baseline: the dense variant it is compared with
   double kept = 0;             // pairs kept
+  Index len = kLen;
 };
 
 std::map<std::string, Variant>& variants() {
@@ -87,62 +117,78 @@ std::map<std::string, Variant>& variants() {
   return v;
 }
 
-// Times attention with `mask` under `key` ("<variant>/threads:<n>"), wall clock only.
+// The variant of a benchmark key ("<variant>/threads:<n>").
+const Variant& variant_of(const std::string& key) {
+  return variants()[key.substr(0, key.rfind("/threads:"))];
+}
+
+// Times attention with `mask` under `key`, wall clock only, with `plan` for a mask with
+// gathered columns.
 template <class Mask>
-void bench_mask(benchmark::State& state, const std::string& key, Mask mask, int threads) {
-  attnkit_bench::BshdBuffers& buf = attnkit_bench::shared_buffers(kLen, kHeads, kDim);
+void bench_mask(benchmark::State& state, const std::string& key, Mask mask, int threads,
+                Plan plan) {
+  const Variant& variant = variant_of(key);
+  attnkit_bench::BshdBuffers& buf = attnkit_bench::shared_buffers(variant.len, kHeads, kDim);
   const auto spec = ak::make_spec(mask);
   const auto options = ak::Options{}.with_threads(threads);
+  ak::detail::plan_choice() = plan;
   attnkit_bench::time_best(state, key, attnkit_bench::Clocks::kWall, [&] {
     ak::attention(spec, buf.in(buf.q), buf.in(buf.k), buf.in(buf.v), buf.out(), options);
   });
-  const double kept = variants()[key.substr(0, key.find('/'))].kept;
-  const double flops = 4.0 * kHeads * kDim * kept;
-  state.counters["live"] = kept / (double(kLen) * double(kLen + 1) / 2);  // for the report
+  ak::detail::plan_choice() = Plan::Auto;
+  const double len = double(variant.len), flops = 4.0 * kHeads * kDim * variant.kept;
+  state.counters["live"] = variant.kept / (len * (len + 1) / 2);  // for the report
   state.counters["GFLOP/s"] = attnkit_bench::per_second(flops / 1e9);
 }
 
 template <class Mask>
-void add(const std::string& name, const std::string& baseline, Mask mask) {
-  variants()[name] = Variant{name, baseline, kept_pairs(mask)};
+void add(const std::string& name, const std::string& baseline, Mask mask, Index len = kLen,
+         Plan plan = Plan::Auto) {
+  variants()[name] = Variant{name, baseline, kept_pairs(mask, len), len};
   if (!baseline.empty()) attnkit_bench::report_baseline(name, baseline);
   for (const int threads : {1, 2}) {
     const std::string key = name + "/threads:" + std::to_string(threads);
-    attnkit_bench::register_timed(key,
-                                  [=](benchmark::State& s) { bench_mask(s, key, mask, threads); });
+    attnkit_bench::register_timed(
+        key, [=](benchmark::State& s) { bench_mask(s, key, mask, threads, plan); });
   }
 }
 
 void print_summary() {
-  const double causal_pairs = double(kLen) * double(kLen + 1) / 2;
   std::printf(
-      "\nSummary: d=%ld, L=%ld, H=%ld, f32, BSHD, ISA %s; best of the repetitions.\n"
+      "\nSummary: d=%ld, L=%ld (@64K: 65536), H=%ld, f32, BSHD, ISA %s; best of the repetitions.\n"
       "live = kept pairs / causal pairs; GFLOP/s over kept pairs (4 d each);\n"
       "ratio = time / (baseline time x kept pairs / baseline pairs): 1.0 = as efficient per\n"
-      "kept pair as the dense baseline (targets: window <= 1.25, BlockMask 10%% <= 1.3;\n"
-      "sinks+window / window <= 1.1)\n\n",
+      "kept pair as the dense baseline; of ideal = 1 / ratio (targets: window <= 1.25,\n"
+      "BlockMask 10%% <= 1.3; sinks+window / window <= 1.1; PowerOfTwo of ideal >= 0.6 at\n"
+      "L 16K, >= 0.7 at 64K)\n\n",
       long(kDim), long(kLen), long(kHeads), ak::simd::kArchName);
-  attnkit_bench::print_table_head("| variant | threads | live | ms | GFLOP/s | baseline | ratio |");
+  attnkit_bench::print_table_head(
+      "| variant | threads | live | ms | GFLOP/s | baseline | ratio | of ideal |");
   for (const auto& [name, variant] : variants())
     for (const int threads : {1, 2}) {
       const std::string t = "/threads:" + std::to_string(threads);
       const attnkit_bench::Best* best = attnkit_bench::find_best(name + t);
       if (best == nullptr) continue;
       const double seconds = best->seconds;
-      std::string ratio = "";
+      std::string ratio = "", of_ideal = "";
       if (!variant.baseline.empty()) {
         const attnkit_bench::Best* base = attnkit_bench::find_best(variant.baseline + t);
         if (base != nullptr) {
           const double work = variant.kept / variants()[variant.baseline].kept;
+          const double r = seconds / (base->seconds * work);
           char text[32];
-          std::snprintf(text, sizeof text, "%.2f", seconds / (base->seconds * work));
+          std::snprintf(text, sizeof text, "%.2f", r);
           ratio = text;
+          std::snprintf(text, sizeof text, "%.2f", 1.0 / r);
+          of_ideal = text;
         }
       }
-      std::printf("| %s | %d | %.4f | %.1f | %.1f | %s | %s |\n", name.c_str(), threads,
-                  variant.kept / causal_pairs, seconds * 1e3,
+      const double len = double(variant.len);
+      std::printf("| %s | %d | %.4f | %.1f | %.1f | %s | %s | %s |\n", name.c_str(), threads,
+                  variant.kept / (len * (len + 1) / 2), seconds * 1e3,
                   4.0 * kHeads * kDim * variant.kept / seconds / 1e9,
-                  variant.baseline.empty() ? "-" : variant.baseline.c_str(), ratio.c_str());
+                  variant.baseline.empty() ? "-" : variant.baseline.c_str(), ratio.c_str(),
+                  of_ideal.c_str());
     }
   for (const int threads : {1, 2}) {
     const std::string t = "/threads:" + std::to_string(threads);
@@ -165,6 +211,14 @@ int main(int argc, char** argv) {
       ak::Causal{} & (ak::Sinks{4} | ak::SlidingWindow{512, 0}));
   add("causal&chunk2048", "dense_causal", ak::Causal{} & ak::Chunked{2048});
   add("power_of_two(4,64)", "dense_causal", ak::PowerOfTwo{4, 64});
+  add("power_of_two(4,64)/whole", "dense_causal", ak::PowerOfTwo{4, 64}, kLen, Plan::Whole);
+  add("strided(128,128)", "dense_causal", Strided{});
+  add("strided(128,128)/whole", "dense_causal", Strided{}, kLen, Plan::Whole);
+  const char* long_run = std::getenv("ATTNKIT_BENCH_LONG");
+  if (long_run != nullptr && long_run[0] == '1') {
+    add("dense_causal@64K", "", ak::Causal{}, kLongLen);
+    add("power_of_two(4,64)@64K", "dense_causal@64K", ak::PowerOfTwo{4, 64}, kLongLen);
+  }
   add("block_mask_10%", "dense_full", random_block_mask(0.1));
   // 3 repetitions of at least 0.3 s each unless the command line says otherwise.
   return attnkit_bench::run_benchmarks(
