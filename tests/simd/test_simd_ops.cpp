@@ -1,7 +1,7 @@
 // The SIMD layer's remaining operations (test_simd.cpp has load/store, arithmetic, exp2, tanh,
 // the reductions and the bf16 pairs): log2, cos, softplus, min, abs, the mask comparisons and
-// selects, dot, the array widenings of bf16 and f16, one half's conversion, the int8 and
-// 4-bit widenings of the quantized blocks and in_register, each against the scalar
+// selects, dot, the block transpose, the array widenings of bf16 and f16, one half's conversion,
+// the int8 and 4-bit widenings of the quantized blocks and in_register, each against the scalar
 // standard library. Built on every path (native ISA, x86-64-v2, ATTNKIT_NO_SIMD, aarch64 NEON
 // under emulation), so each form an ISA has of these is checked where it is compiled. The
 // masks are simd/lane_mask.hpp's; on AArch64 log2 and cos are simd/neon_math.hpp's.
@@ -223,4 +223,21 @@ TEST_CASE("simd ops: in_register returns its argument", "[simd]") {
   Lanes a;
   for (int l = 0; l < kWidth; ++l) a[l] = float(l) * 0.5f - 1.f;
   CHECK(lanes_of(simd::in_register(simd::load(a.data()))) == a);
+}
+
+TEST_CASE("simd ops: transpose_block moves element (r, c) to (c, r)", "[simd][transpose]") {
+  const std::ptrdiff_t lds = kWidth + 3, ldd = kWidth + 5;  // strides wider than a block
+  std::vector<float> src(static_cast<std::size_t>(kWidth * lds)),
+      dst(static_cast<std::size_t>(kWidth * ldd), -1.f);
+  for (std::size_t x = 0; x < src.size(); ++x) src[x] = static_cast<float>(x);
+  simd::transpose_block(src.data(), lds, dst.data(), ldd);
+  int wrong = 0;
+  for (int r = 0; r < kWidth; ++r)
+    for (int c = 0; c < kWidth; ++c)
+      wrong +=
+          dst[static_cast<std::size_t>(c * ldd + r)] != src[static_cast<std::size_t>(r * lds + c)];
+  CHECK(wrong == 0);
+  for (int c = 0; c < kWidth; ++c)  // nothing written past a row of the block
+    for (std::ptrdiff_t x = kWidth; x < ldd; ++x)
+      CHECK(dst[static_cast<std::size_t>(c * ldd + x)] == -1.f);
 }

@@ -32,11 +32,18 @@ void pack_q_transposed(const View<T>& q, Index b, Index h, Index row0, Index row
 }
 
 /// dst[c * ld_dst + r] = src[r * ld_src + c] for r < rows, c < cols: f32 rows transposed,
-/// each dst row written in order (a gather per 16 values measured no faster, AVX-512).
+/// kWidth x kWidth blocks at a time (simd/transpose.hpp), the edges element by element.
 inline void transpose_rows(const float* src, Index ld_src, Index rows, Index cols, float* dst,
                            Index ld_dst) {
-  for (Index c = 0; c < cols; ++c)
-    for (Index r = 0; r < rows; ++r) dst[c * ld_dst + r] = src[r * ld_src + c];
+  constexpr Index w = simd::kWidth;
+  const Index whole_rows = rows / w * w, whole_cols = cols / w * w;
+  for (Index r = 0; r < whole_rows; r += w)
+    for (Index c = 0; c < whole_cols; c += w)
+      simd::transpose_block(src + r * ld_src + c, ld_src, dst + c * ld_dst + r, ld_dst);
+  for (Index c = 0; c < cols; ++c) {
+    const Index r0 = c < whole_cols ? whole_rows : 0;  // the edges the blocks left
+    for (Index r = r0; r < rows; ++r) dst[c * ld_dst + r] = src[r * ld_src + c];
+  }
 }
 
 /// dst[rows, ld] = f32(src rows from (b, h, row0)), columns past src.dim up to ld are 0.

@@ -153,7 +153,8 @@ class AttentionTiles {
             scores(b, hk, q_pos.begin, k0, nk, lanes);  // buf_.s [nk, kBq]
             apply_score_mods(ScoreTile{b, h, q_pos.begin, k0}, nk, lanes);
             if (kind == TileKind::Partial)
-              mask_partial_tile(mask, buf_.s, kBq, b, h, q_pos.begin, k0, nk, nq, lanes);
+              mask_partial_tile(mask, buf_.s, kBq, b, h, q_pos.begin, k0, nk, nq, lanes,
+                                seen_.data());
             use(LogitTile{k0, nk, kind});
           },
           keys);
@@ -272,7 +273,7 @@ class AttentionTiles {
     const F32Rows values = f32_rows(v_, v_direct_, b, hk, k0, nk, buf_.vp, dv_pad_);
     if (bf16_ && !pairs_.on() && !is_bf16<V>())
       round_rows_to_bf16(buf_.vp, nk, p_.value_dim, dv_pad_);
-    if (kind == TileKind::Full || rows_finite(values, 0, nk, dv_pad_)) {
+    if (kind == TileKind::Full || rows_finite_unseen<ScheduleMask>(values, nk)) {
       weighted_sum(values, 0, nk, nq);
       return;
     }
@@ -284,6 +285,24 @@ class AttentionTiles {
       run = jj + 1;
     }
     weighted_sum(values, run, nk, nq);
+  }
+
+  // Whether the value rows of a Partial tile that some query does not see are finite (with
+  // runs() the masking marked the rows every query sees in seen_; else every row is checked).
+  template <class ScheduleMask>
+  bool rows_finite_unseen(const F32Rows& values, Index nk) const {
+    if constexpr (!has_runs<ScheduleMask>::value) return rows_finite(values, 0, nk, dv_pad_);
+    for (Index j0 = 0; j0 < nk;) {
+      if (seen_[static_cast<std::size_t>(j0)] != 0) {
+        ++j0;
+        continue;
+      }
+      Index j1 = j0 + 1;
+      while (j1 < nk && seen_[static_cast<std::size_t>(j1)] == 0) ++j1;
+      if (!rows_finite(values, j0, j1, dv_pad_)) return false;
+      j0 = j1;
+    }
+    return true;
   }
 
   // buf_.acc[nq, dv] += P[nq, j0:j1] * values[j0:j1]; row by row when narrow.
@@ -314,9 +333,10 @@ class AttentionTiles {
   float* lse_;
   const float* key_scale_;  // [B, Hkv, Lk] inverse key norms (cosine logits only)
   Index dv_pad_;
-  bool bf16_;                        // Products::Bf16: Q, K, V and P rounded to bf16 (f32 products)
-  bool k_direct_, v_direct_;         // f32 K/V rows feed the GEMMs in place, no packing
-  TileBuffers buf_;                  // this thread's scratch, carved once
+  bool bf16_;                 // Products::Bf16: Q, K, V and P rounded to bf16 (f32 products)
+  bool k_direct_, v_direct_;  // f32 K/V rows feed the GEMMs in place, no packing
+  TileBuffers buf_;           // this thread's scratch, carved once
+  std::vector<char> seen_ = std::vector<char>(std::size_t{kBk});  // rows all queries see
   bool narrow_ = false;              // this tile's products run row by row (nq <= kNarrow)
   Index nq_ = 0;                     // rows of the current tile
   TileRows<Normalizer> rows_;        // the rows' normalizer states, one per kWidth queries

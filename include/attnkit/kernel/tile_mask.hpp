@@ -14,16 +14,19 @@
 namespace attnkit::detail {
 
 /// s[nk, ld]: keys k0 .. k0+nk-1 against queries i0 .. i0+nq-1 (lanes up to `lanes` are
-/// padding and get -inf too when masked by runs; they are never written out).
+/// padding and get -inf too when masked by runs; they are never written out). With
+/// `seen_by_all` [nk] (runs path only, else left alone), each key row is marked 1 when all nq
+/// queries see it, else 0: only the others need the value guard (kernel/value_guard.hpp).
 template <class Mask>
 void mask_partial_tile(const Mask& mask, float* s, Index ld, Index b, Index h, Index i0, Index k0,
-                       Index nk, Index nq, Index lanes) {
+                       Index nk, Index nq, Index lanes, char* seen_by_all = nullptr) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   if constexpr (has_runs<Mask>::value) {
     using Runs = decltype(mask.runs(b, h, i0));
     constexpr int kRuns = Runs::kCapacity;
     constexpr std::size_t kSlots = std::size_t{kRuns}, kLanes = std::size_t{simd::kWidth};
-    const simd::Vec neg_inf(kNegInf);
+    const simd::Vec neg_inf(kNegInf), zero(0.f), one(1.f);
+    if (seen_by_all != nullptr) std::fill(seen_by_all, seen_by_all + nk, char{1});
     for (Index c = 0; c < lanes; c += simd::kWidth) {
       // Each lane's intervals relative to k0, clamped to [0, nk]: small integers, exact in f32.
       alignas(64) float lo[kSlots][kLanes] = {}, hi[kSlots][kLanes] = {};
@@ -39,6 +42,9 @@ void mask_partial_tile(const Mask& mask, float* s, Index ld, Index b, Index h, I
         lo_v[t] = simd::load(lo[t]);
         hi_v[t] = simd::load(hi[t]);
       }
+      alignas(64) float pad[kLanes];  // 1 on the padding lanes: they need not see a key
+      for (int lane = 0; lane < simd::kWidth; ++lane) pad[lane] = c + lane < nq ? 0.f : 1.f;
+      const simd::Vec padding = simd::load(pad);
       for (Index jj = 0; jj < nk; ++jj) {
         const simd::Vec key(static_cast<float>(jj));
         simd::Mask visible = simd::in_range(key, lo_v[0], hi_v[0]);
@@ -46,10 +52,13 @@ void mask_partial_tile(const Mask& mask, float* s, Index ld, Index b, Index h, I
           visible = simd::either(visible, simd::in_range(key, lo_v[t], hi_v[t]));
         float* row = s + jj * ld + c;
         simd::store(row, simd::select(visible, simd::load(row), neg_inf));
+        if (seen_by_all != nullptr &&
+            simd::any(simd::equal(simd::select(visible, one, padding), zero)))
+          seen_by_all[jj] = 0;
       }
     }
   } else {
-    (void)lanes;
+    (void)lanes, (void)seen_by_all;
     for (Index jj = 0; jj < nk; ++jj) {
       float* row = s + jj * ld;  // one key, ld queries
       for (Index r = 0; r < nq; ++r)

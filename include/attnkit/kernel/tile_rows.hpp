@@ -62,6 +62,7 @@ class TileRows {
     for (Index c = 0; c < lanes; c += kW) simd::store(factor + c, n.absorb(at(c), s + c, nk, ld));
     if constexpr (!rescales<Normalizer>()) return;
     for (Index r = 0; r < nq; ++r) {
+      if (factor[r] == 1.f) continue;  // the row's maximum did not move: x * 1 is x
       const simd::Vec f(factor[r]);
       float* row = acc + r * dv_pad;
       for (Index c = 0; c < dv_pad; c += kW) simd::store(row + c, simd::load(row + c) * f);
