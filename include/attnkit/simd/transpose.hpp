@@ -11,7 +11,7 @@ namespace attnkit::simd {
 
 /// dst[c * ldd + r] = src[r * lds + c] for r, c < kWidth.
 inline void transpose_block(const float* src, std::ptrdiff_t lds, float* dst, std::ptrdiff_t ldd) {
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) && !defined(ATTNKIT_NO_SIMD)
   if constexpr (kWidth == 16) {
     // Zero-masked forms throughout: GCC 12 warns on the others' undefined passthrough.
     constexpr __mmask16 kAll = 0xFFFF;
