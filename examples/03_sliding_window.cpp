@@ -65,18 +65,24 @@ double seconds_of(const Spec& spec, ak::View<const float> q, ak::View<const floa
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// Largest |fast - reference| for one spec.
+// Largest |fast - reference| for one spec, over the last `rows` queries (those that see the
+// most keys; the reference's cost grows with the pairs it visits).
 template <class Spec>
 double error_of(const Spec& spec, ak::View<const float> q, ak::View<const float> k,
-                ak::View<const float> v, ak::View<float> o, std::vector<double>& expected) {
-  const auto reference_out = ak::bshd(expected.data(), 1, o.seq, o.heads, o.dim);
-  ak::attention(spec, q, k, v, o);
-  ak::reference::attention(spec, q, k, v, reference_out);
+                ak::View<const float> v, ak::View<float> o, std::vector<double>& expected,
+                Index rows = 256) {
+  const Index first = q.seq - rows;
+  const ak::View<const float> q_last = ak::bshd(q.row(0, 0, first), 1, rows, q.heads, q.dim);
+  const ak::View<float> o_last = ak::bshd(o.row(0, 0, first), 1, rows, o.heads, o.dim);
+  const auto reference_out = ak::bshd(expected.data(), 1, rows, o.heads, o.dim);
+  const auto options = ak::Options{}.with_q_offset(first);
+  ak::attention(spec, q_last, k, v, o_last, options);
+  ak::reference::attention(spec, q_last, k, v, reference_out, options);
   double worst = 0;
   for (Index h = 0; h < o.heads; ++h)
-    for (Index s = 0; s < o.seq; ++s)
+    for (Index s = 0; s < rows; ++s)
       for (Index c = 0; c < o.dim; ++c)
-        worst = std::max(worst, std::abs(o.row(0, h, s)[c] - reference_out.row(0, h, s)[c]));
+        worst = std::max(worst, std::abs(o_last.row(0, h, s)[c] - reference_out.row(0, h, s)[c]));
   return worst;
 }
 
@@ -124,7 +130,8 @@ int main() {
               1e3 * t_dense, 1e3 * t_local, 100 * (1 - t_local / t_dense), 1e3 * t_streaming);
   std::printf("      PowerOfTwo %.2f ms, landmarks %.2f ms\n", 1e3 * t_power, 1e3 * t_landmarks);
 
-  // Both sparse variants agree with the reference, which applies keep() to every pair.
+  // Every sparse variant agrees with the reference, which applies keep() to every pair: on
+  // the last 256 queries, at their positions.
   std::vector<double> expected(o.size());
   const double err_local = error_of(ak::make_spec(local_mask), Q, K, V, O, expected);
   const double err_streaming = error_of(ak::make_spec(streaming_mask), Q, K, V, O, expected);

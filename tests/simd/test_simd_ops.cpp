@@ -2,9 +2,10 @@
 // the reductions and the bf16 pairs): log2, cos, softplus, min, abs, the mask comparisons and
 // selects, dot, the block transpose (simd/transpose.hpp), the array widenings of bf16 and
 // f16, one half's conversion, the int8 and 4-bit widenings of the quantized blocks and
-// in_register, each against the scalar standard library. Built on every path (native ISA, x86-64-v2, ATTNKIT_NO_SIMD, aarch64 NEON
-// under emulation), so each form an ISA has of these is checked where it is compiled. The
-// masks are simd/lane_mask.hpp's; on AArch64 log2 and cos are simd/neon_math.hpp's.
+// in_register, each against the scalar standard library. Built on every path (native ISA,
+// x86-64-v2, ATTNKIT_NO_SIMD, aarch64 NEON under emulation), so each form an ISA has of these is
+// checked where it is compiled. The masks are simd/lane_mask.hpp's; on AArch64 log2 and cos are
+// simd/neon_math.hpp's.
 #include <Eigen/Core>
 #include <algorithm>
 #include <array>
