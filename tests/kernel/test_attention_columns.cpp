@@ -2,7 +2,8 @@
 // as key tiles, each query's columns run row by row (kernel/tile_columns.hpp), under the plan
 // the kernel picks (kernel/tile_plan.hpp) or each plan forced. Against reference::attention():
 // PowerOfTwo alone and combined (Causal &, | Sinks), a dilated mask written the way a user
-// writes one, ragged sizes, Lq != Lk and q_offset, GQA, decode (split-KV), every normalizer,
+// writes one, ragged sizes, Lq != Lk and q_offset, GQA, two batches, decode (split-KV), every
+// normalizer,
 // bf16 / f16 / q8_0 storage, score mods (ALiBi, Softcap) and RoPE; more columns than a tile of
 // logits holds; the gathered and the element-rule (whole-mask) paths agree; threads bitwise.
 #include <Eigen/Core>
@@ -96,7 +97,7 @@ TEST_CASE("columns: every mask and plan matches the reference on ragged shapes",
   std::vector<Case> cases = {shape(300, 300, 64, 0), shape(130, 90, 32, -25)};
   if (plan == PlanChoice::Auto) {  // the plan chosen by cost on more shapes
     cases.push_back(shape(77, 700, 32, 623));
-    cases.push_back(Case{}.lengths(200, 450).heads(4, 2).dims(48).on_threads(3));
+    cases.push_back(Case{}.lengths(200, 450).heads(4, 2).dims(48).on_threads(3).batches(2));
   }
   for (const Case& c : cases) {
     for_each_mask([&](const char* mask, const auto& m) {
