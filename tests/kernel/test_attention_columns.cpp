@@ -3,9 +3,9 @@
 // the kernel picks (kernel/tile_plan.hpp) or each plan forced. Against reference::attention():
 // PowerOfTwo alone and combined (Causal &, | Sinks), a dilated mask written the way a user
 // writes one, ragged sizes, Lq != Lk and q_offset, GQA, two batches, decode (split-KV), every
-// normalizer,
-// bf16 / f16 / q8_0 storage, score mods (ALiBi, Softcap) and RoPE; more columns than a tile of
-// logits holds; the gathered and the element-rule (whole-mask) paths agree; threads bitwise.
+// normalizer, bf16 / f16 / q8_0 storage, score mods (ALiBi, Softcap) and RoPE; more columns
+// than a tile of logits holds; the gathered and the element-rule (whole-mask) paths agree;
+// threads bitwise.
 #include <Eigen/Core>
 #include <attnkit/attnkit.hpp>
 #include <attnkit/kernel/tile_columns.hpp>
