@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 
+#include "attnkit/kernel/tile_config.hpp"
 #include "attnkit/mask/key_columns.hpp"
 #include "attnkit/mask/key_schedule.hpp"
 #include "attnkit/problem.hpp"
@@ -45,7 +46,7 @@ template <class Mask>
 double tiled_cost(const Mask& mask, Range q, Index kv_len) {
   double cost = 0;
   const double masked = has_runs<Mask>::value ? TileCosts::kRunsMasked : TileCosts::kKeepMasked;
-  for_each_key_tile(mask, 0, 0, q, kv_len, 256, [&](Range kv, TileKind kind) {
+  for_each_key_tile(mask, 0, 0, q, kv_len, TileConfig::kBlockK, [&](Range kv, TileKind kind) {
     cost += double(kv.end - kv.begin) * double(q.end - q.begin) *
             (kind == TileKind::Partial ? 1.0 + masked : 1.0);
   });
@@ -70,7 +71,7 @@ TilePlan plan_tiles(const Mask& mask, const Problem& p) {
     }
     const auto range_part = mask.range_part();
     double whole = 0, wide = 0, narrow = 0;
-    constexpr Index kSamples = 8, kWide = 64, kNarrow = 16;
+    constexpr Index kSamples = 8, kWide = TileConfig::kBlockQ, kNarrow = 16;
     for (Index s = 0; s < kSamples; ++s) {
       const Index q0 = std::max<Index>(0, (p.q_len - kWide) * s / (kSamples - 1)) / kWide * kWide;
       const Range q{q0 + p.q_offset, std::min(q0 + kWide, p.q_len) + p.q_offset};
