@@ -7,11 +7,13 @@
 // than a tile of logits holds; the gathered and the element-rule (whole-mask) paths agree;
 // threads bitwise.
 #include <Eigen/Core>
+#include <algorithm>
 #include <attnkit/attnkit.hpp>
 #include <attnkit/kernel/tile_columns.hpp>
 #include <attnkit/kernel/tile_plan.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -52,6 +54,27 @@ struct Dilated {
   }
 };
 
+// Landmarks, as a user adds them: query i sees its last `local` keys and every `every`-th
+// key before them. The tile's queries share those columns, so the kernel gathers them into
+// key tiles (tile_columns.hpp's shared form) instead of forming them query by query.
+struct Landmarks {
+  using slot = ak::MaskSlot;
+  Index local = 8, every = 16;
+
+  bool keep(Index /*b*/, Index /*h*/, Index i, Index j) const {
+    return 0 <= j && j <= i && (i - j < local || j % every == 0);
+  }
+  ak::KeyRanges<1> key_ranges(Index /*b*/, Index /*h*/, ak::Range q) const {
+    return ak::key_range(0, q.end);
+  }
+  auto range_part() const { return Causal{} & ak::SlidingWindow{local - 1, 0}; }
+  ak::KeyColumns<128> columns(Index /*b*/, Index /*h*/, Index i) const {
+    ak::KeyColumns<128> c;  // up to key 128 * every (every test shape)
+    for (Index j = 0; j <= i - local; j += every) c.add(j);
+    return c;
+  }
+};
+
 }  // namespace user
 
 namespace {
@@ -85,6 +108,7 @@ void for_each_mask(Visit&& visit) {
   visit("Causal & PowerOfTwo{0, 8}", Causal{} & PowerOfTwo{0, 8});
   visit("PowerOfTwo{2, 8} | Sinks{6}", PowerOfTwo{2, 8} | ak::Sinks{6});
   visit("Dilated{8, 5, 40}", user::Dilated<>{});
+  visit("Landmarks{8, 16}", user::Landmarks{});
 }
 
 }  // namespace
@@ -189,4 +213,39 @@ TEST_CASE("columns: the plan follows the cost", "[attention][mask][columns]") {
   CHECK_FALSE(plan(user::Dilated<320>{4, 2, 300}).gather);
   const ForcedPlan forced(PlanChoice::Gathered64);
   CHECK(plan(user::Dilated<320>{4, 2, 300}).rows == 64);
+}
+
+TEST_CASE("columns: a value row that is not finite reaches only the queries with its column",
+          "[attention][mask][columns]") {
+  // Landmark key 240 NaN (its K and V rows): the tiles' shared columns form a key tile in
+  // which queries 236 .. 239, before the key, have weight 0 for it (and 0 * NaN is NaN). Those
+  // rows must come out as without the NaN; the rows that see key 240 are NaN.
+  const Case c = shape(64, 300, 32, 236);  // queries 236 .. 299
+  const auto spec = ak::make_spec(user::Landmarks{});
+  for (const PlanChoice plan : {PlanChoice::Gathered16, PlanChoice::Gathered64}) {
+    INFO(name(plan));
+    const ForcedPlan forced(plan);
+    ak::test::Inputs<float> clean(c, 3), dirty(c, 3);
+    for (Index h = 0; h < c.kv_heads; ++h) {
+      std::fill(dirty.k.view.row(0, h, 240), dirty.k.view.row(0, h, 240) + c.dim, ak::test::kNaN);
+      std::fill(dirty.v.view.row(0, h, 240), dirty.v.view.row(0, h, 240) + c.dv(), ak::test::kNaN);
+    }
+    const auto on = [&](const ak::test::Inputs<float>& in) {
+      return ak::test::run_into<decltype(spec)>(
+          c, [&](const ak::View<float>& o, const ak::Options& options) {
+            ak::attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), o, options);
+          });
+    };
+    const auto r_clean = on(clean), r_dirty = on(dirty);
+    for (Index h = 0; h < c.q_heads; ++h)
+      for (Index r = 0; r < c.q_len; ++r) {
+        const float* x = r_dirty.out.data() + (h * c.q_len + r) * c.dv();
+        const float* y = r_clean.out.data() + (h * c.q_len + r) * c.dv();
+        if (236 + r >= 240) {  // the shape's q_offset
+          CHECK(std::isnan(x[0]));
+        } else {
+          CHECK(std::equal(x, x + c.dv(), y));
+        }
+      }
+  }
 }

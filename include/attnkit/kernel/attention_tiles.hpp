@@ -235,8 +235,8 @@ class AttentionTiles {
   void column_logits(Index b, Index h, Index hk, Index i0, Index t0, Index nt, Index nq,
                      Index lanes) {
     if constexpr (kColumns)
-      parts_.columns.logits(k_, k_direct_, bf16_, b, hk, t0, nt, nq, lanes, buf_.qr, p_.head_dim,
-                            buf_.col_rows, buf_.s, kBq, spec_.score,
+      parts_.columns.logits(k_, k_direct_, bf16_, b, hk, t0, nt, nq, lanes, buf_.qr, buf_.qt, kBq,
+                            p_.head_dim, buf_.col_rows, buf_.s, kBq, spec_.score,
                             kCosine ? key_scale_ + (b * p_.kv_heads + hk) * p_.kv_len : nullptr, h,
                             i0);
   }

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <vector>
 
 #include "attnkit/kernel/tile_config.hpp"
 #include "attnkit/mask/key_columns.hpp"
@@ -25,13 +26,23 @@ struct TilePlan {
 // Cost weights, relative to a pair of a Full tile of 64 queries (measured with bench_masks,
 // d 128, f32, one thread, AVX-512): a pair of a 16-query tile costs 1.3 (one GEMM vector of
 // queries), a Partial pair masked by keep() 1.5 more, by runs() 0.1 more, and a gathered
-// column 6 (two rows read for one query; about 2 when they sit in L2).
+// column 6 (two rows read for one query; about 2 when they sit in L2). Columns that the
+// tile's queries share form key tiles (kernel/tile_columns.hpp): a pair of those costs 2.5,
+// its mask walked query by query (and 16-row tiles 1.3 times that).
 struct TileCosts {
   static constexpr double kNarrowRows = 1.3;
   static constexpr double kKeepMasked = 1.5;
   static constexpr double kRunsMasked = 0.1;
   static constexpr double kColumn = 6.0;
+  static constexpr double kSharedPair = 2.5;
 };
+
+/// Whether `distinct` columns, `total` of them counted query by query, cost less over `rows`
+/// queries as key tiles (every query's pair with every distinct column) than row by row.
+inline bool shares_columns(Index distinct, Index total, Index rows) {
+  return double(distinct) * double(rows) * TileCosts::kSharedPair <=
+         double(total) * TileCosts::kColumn;
+}
 
 /// The plan attention() takes for a mask with columns: by cost (Auto), or forced (tests
 /// compare the paths, benches time each). Process-wide; other masks ignore it.
@@ -53,6 +64,24 @@ double tiled_cost(const Mask& mask, Range q, Index kv_len) {
   return cost;
 }
 
+// The cost of the columns of query positions q (in [0, kv_len)), in the form the engine
+// gives them: key tiles when the queries share them (at least 8 queries), else row by row.
+// `all` is scratch.
+template <class Mask>
+double columns_cost(const Mask& mask, Range q, Index kv_len, double rows_weight,
+                    std::vector<Index>& all) {
+  all.clear();
+  for (Index i = q.begin; i < q.end; ++i)
+    for (const Index j : mask.columns(0, 0, i))
+      if (j >= 0 && j < kv_len) all.push_back(j);
+  const Index total = Index(all.size()), rows = q.end - q.begin;
+  std::sort(all.begin(), all.end());
+  const Index distinct = Index(std::unique(all.begin(), all.end()) - all.begin());
+  if (rows >= 8 && shares_columns(distinct, total, rows))
+    return double(distinct) * double(rows) * TileCosts::kSharedPair * rows_weight;
+  return double(total) * TileCosts::kColumn;
+}
+
 /// The plan for a call of p's sizes under `mask` (batch 0, head 0 stand for the others):
 /// eight query tiles spread over the call are costed each way.
 template <class Mask>
@@ -70,21 +99,19 @@ TilePlan plan_tiles(const Mask& mask, const Problem& p) {
         break;
     }
     const auto range_part = mask.range_part();
+    std::vector<Index> scratch;
     double whole = 0, wide = 0, narrow = 0;
     constexpr Index kSamples = 8, kWide = TileConfig::kBlockQ, kNarrow = 16;
     for (Index s = 0; s < kSamples; ++s) {
       const Index q0 = std::max<Index>(0, (p.q_len - kWide) * s / (kSamples - 1)) / kWide * kWide;
       const Range q{q0 + p.q_offset, std::min(q0 + kWide, p.q_len) + p.q_offset};
       whole += tiled_cost(mask, q, p.kv_len);
-      double columns = 0;
-      for (Index i = q.begin; i < q.end; ++i)
-        for (const Index j : mask.columns(0, 0, i)) columns += j >= 0 && j < p.kv_len ? 1 : 0;
-      columns *= TileCosts::kColumn;
-      wide += tiled_cost(range_part, q, p.kv_len) + columns;
-      for (Index n0 = q.begin; n0 < q.end; n0 += kNarrow)
-        narrow += TileCosts::kNarrowRows *
-                  tiled_cost(range_part, Range{n0, std::min(n0 + kNarrow, q.end)}, p.kv_len);
-      narrow += columns;
+      wide += tiled_cost(range_part, q, p.kv_len) + columns_cost(mask, q, p.kv_len, 1.0, scratch);
+      for (Index n0 = q.begin; n0 < q.end; n0 += kNarrow) {
+        const Range part{n0, std::min(n0 + kNarrow, q.end)};
+        narrow += TileCosts::kNarrowRows * tiled_cost(range_part, part, p.kv_len) +
+                  columns_cost(mask, part, p.kv_len, TileCosts::kNarrowRows, scratch);
+      }
     }
     if (std::min(wide, narrow) < whole) {
       plan.gather = true;
