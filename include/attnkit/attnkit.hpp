@@ -18,6 +18,7 @@
 #include "attnkit/linear/linear_state.hpp"
 #include "attnkit/linear/reference.hpp"
 #include "attnkit/linear/reference_backward.hpp"
+#include "attnkit/mask/block_columns.hpp"
 #include "attnkit/mask/block_mask.hpp"
 #include "attnkit/mask/causal.hpp"
 #include "attnkit/mask/chunked.hpp"

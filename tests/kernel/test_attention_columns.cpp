@@ -15,8 +15,11 @@
 #include <catch2/generators/catch_generators.hpp>
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "support/error_checks.hpp"
+#include "support/mask_checks.hpp"
 #include "support/reference_check.hpp"
 #include "support/test_names.hpp"
 
@@ -75,9 +78,33 @@ struct Landmarks {
   }
 };
 
+// Keys picked per group of 16 queries, the way a router's top-k or a file gives them: query
+// i sees key j <= i when j hashes into its group's picks, and the diagonal. A BlockMask of
+// single-key (or 4-key) blocks holds it; BlockColumns gives it the columns face.
+struct Picked {
+  Index group = 16;
+  bool keep(Index /*b*/, Index h, Index i, Index j) const {
+    if (j > i) return false;
+    const Index g = i / group;
+    return j == i || (j * 7 + g * 3 + h) % 11 == 0 || j % 29 == 0;
+  }
+};
+
 }  // namespace user
 
 namespace {
+
+ak::BlockMaskLayout layout_of(const Case& c, Index block_q, Index block_k, bool per_head) {
+  ak::BlockMaskLayout l;
+  l.batch = c.batch;
+  l.heads = per_head ? c.q_heads : 1;
+  l.q_len = c.q_len;
+  l.kv_len = c.kv_len;
+  l.block_q = block_q;
+  l.block_k = block_k;
+  l.q_offset = c.offset();
+  return l;
+}
 
 // Sets the plan for masks with columns for one scope.
 struct ForcedPlan {
@@ -248,4 +275,40 @@ TEST_CASE("columns: a value row that is not finite reaches only the queries with
         }
       }
   }
+}
+
+TEST_CASE("columns: BlockColumns, a BlockMask of narrow key blocks, matches the reference",
+          "[attention][mask][columns]") {
+  const PlanChoice plan =
+      GENERATE(PlanChoice::Auto, PlanChoice::Whole, PlanChoice::Gathered16, PlanChoice::Gathered64);
+  const ForcedPlan forced(plan);
+  const std::vector<Case> cases = {shape(130, 300, 32, 170), shape(77, 77, 64, 0),
+                                   Case{}.lengths(40, 200).heads(4, 2).dims(32).batches(2)};
+  for (const Case& c : cases)
+    // Single keys shared by query blocks of 16 (key tiles) or 8 or 3 (rows), 4-key blocks,
+    // one pattern per head.
+    for (const auto& [block_q, block_k, per_head] :
+         {std::tuple{16, 1, false}, {8, 1, true}, {3, 1, false}, {16, 4, true}}) {
+      INFO("blocks " << block_q << " x " << block_k << (per_head ? ", per head" : ""));
+      const auto blocks =
+          ak::make_block_mask(user::Picked{}, layout_of(c, block_q, block_k, per_head));
+      check_attention(name(plan), ak::make_spec(ak::block_columns<320>(blocks)), c);
+    }
+}
+
+TEST_CASE("columns: BlockColumns keeps what its BlockMask keeps, and checks its capacity",
+          "[mask][columns]") {
+  const Case c = shape(64, 400, 32, 336);
+  for (const Index block_k : {1, 3}) {
+    const auto blocks = ak::make_block_mask(user::Picked{}, layout_of(c, 16, block_k, false));
+    const ak::BlockColumns<400, user::Picked> mask(blocks);
+    std::vector<Index> positions;
+    for (Index i = 330; i < 400; i += 7) positions.push_back(i);  // before the queries too
+    INFO("block_k " << block_k);
+    ak::test::check_columns_split_keep(mask, positions, 400);
+  }
+  // A query block lists about 60 keys (the diagonal's 16, the picks, every 29th): 16 is refused.
+  const auto blocks = ak::make_block_mask(user::Picked{}, layout_of(c, 16, 1, false));
+  ak::test::check_error([&] { ak::BlockColumns<16, user::Picked>{blocks}; },
+                        {"BlockColumns: N", ">= the most keys a query block lists", "16"});
 }

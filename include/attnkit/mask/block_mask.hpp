@@ -85,6 +85,7 @@ class BlockMask {
   const BlockMaskLayout& layout() const { return data_->layout; }
   const BlockList& partial_blocks() const { return data_->partial; }
   const BlockList& full_blocks() const { return data_->full; }
+  const Rule& rule() const { return rule_; }
 
   bool keep(Index b, Index h, Index i, Index j) const {
     const Layout& l = data_->layout;
