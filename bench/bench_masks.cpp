@@ -1,7 +1,9 @@
 // Sparse masks against dense attention on the same inputs, in the same run: sliding window,
 // StreamingLLM sinks + window, chunked, PowerOfTwo, a strided mask (a window and every
-// 128th key before it, the way a user writes a mask with gathered columns) and a BlockMask
-// with 10% live blocks, each beside dense causal (and dense full, the BlockMask's baseline).
+// 128th key before it, the way a user writes a mask with gathered columns), landmarks (a
+// window and every 128th key: columns the queries share), 256 keys picked per query block
+// (BlockColumns) and a BlockMask with 10% live blocks, each beside dense causal (and dense
+// full, the BlockMask's baseline).
 // PowerOfTwo and the strided mask run twice: as the kernel plans them (gathered columns,
 // kernel/tile_plan.hpp) and with their whole mask tiled ("/whole"), the path without the face.
 // The question a user asks: does the time follow the work the mask leaves? So the summary
@@ -16,6 +18,7 @@
 #include <algorithm>
 #include <attnkit/attnkit.hpp>
 #include <attnkit/kernel/tile_plan.hpp>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -57,6 +60,53 @@ struct Strided {
   }
 };
 
+// Landmarks: query i sees its last `local` keys and every `every`-th key before them. The
+// queries of a tile share those columns: the kernel gathers them into key tiles.
+struct Landmarks {
+  using slot = ak::MaskSlot;
+  static constexpr int kColumns = 512;  // up to L 65536 with every 128
+  Index local = 128, every = 128;
+  bool keep(Index /*b*/, Index /*h*/, Index i, Index j) const {
+    return 0 <= j && j <= i && (i - j < local || j % every == 0);
+  }
+  ak::KeyRanges<1> key_ranges(Index /*b*/, Index /*h*/, ak::Range q) const {
+    return ak::key_range(0, q.end);
+  }
+  auto range_part() const { return ak::Causal{} & ak::SlidingWindow{local - 1, 0}; }
+  ak::KeyColumns<kColumns> columns(Index /*b*/, Index /*h*/, Index i) const {
+    ak::KeyColumns<kColumns> c;
+    for (Index j = 0; j <= i - local && c.count < kColumns; j += every) c.add(j);
+    return c;
+  }
+};
+// Keys picked per query block of 16, as a router's top-k gives them: `picks` random keys
+// before the block (single-key full blocks) and the block's own keys, causal (partial), in a
+// BlockMask of 16 x 1 blocks seen through BlockColumns.
+ak::BlockColumns<512, ak::Causal> picked_keys(Index picks) {
+  ak::BlockMaskLayout layout;
+  layout.q_len = layout.kv_len = kLen;
+  layout.block_q = 16;
+  layout.block_k = 1;
+  std::mt19937 rng(11);
+  ak::BlockList full{{0}, {}}, partial{{0}, {}};
+  std::vector<Index> before;
+  for (Index qb = 0; qb < layout.q_blocks(); ++qb) {
+    const Index i0 = qb * layout.block_q;
+    before.resize(static_cast<std::size_t>(i0));
+    std::iota(before.begin(), before.end(), Index{0});
+    const Index n = std::min(picks, i0);
+    for (Index t = 0; t < n; ++t)  // a partial Fisher-Yates shuffle: n distinct keys
+      std::swap(before[std::size_t(t)],
+                before[std::size_t(t + Index(rng() % std::uint32_t(i0 - t)))]);
+    std::sort(before.begin(), before.begin() + n);
+    full.blocks.insert(full.blocks.end(), before.begin(), before.begin() + n);
+    full.offsets.push_back(static_cast<Index>(full.blocks.size()));
+    for (Index j = i0; j < i0 + layout.block_q; ++j) partial.blocks.push_back(j);
+    partial.offsets.push_back(static_cast<Index>(partial.blocks.size()));
+  }
+  return ak::block_columns<512>(
+      ak::BlockMask<ak::Causal>(layout, std::move(partial), std::move(full), ak::Causal{}));
+}
 // A random BlockMask with `live` of its 128 x 128 blocks listed full, the same number in
 // every query block, shared across heads.
 ak::BlockMask<> random_block_mask(double live) {
@@ -214,6 +264,8 @@ int main(int argc, char** argv) {
   add("power_of_two(4,64)/whole", "dense_causal", ak::PowerOfTwo{4, 64}, kLen, Plan::Whole);
   add("strided(128,128)", "dense_causal", Strided{});
   add("strided(128,128)/whole", "dense_causal", Strided{}, kLen, Plan::Whole);
+  add("landmarks(128,128)", "dense_causal", Landmarks{});
+  add("picked_keys(256)", "dense_causal", picked_keys(256));
   const char* long_run = std::getenv("ATTNKIT_BENCH_LONG");
   if (long_run != nullptr && long_run[0] == '1') {
     add("dense_causal@64K", "", ak::Causal{}, kLongLen);

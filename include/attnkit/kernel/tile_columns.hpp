@@ -213,7 +213,7 @@ class TileColumns {
   }
 
  private:
-  static constexpr int kBlock = 8;
+  static constexpr int kBlock = 8;  // accumulator vectors held in registers at once
 
   // union_ = the distinct columns of queries [0, nq), ascending, when the queries share them
   // (shares_columns(), with `total` columns counted query by query); false, union_ left
@@ -242,7 +242,7 @@ class TileColumns {
     for (Index t = 0; t < n; ++t) pack_rows(x, b, hk, keys[t], 1, rows + t * ld, ld);
     if (bf16 && !is_bf16<T>()) round_rows_to_bf16(rows, n, dim, ld);
     return rows;
-  }  // accumulator vectors held in registers at once
+  }
 
   // acc[0, N kW) += sum over u < n of w[u] * value[u][c + ...].
   template <int N>
