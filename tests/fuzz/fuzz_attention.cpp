@@ -124,7 +124,7 @@ struct Special {  // one element of q, k or v replaced by an extreme value
 
 // The extended specs (spec byte >> 6 != 0; their fields come after the specials). Storage
 // is f32 in and out for these, to bound the template instantiations.
-enum class MaskKind { Full, Causal, Window, SinksWindow, Chunked, Blocks, kCount };
+enum class MaskKind { Full, Causal, Window, SinksWindow, Chunked, Blocks, PowerOfTwo, kCount };
 enum class NormKind { Softmax, Sinks, Sigmoid, ReluPower, kCount };
 const char* const kMaskNames[] = {
     "full", "causal", "causal&window", "causal&(sinks|window)", "causal&chunked", "block(causal)"};
@@ -426,7 +426,7 @@ Case decode(Bytes& in) {
                        bl = in.next(), np = in.next(), sl = in.next();
     c.norm = static_cast<NormKind>(n % static_cast<int>(NormKind::kCount));
     // The new normalizers only with the simpler masks (instantiations).
-    c.mask = static_cast<MaskKind>(m % (c.norm == NormKind::Softmax ? 6 : 3));
+    c.mask = static_cast<MaskKind>(m % (c.norm == NormKind::Softmax ? 7 : 3));
     c.window = kWindows[w % std::size(kWindows)];
     c.sink_count = kSinkCounts[sk % std::size(kSinkCounts)];
     c.chunk = kChunks[ch % std::size(kChunks)];
@@ -989,6 +989,14 @@ void run_ext(const Case& c) {
       const bool offset_ok = c.q_offset && *c.q_offset <= kMaxOffset && *c.q_offset >= -kMaxOffset;
       layout.q_offset = offset_ok ? *c.q_offset : c.nominal_lk - c.nominal_lq;
       run<float, float>(c, ak::make_spec(ak::make_block_mask(ak::Causal{}, layout)));
+      return;
+    }
+    case MaskKind::PowerOfTwo: {  // gathered columns, under the plan the kernel picks
+      const auto power =
+          make_policy<ak::PowerOfTwo>(c, c.sink_count >= 0 && c.window >= 0, "PowerOfTwo", [&] {
+            return ak::PowerOfTwo{c.sink_count, c.window};
+          });
+      if (power) run<float, float>(c, ak::make_spec(*power));
       return;
     }
     default:

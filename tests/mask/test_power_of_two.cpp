@@ -201,6 +201,10 @@ TEST_CASE("PowerOfTwo: the columns of a query are its distances 2^k past the win
   CHECK(list(PowerOfTwo{0, 64}, 100).empty());  // every power of two <= 100 is in the window
   CHECK(list(PowerOfTwo{0, 0}, 0).empty());
   CHECK(list(PowerOfTwo{0, 0}, -7).empty());
+  // All keys sinks, a query before key 0: no column, and no signed overflow forming i - sinks
+  // (UBSan flagged it before).
+  CHECK(list(PowerOfTwo{std::numeric_limits<Index>::max(), 4}, -5).empty());
+  CHECK(list(PowerOfTwo{std::numeric_limits<Index>::max(), 4}, 1000).empty());
   // The farthest: distance 2^62 from a query at 2^62 + 5 reaches key 5; 63 columns at most.
   const Index far = (Index{1} << 62) + 5;
   const auto c = PowerOfTwo{0, 0}.columns(0, 0, far);

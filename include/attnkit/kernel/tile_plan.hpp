@@ -52,12 +52,13 @@ inline std::atomic<PlanChoice>& plan_choice() {
   return choice;
 }
 
-// The cost of the key tiles `mask` visits for query positions q (at most kv_len keys).
+// The cost of the key tiles `mask` visits for query positions q (at most kv_len keys) of
+// head h in batch b.
 template <class Mask>
-double tiled_cost(const Mask& mask, Range q, Index kv_len) {
+double tiled_cost(const Mask& mask, Index b, Index h, Range q, Index kv_len) {
   double cost = 0;
   const double masked = has_runs<Mask>::value ? TileCosts::kRunsMasked : TileCosts::kKeepMasked;
-  for_each_key_tile(mask, 0, 0, q, kv_len, TileConfig::kBlockK, [&](Range kv, TileKind kind) {
+  for_each_key_tile(mask, b, h, q, kv_len, TileConfig::kBlockK, [&](Range kv, TileKind kind) {
     cost += double(kv.end - kv.begin) * double(q.end - q.begin) *
             (kind == TileKind::Partial ? 1.0 + masked : 1.0);
   });
@@ -68,11 +69,11 @@ double tiled_cost(const Mask& mask, Range q, Index kv_len) {
 // gives them: key tiles when the queries share them (at least 8 queries), else row by row.
 // `all` is scratch.
 template <class Mask>
-double columns_cost(const Mask& mask, Range q, Index kv_len, double rows_weight,
+double columns_cost(const Mask& mask, Index b, Index h, Range q, Index kv_len, double rows_weight,
                     std::vector<Index>& all) {
   all.clear();
   for (Index i = q.begin; i < q.end; ++i)
-    for (const Index j : mask.columns(0, 0, i))
+    for (const Index j : mask.columns(b, h, i))
       if (j >= 0 && j < kv_len) all.push_back(j);
   const Index total = Index(all.size()), rows = q.end - q.begin;
   std::sort(all.begin(), all.end());
@@ -82,8 +83,8 @@ double columns_cost(const Mask& mask, Range q, Index kv_len, double rows_weight,
   return double(total) * TileCosts::kColumn;
 }
 
-/// The plan for a call of p's sizes under `mask` (batch 0, head 0 stand for the others):
-/// eight query tiles spread over the call are costed each way.
+/// The plan for a call of p's sizes under `mask`: eight query tiles spread over the call,
+/// and over its batches and heads (a pattern may differ per head), are costed each way.
 template <class Mask>
 TilePlan plan_tiles(const Mask& mask, const Problem& p) {
   TilePlan plan;
@@ -105,12 +106,14 @@ TilePlan plan_tiles(const Mask& mask, const Problem& p) {
     for (Index s = 0; s < kSamples; ++s) {
       const Index q0 = std::max<Index>(0, (p.q_len - kWide) * s / (kSamples - 1)) / kWide * kWide;
       const Range q{q0 + p.q_offset, std::min(q0 + kWide, p.q_len) + p.q_offset};
-      whole += tiled_cost(mask, q, p.kv_len);
-      wide += tiled_cost(range_part, q, p.kv_len) + columns_cost(mask, q, p.kv_len, 1.0, scratch);
+      const Index b = s % std::max<Index>(p.batch, 1), h = s % std::max<Index>(p.q_heads, 1);
+      whole += tiled_cost(mask, b, h, q, p.kv_len);
+      wide += tiled_cost(range_part, b, h, q, p.kv_len) +
+              columns_cost(mask, b, h, q, p.kv_len, 1.0, scratch);
       for (Index n0 = q.begin; n0 < q.end; n0 += kNarrow) {
         const Range part{n0, std::min(n0 + kNarrow, q.end)};
-        narrow += TileCosts::kNarrowRows * tiled_cost(range_part, part, p.kv_len) +
-                  columns_cost(mask, part, p.kv_len, TileCosts::kNarrowRows, scratch);
+        narrow += TileCosts::kNarrowRows * tiled_cost(range_part, b, h, part, p.kv_len) +
+                  columns_cost(mask, b, h, part, p.kv_len, TileCosts::kNarrowRows, scratch);
       }
     }
     if (std::min(wide, narrow) < whole) {

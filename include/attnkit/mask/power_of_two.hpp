@@ -64,7 +64,7 @@ struct PowerOfTwo {
   /// Query i's other keys: i - 2^k for 2^k > window, at or past the sinks, ascending.
   KeyColumns<kMaxPower + 1> columns(Index /*b*/, Index /*h*/, Index i) const {
     KeyColumns<kMaxPower + 1> c;
-    if (i - sinks < 1) return c;
+    if (i <= sinks) return c;  // (i - sinks < 1, without its overflow)
     int k = 0;  // the largest 2^k <= i - sinks, by halving steps (no bit-scan in C++17)
     for (int step = 32; step > 0; step /= 2)
       if (k + step <= kMaxPower && (Index{1} << (k + step)) <= i - sinks) k += step;
