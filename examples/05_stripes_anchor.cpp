@@ -9,7 +9,7 @@
 // lie along u, every other key is noise. We print which middle columns each big block kept,
 // the recall (softmax mass of the kept columns) with and without the stripes, and check
 // that every needle visible to a block was kept and that the output equals the f64
-// reference under the selection's mask.
+// reference under the selection's mask (on the last 1024 queries: the reference is slow).
 #include <algorithm>
 #include <attnkit/attnkit.hpp>
 #include <cmath>
@@ -85,13 +85,18 @@ int main() {
   std::printf("recall: mean %.6f, min %.6f (init + local only: mean %.6f, min %.6f)\n", recall.mean,
               recall.min, without.mean, without.min);
 
-  // The fast path against the f64 reference under the same selection.
+  // The fast path against the f64 reference under the same selection, on the last 1024
+  // queries (the short last big block and the end of the one before), at their positions.
   ak::stripe_attention(ak::make_spec(), q_in, k_in, v_in, O, selection);
-  std::vector<double> expected(o.size());
+  const Index first = kLen - 1024;
+  std::vector<double> expected(std::size_t{1024} * kDim);
   const auto masked = ak::AttentionSpec<ak::Dot, SelectionMask>{{}, {&selection}, {}, {}};
-  ak::reference::attention(masked, q_in, k_in, v_in, ak::bhsd(expected.data(), 1, 1, kLen, kDim));
+  ak::reference::attention(masked, ak::bhsd(q.data() + first * kDim, 1, 1, 1024, kDim), k_in, v_in,
+                           ak::bhsd(expected.data(), 1, 1, 1024, kDim),
+                           ak::Options{}.with_q_offset(first));
   double worst = 0;
-  for (std::size_t x = 0; x < o.size(); ++x) worst = std::max(worst, std::abs(o[x] - expected[x]));
+  for (std::size_t x = 0; x < expected.size(); ++x)
+    worst = std::max(worst, std::abs(o[std::size_t(first * kDim) + x] - expected[x]));
   std::printf("needles found: %s; max |o - reference| = %.2g\n", found ? "all" : "NOT all", worst);
 
   const bool pass = found && worst < 5e-5 && recall.min > without.min;

@@ -78,6 +78,7 @@ if ! "$build/fuzz_attention" -seed=1 -runs="$runs" -max_total_time="$seconds" -m
      -artifact_prefix="$work/artifacts/" "$work/corpus" "$source/tests/fuzz/corpus"; then
   echo "fuzz: FAILED; the input is in $work/artifacts/. Replay it with"
   echo "  $build/fuzz_attention <input>"
+  echo "(for source lines in the report: $cmake -DATTNKIT_FUZZ_LINES=ON $build, rebuild)"
   echo "and once it is fixed keep it as tests/fuzz/corpus/regression-<what-it-found>."
   exit 1
 fi
