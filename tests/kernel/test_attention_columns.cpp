@@ -168,18 +168,25 @@ TEST_CASE("columns: decode reads the columns of each key chunk", "[attention][ma
 }
 
 TEST_CASE("columns: every normalizer, score mod and RoPE", "[attention][mask][columns]") {
+  // PowerOfTwo's columns row by row, the landmarks' as a shared key tile (each lane masked
+  // to its query's columns, score mods and cosine norms per element).
   const ForcedPlan forced(PlanChoice::Gathered16);
   const Case c = shape(150, 400, 32, 250);
-  const PowerOfTwo m{2, 8};
-  check_attention("Softmax with sinks", ak::make_spec(m, ak::Softmax::with_sinks({0.5f, -1.f})), c);
-  check_attention("Sigmoid", ak::make_spec(m, ak::Sigmoid{}), c);
-  check_attention("ReluPower{2, 0}", ak::make_spec(m, ak::ReluPower{2.f, 0.f}), c);
-  check_attention("SoftplusL1", ak::make_spec(m, ak::SoftplusL1{}), c);
-  check_attention("SoftplusL1Reweighted", ak::make_spec(m, ak::SoftplusL1Reweighted{}), c);
-  check_attention("Alibi::standard(2)", ak::make_spec(m, ak::Alibi::standard(2)), c);
-  check_attention("Softcap{5}", ak::make_spec(m, ak::Softcap{5.f}), c);
-  check_attention("Rope", ak::make_spec(m, ak::Rope(ak::RopeTable(32, 10000, 512))), c);
-  check_attention("Tapa (the whole mask)", ak::make_spec(m, ak::Tapa{}), c);
+  const auto each = [&](const char* mask, const auto& m) {
+    const std::string s = std::string(mask) + ", ";
+    check_attention(s + "Softmax with sinks",
+                    ak::make_spec(m, ak::Softmax::with_sinks({0.5f, -1.f})), c);
+    check_attention(s + "Sigmoid", ak::make_spec(m, ak::Sigmoid{}), c);
+    check_attention(s + "ReluPower{2, 0}", ak::make_spec(m, ak::ReluPower{2.f, 0.f}), c);
+    check_attention(s + "SoftplusL1", ak::make_spec(m, ak::SoftplusL1{}), c);
+    check_attention(s + "SoftplusL1Reweighted", ak::make_spec(m, ak::SoftplusL1Reweighted{}), c);
+    check_attention(s + "Alibi::standard(2)", ak::make_spec(m, ak::Alibi::standard(2)), c);
+    check_attention(s + "Softcap{5}", ak::make_spec(m, ak::Softcap{5.f}), c);
+    check_attention(s + "Rope", ak::make_spec(m, ak::Rope(ak::RopeTable(32, 10000, 512))), c);
+  };
+  each("PowerOfTwo{2, 8}", PowerOfTwo{2, 8});
+  each("Landmarks{8, 16}", user::Landmarks{});
+  check_attention("Tapa (the whole mask)", ak::make_spec(PowerOfTwo{2, 8}, ak::Tapa{}), c);
 }
 
 TEST_CASE("columns: bf16, f16 and q8_0 rows are widened per column", "[attention][mask][columns]") {

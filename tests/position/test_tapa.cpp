@@ -103,12 +103,18 @@ void for_each_tapa(Visit&& visit) {
   visit("Tapa{0.3, 0.7}", Tapa{0.3f, 0.7f});
 }
 
+// Every Tapa under Full and Causal softmax; the default Tapa also under the other masks,
+// normalizers and score mods (the parameters change the position math, which those two
+// cover; the policies around it do not depend on them).
 template <class T = float>
 void check_grid(const Case& c) {
+  bool first = true;
   for_each_tapa([&](const char* name, const Tapa& tapa) {
     const std::string s(name);
     check<T>(s + ", Full, Softmax", ak::make_spec(tapa), c);
     check<T>(s + ", Causal, Softmax", ak::make_spec(tapa, Causal{}), c);
+    if (!first) return;
+    first = false;
     check<T>(s + ", Causal & SlidingWindow{24, 0}, Softmax",
              ak::make_spec(tapa, Causal{} & SlidingWindow{24, 0}), c);
     check<T>(s + ", Causal, Sigmoid{}", ak::make_spec(tapa, Causal{}, ak::Sigmoid{}), c);
