@@ -1,11 +1,13 @@
 // attention() under masks with gathered columns (mask/key_columns.hpp): the range part runs
-// as key tiles, each query's columns run row by row (kernel/tile_columns.hpp), under the plan
-// the kernel picks (kernel/tile_plan.hpp) or each plan forced. Against reference::attention():
-// PowerOfTwo alone and combined (Causal &, | Sinks), a dilated mask written the way a user
-// writes one, ragged sizes, Lq != Lk and q_offset, GQA, two batches, decode (split-KV), every
-// normalizer, bf16 / f16 / q8_0 storage, score mods (ALiBi, Softcap) and RoPE; more columns
-// than a tile of logits holds; the gathered and the element-rule (whole-mask) paths agree;
-// threads bitwise.
+// as key tiles, the query tile's columns row by row or, shared by its queries, as a gathered
+// key tile (kernel/tile_columns.hpp), under the plan the kernel picks (kernel/tile_plan.hpp)
+// or each plan forced. Against reference::attention(): PowerOfTwo alone and combined
+// (Causal &, | Sinks), dilated and landmark masks written the way a user writes them, a
+// BlockMask of narrow blocks through BlockColumns (mask/block_columns.hpp), ragged sizes,
+// Lq != Lk and q_offset, GQA, two batches, decode (split-KV), every normalizer, bf16 / f16 /
+// q8_0 storage, score mods (ALiBi, Softcap) and RoPE; more columns than a tile of logits
+// holds; a NaN value row in a shared tile; the gathered and the element-rule (whole-mask)
+// paths agree; threads bitwise.
 #include <Eigen/Core>
 #include <algorithm>
 #include <attnkit/attnkit.hpp>
