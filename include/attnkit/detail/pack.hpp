@@ -16,6 +16,15 @@ namespace attnkit::detail {
 inline float row_scale(float scale, Index /*row*/) { return scale; }
 inline float row_scale(const float* scales, Index row) { return scales[row]; }
 
+/// Lanes [nq, lanes) of the `dim` rows of qt (ld apart) to 0, lanes a multiple of kWidth: the whole
+/// vector that holds them (lanes - nq < kWidth), before the rows are written. A std::fill of a few
+/// floats a row cost a call per head dim, paid per chunk by decode's one-row tiles.
+inline void zero_padding_lanes(float* qt, Index ld, Index dim, Index nq, Index lanes) {
+  const Index last = nq / simd::kWidth * simd::kWidth;
+  if (last == lanes) return;
+  for (Index c = 0; c < dim; ++c) simd::store(qt + c * ld + last, simd::Vec(0.f));
+}
+
 /// qt[D, ld] = scale * Q[rows, D]^T for `rows` query rows from (b, h, row0); columns past
 /// `rows` up to `padded` are 0, so padded query lanes compute finite, unused logits.
 /// `scale` is one float for every row or a pointer to one per row.
@@ -23,12 +32,12 @@ template <class T, class Scale>
 void pack_q_transposed(const View<T>& q, Index b, Index h, Index row0, Index rows, Index padded,
                        Scale scale, float* qt, Index ld) {
   const Index dim = q.dim;
+  zero_padding_lanes(qt, ld, dim, rows, padded);
   for (Index r = 0; r < rows; ++r) {
     const T* src = q.row(b, h, row0 + r);
     const float f = row_scale(scale, r);
     for (Index c = 0; c < dim; ++c) qt[c * ld + r] = static_cast<float>(src[c]) * f;
   }
-  for (Index c = 0; c < dim; ++c) std::fill(qt + c * ld + rows, qt + c * ld + padded, 0.f);
 }
 
 /// dst[c * ld_dst + r] = src[r * ld_src + c] for r < rows, c < cols: f32 rows transposed,

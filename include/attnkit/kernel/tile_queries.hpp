@@ -5,8 +5,6 @@
 // the rounding to bf16, last.
 #pragma once
 
-#include <algorithm>
-
 #include "attnkit/detail/bf16_round.hpp"
 #include "attnkit/detail/pack.hpp"
 #include "attnkit/detail/row_norms.hpp"
@@ -39,11 +37,12 @@ void pack_query_tile(const Spec& spec, const Problem& p, const View<Q>& q, Index
       for (Index c = 0; c < dim; ++c) x[c] *= f;
     }
     if (bf16) round_rows_to_bf16(rows, nq, dim, dim);
+    zero_padding_lanes(qt, ld, dim, nq, lanes);
     transpose_rows(rows, dim, nq, dim, qt, ld);
-    for (Index c = 0; c < dim; ++c) std::fill(qt + c * ld + nq, qt + c * ld + lanes, 0.f);
     return;
   }
   if constexpr (transforms_rows<typename Spec::Position>()) {
+    zero_padding_lanes(qt, ld, dim, nq, lanes);
     for (Index r = 0; r < nq; ++r) {
       const Q* src = q.row(b, h, q0 + r);
       for (Index c = 0; c < dim; ++c) row[c] = static_cast<float>(src[c]);
@@ -51,7 +50,6 @@ void pack_query_tile(const Spec& spec, const Problem& p, const View<Q>& q, Index
       const float f = kCosine ? inverse_norm(row, dim) : p.scale;
       for (Index c = 0; c < dim; ++c) qt[c * ld + r] = row[c] * f;
     }
-    for (Index c = 0; c < dim; ++c) std::fill(qt + c * ld + nq, qt + c * ld + lanes, 0.f);
   } else if constexpr (kCosine) {  // q_i / |q_i|: the logits are cosines
     for (Index r = 0; r < nq; ++r) factor[r] = inverse_norm(q.row(b, h, q0 + r), dim);
     pack_q_transposed(q, b, h, q0, nq, lanes, factor, qt, ld);
