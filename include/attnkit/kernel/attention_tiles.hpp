@@ -50,8 +50,8 @@ class AttentionTiles {
   static constexpr bool kTurnsRows = transforms_rows<typename Spec::Position>();
   static constexpr bool kOwnsProduct = owns_product<typename Spec::Position>();
   using Mask = typename Spec::Mask;
-  // Masks with gathered columns (mask/key_columns.hpp) tile their range part and form the
-  // columns row by row, unless the Position owns the product (its tables are per key tile).
+  // Masks with gathered columns (mask/key_columns.hpp) tile their range part, then the columns,
+  // unless the Position owns the product (its tables are per key tile).
   static constexpr bool kColumns = has_columns<Mask>::value && !kOwnsProduct;
 
   /// key_scale: with cosine logits, the inverse norms of the key rows ([B, Hkv, Lk]);
@@ -98,9 +98,8 @@ class AttentionTiles {
     if (stat != nullptr) rows_.store(spec_.normalizer, stat, nq, lanes);
   }
 
-  /// Queries per tile up to which the products run row by row (a dot product per key and
-  /// query, vectorized over the head dimension) instead of as tile GEMMs: few queries would
-  /// fill one lane of each GEMM vector.
+  /// Queries per tile up to which the products run row by row (dot products vectorized over
+  /// the head dimension), not as tile GEMMs, whose vectors few queries would barely fill.
   static constexpr Index kNarrow = 4;
   // Query rows packed in row form: the narrow tiles', or every row for gathered columns.
   static constexpr Index kQueryRows = kColumns ? kBq : kNarrow;
@@ -135,13 +134,18 @@ class AttentionTiles {
       if (gather_)
         column_rows = parts_.columns.gather(spec_.mask, b, h, q_pos.begin, nq, keys.begin,
                                             keys.end < 0 ? p_.kv_len : keys.end);
+    rows_.begin(spec_.normalizer, spec_.mask, p_, b, h, q0, nq, q_pos.begin, buf_.counts);
+    std::fill(buf_.acc, buf_.acc + nq * dv_pad_, 0.f);  // buf_.acc [kBq, dv_pad]
+    // A split-KV chunk the mask leaves empty (most of them, for a sparse mask) ends here.
+    bool empty = column_rows == 0 && (keys.begin > 0 || (keys.end >= 0 && keys.end < p_.kv_len));
+    const auto any = [&](Range, TileKind) { empty = false; };
+    if (empty) for_each_key_tile(mask, b, h, q_pos, p_.kv_len, kBk, any, keys);
+    if (empty) return;
     // buf_.qt [D, kBq]: the query tile, turned, scaled and (bf16 products) rounded; also in rows,
     // buf_.qr [nq, D], for the row-by-row products.
     pack_query_tile(spec_, p_, q_, b, h, q0, nq, lanes, bf16_, buf_.qt, kBq, buf_.row, buf_.factor,
                     narrow_ || column_rows > 0 ? buf_.qr : nullptr);
     if (pairs_.on() && !narrow_) pairs_.pack_queries(buf_.qt, lanes);
-    rows_.begin(spec_.normalizer, spec_.mask, p_, b, h, q0, nq, q_pos.begin, buf_.counts);
-    std::fill(buf_.acc, buf_.acc + nq * dv_pad_, 0.f);  // buf_.acc [kBq, dv_pad]
 
     // Only the key tiles the mask lets some query see (key_schedule.hpp): with Causal the
     // diagonal tile ends at the last visible key, `Sinks | window` visits two short ranges.
@@ -188,9 +192,8 @@ class AttentionTiles {
     } while (rows_.another(spec_.normalizer, lanes));
   }
 
-  // buf_.s[nk, lanes] = K[k0:k0+nk] * buf_.qt (scale already in buf_.qt). A Position that owns the
-  // product (TAPA) gets the products of the two parts of the head dims, buf_.s and buf_.s2, and
-  // joins them.
+  // buf_.s[nk, lanes] = K[k0:k0+nk] * buf_.qt (scale already in buf_.qt). A Position owning the
+  // product (TAPA) joins the products of the two parts of the head dims, buf_.s and buf_.s2.
   void key_products(Index b, Index hk, Index i0, Index k0, Index nk, Index lanes) {
     const F32Rows keys = f32_rows(k_, k_direct_, b, hk, k0, nk, buf_.kp, p_.head_dim);
     if (bf16_ && !pairs_.on() && !is_bf16<K>())
@@ -241,8 +244,7 @@ class AttentionTiles {
                             i0);
   }
 
-  // buf_.acc += the gathered columns' weights (rows [t0, t0 + nt) of buf_.s) times their value
-  // rows.
+  // buf_.acc += the gathered columns' weights (rows [t0, t0 + nt) of buf_.s) times their rows.
   void column_values(Index b, Index hk, Index t0, Index nt, Index nq) {
     if constexpr (kColumns)
       parts_.columns.weighted_sum(v_, bf16_, b, hk, t0, nt, nq, buf_.s, kBq, buf_.col_rows,
