@@ -16,13 +16,18 @@ namespace attnkit::detail {
 inline float row_scale(float scale, Index /*row*/) { return scale; }
 inline float row_scale(const float* scales, Index row) { return scales[row]; }
 
-/// Lanes [nq, lanes) of the `dim` rows of qt (ld apart) to 0, lanes a multiple of kWidth: the whole
-/// vector that holds them (lanes - nq < kWidth), before the rows are written. A std::fill of a few
-/// floats a row cost a call per head dim, paid per chunk by decode's one-row tiles.
+/// Lanes [nq, lanes) of the `dim` rows of qt (ld apart) to 0, before the rows are written.
+/// With lanes a whole number of vectors (the tile engine's), the vectors from nq's down to
+/// `lanes`, one store each: a std::fill of a few floats a row cost a call per head dim, paid
+/// per chunk by decode's one-row tiles. Nothing at or past `lanes` is written.
 inline void zero_padding_lanes(float* qt, Index ld, Index dim, Index nq, Index lanes) {
-  const Index last = nq / simd::kWidth * simd::kWidth;
-  if (last == lanes) return;
-  for (Index c = 0; c < dim; ++c) simd::store(qt + c * ld + last, simd::Vec(0.f));
+  constexpr Index w = simd::kWidth;
+  if (lanes % w != 0) {
+    for (Index c = 0; c < dim; ++c) std::fill(qt + c * ld + nq, qt + c * ld + lanes, 0.f);
+    return;
+  }
+  for (Index c = 0; c < dim; ++c)
+    for (Index r = nq / w * w; r < lanes; r += w) simd::store(qt + c * ld + r, simd::Vec(0.f));
 }
 
 /// qt[D, ld] = scale * Q[rows, D]^T for `rows` query rows from (b, h, row0); columns past
