@@ -28,29 +28,17 @@
 
 #include "support/attention_runner.hpp"
 #include "support/error_checks.hpp"
+#include "support/mask_checks.hpp"
 #include "support/reference_check.hpp"
 #include "support/test_names.hpp"
 
 namespace {
 
+using ak::test::block_layout;
 using ak::test::Case;
 using ak::test::Outcome;
 using ak::test::run_case;
 using ak::test::run_kernel;
-
-// A BlockMask layout for this call: shared across heads, or one pattern per query head.
-ak::BlockMaskLayout block_layout(const Case& c, Index block_q, Index block_k,
-                                 bool per_head = false) {
-  ak::BlockMaskLayout l;
-  l.batch = c.batch;
-  l.heads = per_head ? c.q_heads : 1;
-  l.q_len = c.q_len;
-  l.kv_len = c.kv_len;
-  l.block_q = block_q;
-  l.block_k = block_k;
-  l.q_offset = c.offset();
-  return l;
-}
 
 template <class Spec>
 void check(const Spec& spec, const Case& c) {

@@ -96,18 +96,6 @@ struct Picked {
 
 namespace {
 
-ak::BlockMaskLayout layout_of(const Case& c, Index block_q, Index block_k, bool per_head) {
-  ak::BlockMaskLayout l;
-  l.batch = c.batch;
-  l.heads = per_head ? c.q_heads : 1;
-  l.q_len = c.q_len;
-  l.kv_len = c.kv_len;
-  l.block_q = block_q;
-  l.block_k = block_k;
-  l.q_offset = c.offset();
-  return l;
-}
-
 // Sets the plan for masks with columns for one scope.
 struct ForcedPlan {
   explicit ForcedPlan(PlanChoice c) { ak::detail::plan_choice() = c; }
@@ -299,8 +287,8 @@ TEST_CASE("columns: BlockColumns, a BlockMask of narrow key blocks, matches the 
     for (const auto& [block_q, block_k, per_head] :
          {std::tuple{16, 1, false}, {8, 1, true}, {3, 1, false}, {16, 4, true}}) {
       INFO("blocks " << block_q << " x " << block_k << (per_head ? ", per head" : ""));
-      const auto blocks =
-          ak::make_block_mask(user::Picked{}, layout_of(c, block_q, block_k, per_head));
+      const auto blocks = ak::make_block_mask(
+          user::Picked{}, ak::test::block_layout(c, block_q, block_k, per_head));
       check_attention(name(plan), ak::make_spec(ak::block_columns<320>(blocks)), c);
     }
 }
@@ -309,7 +297,8 @@ TEST_CASE("columns: BlockColumns keeps what its BlockMask keeps, and checks its 
           "[mask][columns]") {
   const Case c = shape(64, 400, 32, 336);
   for (const Index block_k : {1, 3}) {
-    const auto blocks = ak::make_block_mask(user::Picked{}, layout_of(c, 16, block_k, false));
+    const auto blocks =
+        ak::make_block_mask(user::Picked{}, ak::test::block_layout(c, 16, block_k, false));
     const ak::BlockColumns<400, user::Picked> mask(blocks);
     std::vector<Index> positions;
     for (Index i = 330; i < 400; i += 7) positions.push_back(i);  // before the queries too
@@ -317,7 +306,7 @@ TEST_CASE("columns: BlockColumns keeps what its BlockMask keeps, and checks its 
     ak::test::check_columns_split_keep(mask, positions, 400);
   }
   // A query block lists about 60 keys (the diagonal's 16, the picks, every 29th): 16 is refused.
-  const auto blocks = ak::make_block_mask(user::Picked{}, layout_of(c, 16, 1, false));
+  const auto blocks = ak::make_block_mask(user::Picked{}, ak::test::block_layout(c, 16, 1, false));
   ak::test::check_error([&] { ak::BlockColumns<16, user::Picked>{blocks}; },
                         {"BlockColumns: N", ">= the most keys a query block lists", "16"});
 }

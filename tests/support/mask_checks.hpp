@@ -6,10 +6,13 @@
 #pragma once
 
 #include <attnkit/detail/traits.hpp>
+#include <attnkit/mask/block_mask.hpp>
 #include <attnkit/mask/tile_kind.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <random>
 #include <vector>
+
+#include "support/case.hpp"
 
 namespace attnkit::test {
 
@@ -120,6 +123,20 @@ void check_columns_split_keep(const Mask& mask, const std::vector<Index>& positi
                     (part.keep(0, 0, i, j) || is_column[static_cast<std::size_t>(j)] != 0);
     CHECK(mismatches == 0);
   }
+}
+
+// A BlockMask layout for the call `c`: shared across heads, or one pattern per query head.
+inline BlockMaskLayout block_layout(const Case& c, Index block_q, Index block_k,
+                                    bool per_head = false) {
+  BlockMaskLayout l;
+  l.batch = c.batch;
+  l.heads = per_head ? c.q_heads : 1;
+  l.q_len = c.q_len;
+  l.kv_len = c.kv_len;
+  l.block_q = block_q;
+  l.block_k = block_k;
+  l.q_offset = c.offset();
+  return l;
 }
 
 }  // namespace attnkit::test
