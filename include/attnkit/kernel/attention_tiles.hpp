@@ -113,8 +113,7 @@ class AttentionTiles {
     compute_over(spec_.mask, b, h, q0, nq, keys);
   }
 
-  // One tile of logits in buf_.s: keys [k0, k0 + nk) of kind `kind`, or (t0 >= 0) the rows
-  // [t0, t0 + nk) of the gathered columns.
+  // One tile of logits in buf_.s: keys [k0, k0 + nk) of `kind`, or (t0 >= 0) columns' rows.
   struct LogitTile {
     Index k0, nk;
     TileKind kind;
@@ -137,10 +136,9 @@ class AttentionTiles {
     rows_.begin(spec_.normalizer, spec_.mask, p_, b, h, q0, nq, q_pos.begin, buf_.counts);
     std::fill(buf_.acc, buf_.acc + nq * dv_pad_, 0.f);  // buf_.acc [kBq, dv_pad]
     // A split-KV chunk the mask leaves empty (most of them, for a sparse mask) ends here.
-    bool empty = column_rows == 0 && (keys.begin > 0 || (keys.end >= 0 && keys.end < p_.kv_len));
-    const auto any = [&](Range, TileKind) { empty = false; };
-    if (empty) for_each_key_tile(mask, b, h, q_pos, p_.kv_len, kBk, any, keys);
-    if (empty) return;
+    if (column_rows == 0 && (keys.begin > 0 || (keys.end >= 0 && keys.end < p_.kv_len)) &&
+        !any_key_tile(mask, b, h, q_pos, p_.kv_len, kBk, keys))
+      return;
     // buf_.qt [D, kBq]: the query tile, turned, scaled and (bf16 products) rounded; also in rows,
     // buf_.qr [nq, D], for the row-by-row products.
     pack_query_tile(spec_, p_, q_, b, h, q0, nq, lanes, bf16_, buf_.qt, kBq, buf_.row, buf_.factor,

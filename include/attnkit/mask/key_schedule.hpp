@@ -45,4 +45,14 @@ void for_each_key_tile(const Mask& mask, Index b, Index h, Range q, Index kv_len
   }
 }
 
+/// Whether query positions q see any key tile within `within` (as for_each_key_tile walks it).
+template <class Mask>
+bool any_key_tile(const Mask& mask, Index b, Index h, Range q, Index kv_len, Index max_keys,
+                  Range within) {
+  bool any = false;
+  for_each_key_tile(
+      mask, b, h, q, kv_len, max_keys, [&](Range, TileKind) { any = true; }, within);
+  return any;
+}
+
 }  // namespace attnkit::detail
