@@ -268,6 +268,38 @@ TEST_CASE("attention: a mask through runs() and through keep() gives the same ou
   });
 }
 
+TEST_CASE("attention: banded Partial tiles give the bits of the whole tile",
+          "[attention][mask][property]") {
+  // With runs(), a Partial tile whose queries see a band of it (kernel/tile_band.hpp) runs
+  // its two products over each group's hull of keys only; KeepPath's tiles (no runs()) run
+  // them over the whole tile. Each logit is the same dot product in the same order and the
+  // skipped keys weigh exactly 0, so the outputs are equal bit for bit. The shapes give
+  // ragged last tiles (6 and 8 rows), a head dim with a tail past whole vectors, GQA, a
+  // value dim of its own and two threads; each also against the reference.
+  const auto [q_len, kv_len, q_offset, dim] = GENERATE(table<Index, Index, Index, Index>(
+      {{200, 200, 0, 40}, {70, 330, 260, 32}, {136, 136, 0, 19}}));
+  const Case c =
+      Case{}.lengths(q_len, kv_len).heads(4, 2).dims(dim, 24).on_threads(2).at_offset(q_offset);
+  const auto band_masks = [](auto&& visit) {
+    visit("Causal & SlidingWindow{20, 0}", Causal{} & SlidingWindow{20, 0});
+    visit("Causal & (Sinks{4} | SlidingWindow{64, 0})",
+          Causal{} & (ak::Sinks{4} | SlidingWindow{64, 0}));
+    visit("SlidingWindow{7, 30}", SlidingWindow{7, 30});
+    visit("Causal", Causal{});
+    visit("Chunked{24}", ak::Chunked{24});
+  };
+  band_masks([&](const char* name, const auto& mask) {
+    using M = std::decay_t<decltype(mask)>;
+    INFO(name << ", " << ak::test::describe(c));
+    const auto banded = ak::test::run_kernel(ak::make_spec(mask), c);
+    const auto whole = ak::test::run_kernel(ak::make_spec(KeepPath<M>{mask}), c);
+    REQUIRE(banded.out.size() == whole.out.size());
+    CHECK(std::memcmp(banded.out.data(), whole.out.data(), banded.out.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(banded.lse.data(), whole.lse.data(), banded.lse.size() * sizeof(float)) == 0);
+    check(name, ak::make_spec(mask), c);
+  });
+}
+
 TEST_CASE("attention: a mask with key_ranges and the same mask with only keep() agree",
           "[attention][mask][property]") {
   // KeepOnly has neither classify nor key_ranges: every key is walked, every tile is Partial.

@@ -38,7 +38,29 @@ void pack_q_transposed(const View<T>& q, Index b, Index h, Index row0, Index row
                        Scale scale, float* qt, Index ld) {
   const Index dim = q.dim;
   zero_padding_lanes(qt, ld, dim, rows, padded);
-  for (Index r = 0; r < rows; ++r) {
+  constexpr Index w = simd::kWidth;
+  Index r = 0;
+  if constexpr (std::is_same_v<std::remove_const_t<T>, float> && w > 1) {
+    // f32 rows: kWidth x kWidth blocks through registers (simd/transpose.hpp), then scaled
+    // in place (per-row scales are per lane of qt); the last rows' columns one by one.
+    const Index whole_cols = dim / w * w;
+    for (; r + w <= rows; r += w) {
+      const float* src = q.row(b, h, row0 + r);
+      for (Index c = 0; c < whole_cols; c += w)
+        simd::transpose_block(src + c, q.seq_stride, qt + c * ld + r, ld);
+      simd::Vec f;
+      if constexpr (std::is_pointer_v<Scale>)
+        f = simd::load(scale + r);
+      else
+        f = simd::Vec(scale);
+      for (Index c = 0; c < whole_cols; ++c)
+        simd::store(qt + c * ld + r, simd::load(qt + c * ld + r) * f);
+      for (Index rr = r; rr < r + w; ++rr)
+        for (Index c = whole_cols; c < dim; ++c)
+          qt[c * ld + rr] = q.row(b, h, row0 + rr)[c] * row_scale(scale, rr);
+    }
+  }
+  for (; r < rows; ++r) {
     const T* src = q.row(b, h, row0 + r);
     const float f = row_scale(scale, r);
     for (Index c = 0; c < dim; ++c) qt[c * ld + r] = static_cast<float>(src[c]) * f;

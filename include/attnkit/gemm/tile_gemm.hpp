@@ -120,8 +120,21 @@ inline void gemm(Index m, Index n, Index k, StridedA a, const float* b, Index ld
     const StridedA ap{a.at(0, p), a.row_stride, a.col_stride};
     for (; j + kNc <= n; j += kNc)
       detail::row_blocks<kNR>(m, kc, ap, b + p * ldb + j, ldb, c + j, ldc, acc);
-    for (; j < n; j += kWidth)  // the last few vectors of columns, one at a time
-      detail::row_blocks<1>(m, kc, ap, b + p * ldb + j, ldb, c + j, ldc, acc);
+    switch ((n - j) / kWidth) {  // the last few vectors of columns, in one block
+      case 3:
+        if constexpr (kNR > 3)
+          detail::row_blocks<3>(m, kc, ap, b + p * ldb + j, ldb, c + j, ldc, acc);
+        break;
+      case 2:
+        if constexpr (kNR > 2)
+          detail::row_blocks<2>(m, kc, ap, b + p * ldb + j, ldb, c + j, ldc, acc);
+        break;
+      case 1:
+        detail::row_blocks<1>(m, kc, ap, b + p * ldb + j, ldb, c + j, ldc, acc);
+        break;
+      default:
+        break;
+    }
   }
 }
 

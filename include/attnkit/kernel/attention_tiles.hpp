@@ -16,6 +16,7 @@
 #include "attnkit/detail/pack.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/gemm/tile_gemm.hpp"
+#include "attnkit/kernel/tile_band.hpp"
 #include "attnkit/kernel/tile_buffers.hpp"
 #include "attnkit/kernel/tile_columns.hpp"
 #include "attnkit/kernel/tile_config.hpp"
@@ -152,6 +153,8 @@ class AttentionTiles {
           mask, b, h, q_pos, p_.kv_len, kBk,
           [&](Range kv, TileKind kind) {
             const Index k0 = kv.begin, nk = kv.end - kv.begin;
+            band_on_ = kind == TileKind::Partial && !narrow_ && !kOwnsProduct && !pairs_.on() &&
+                       band_.form(mask, b, h, q_pos.begin, k0, nk, nq, lanes);
             scores(b, hk, q_pos.begin, k0, nk, lanes);  // buf_.s [nk, kBq]
             apply_score_mods(ScoreTile{b, h, q_pos.begin, k0}, nk, lanes);
             if (kind == TileKind::Partial)
@@ -208,6 +211,8 @@ class AttentionTiles {
     (void)i0;
     if (narrow_)
       narrow::dot_rows(keys, nk, nq_, lanes, buf_.qr, p_.head_dim, buf_.s, kBq);
+    else if (band_on_)
+      band_.logits(keys, nk, lanes, buf_.qt, kBq, p_.head_dim, buf_.s, kBq);
     else if (pairs_.on())
       pairs_.logits(keys, nk, lanes, buf_.s);
     else
@@ -308,6 +313,7 @@ class AttentionTiles {
   // buf_.acc[nq, dv] += P[nq, j0:j1] * values[j0:j1]; row by row when narrow.
   void weighted_sum(const F32Rows& values, Index j0, Index j1, Index nq) {
     if (pairs_.on() && !narrow_) return pairs_.weighted_sum(buf_.s, values, j0, j1, nq, buf_.acc);
+    if (band_on_) return band_.weighted_sum(buf_.s, kBq, values, j0, j1, nq, buf_.acc, dv_pad_);
     if (!narrow_) {
       gemm::gemm(nq, dv_pad_, j1 - j0, {buf_.s + j0 * kBq, 1, kBq}, values.data + j0 * values.ld,
                  values.ld, buf_.acc, dv_pad_, true);
@@ -342,6 +348,8 @@ class AttentionTiles {
   TileRows<Normalizer> rows_;        // the rows' normalizer states, one per kWidth queries
   TilePairProducts pairs_;           // bf16 mode on vdpbf16ps: packs (and rounds) K, V and P itself
   bool gather_;                      // the mask's range part is tiled and its columns gathered
+  TileBand band_;                    // a Partial tile's key hulls per group of queries
+  bool band_on_ = false;             // the current tile's products run over them
   MaskParts<Mask, kColumns> parts_;  // that range part, and the query tile's columns
 };
 

@@ -2,15 +2,17 @@
 // the columns gathered or not, and with query tiles of 64 or 16 rows. A tile of 64 queries
 // fills the GEMM's register block, but under a narrow range part (PowerOfTwo's window of 64)
 // its key tiles are mostly masked: 16 queries visit 80 keys of a window of 64 where 64
-// queries visit 128. A gathered column costs more than a tiled pair (its K and V rows are
-// read for one query, from L3 or memory). The plan compares the three costs on a sample of
-// query tiles, in units of one tiled (query, key) pair, with the weights below.
+// queries visit 128, unless the tile runs banded (kernel/tile_band.hpp: each 16 queries
+// over their 80 keys, with narrower GEMMs). A gathered column costs more than a tiled pair (its K
+// and V rows are read for one query, from L3 or memory). The plan compares the three costs on a
+// sample of query tiles, in units of one tiled (query, key) pair, with the weights below.
 #pragma once
 
 #include <algorithm>
 #include <atomic>
 #include <vector>
 
+#include "attnkit/kernel/tile_band.hpp"
 #include "attnkit/kernel/tile_config.hpp"
 #include "attnkit/mask/key_columns.hpp"
 #include "attnkit/mask/key_schedule.hpp"
@@ -28,13 +30,15 @@ struct TilePlan {
 // queries), a Partial pair masked by keep() 1.5 more, by runs() 0.1 more, and a gathered
 // column 6 (two rows read for one query; about 2 when they sit in L2). Columns that the
 // tile's queries share form key tiles (kernel/tile_columns.hpp): a pair of those costs 2.5,
-// its mask walked query by query (and 16-row tiles 1.3 times that).
+// its mask walked query by query (and 16-row tiles 1.3 times that). A Partial tile whose
+// queries see a band of it (kernel/tile_band.hpp) costs 1.15 a pair of the band.
 struct TileCosts {
   static constexpr double kNarrowRows = 1.3;
   static constexpr double kKeepMasked = 1.5;
   static constexpr double kRunsMasked = 0.1;
   static constexpr double kColumn = 6.0;
   static constexpr double kSharedPair = 2.5;
+  static constexpr double kBandPair = 1.15;
 };
 
 /// Whether `distinct` columns, `total` of them counted query by query, cost less over `rows`
@@ -58,9 +62,14 @@ template <class Mask>
 double tiled_cost(const Mask& mask, Index b, Index h, Range q, Index kv_len) {
   double cost = 0;
   const double masked = has_runs<Mask>::value ? TileCosts::kRunsMasked : TileCosts::kKeepMasked;
+  const Index nq = q.end - q.begin;
+  TileBand band;
   for_each_key_tile(mask, b, h, q, kv_len, TileConfig::kBlockK, [&](Range kv, TileKind kind) {
-    cost += double(kv.end - kv.begin) * double(q.end - q.begin) *
-            (kind == TileKind::Partial ? 1.0 + masked : 1.0);
+    const Index nk = kv.end - kv.begin;
+    if (kind == TileKind::Full) return void(cost += double(nk) * double(nq));
+    const bool banded = band.form(mask, b, h, q.begin, kv.begin, nk, nq, simd::round_up(nq));
+    cost += (banded ? double(band.covered()) * TileCosts::kBandPair : double(nk) * double(nq)) *
+            (1.0 + masked);
   });
   return cost;
 }
