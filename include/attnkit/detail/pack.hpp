@@ -30,43 +30,6 @@ inline void zero_padding_lanes(float* qt, Index ld, Index dim, Index nq, Index l
     for (Index r = nq / w * w; r < lanes; r += w) simd::store(qt + c * ld + r, simd::Vec(0.f));
 }
 
-/// qt[D, ld] = scale * Q[rows, D]^T for `rows` query rows from (b, h, row0); columns past
-/// `rows` up to `padded` are 0, so padded query lanes compute finite, unused logits.
-/// `scale` is one float for every row or a pointer to one per row.
-template <class T, class Scale>
-void pack_q_transposed(const View<T>& q, Index b, Index h, Index row0, Index rows, Index padded,
-                       Scale scale, float* qt, Index ld) {
-  const Index dim = q.dim;
-  zero_padding_lanes(qt, ld, dim, rows, padded);
-  constexpr Index w = simd::kWidth;
-  Index r = 0;
-  if constexpr (std::is_same_v<std::remove_const_t<T>, float> && w > 1) {
-    // f32 rows: kWidth x kWidth blocks through registers (simd/transpose.hpp), then scaled
-    // in place (per-row scales are per lane of qt); the last rows' columns one by one.
-    const Index whole_cols = dim / w * w;
-    for (; r + w <= rows; r += w) {
-      const float* src = q.row(b, h, row0 + r);
-      for (Index c = 0; c < whole_cols; c += w)
-        simd::transpose_block(src + c, q.seq_stride, qt + c * ld + r, ld);
-      simd::Vec f;
-      if constexpr (std::is_pointer_v<Scale>)
-        f = simd::load(scale + r);
-      else
-        f = simd::Vec(scale);
-      for (Index c = 0; c < whole_cols; ++c)
-        simd::store(qt + c * ld + r, simd::load(qt + c * ld + r) * f);
-      for (Index rr = r; rr < r + w; ++rr)
-        for (Index c = whole_cols; c < dim; ++c)
-          qt[c * ld + rr] = q.row(b, h, row0 + rr)[c] * row_scale(scale, rr);
-    }
-  }
-  for (; r < rows; ++r) {
-    const T* src = q.row(b, h, row0 + r);
-    const float f = row_scale(scale, r);
-    for (Index c = 0; c < dim; ++c) qt[c * ld + r] = static_cast<float>(src[c]) * f;
-  }
-}
-
 /// dst[c * ld_dst + r] = src[r * ld_src + c] for r < rows, c < cols: f32 rows transposed,
 /// kWidth x kWidth blocks at a time (simd/transpose.hpp), the edges element by element.
 inline void transpose_rows(const float* src, Index ld_src, Index rows, Index cols, float* dst,
@@ -82,6 +45,45 @@ inline void transpose_rows(const float* src, Index ld_src, Index rows, Index col
   }
 }
 
+/// True for f32 storage, whose rows can feed the tile GEMMs in place (as a GEMM's B
+/// operand only when a row is also a whole number of SIMD vectors).
+template <class T>
+constexpr bool is_f32() {
+  return std::is_same_v<std::remove_const_t<T>, float>;
+}
+
+/// qt[D, ld] = scale * Q[rows, D]^T for `rows` query rows from (b, h, row0); columns past
+/// `rows` up to `padded` are 0, so padded query lanes compute finite, unused logits.
+/// `scale` is one float for every row or a pointer to one per row.
+template <class T, class Scale>
+void pack_q_transposed(const View<T>& q, Index b, Index h, Index row0, Index rows, Index padded,
+                       Scale scale, float* qt, Index ld) {
+  const Index dim = q.dim;
+  zero_padding_lanes(qt, ld, dim, rows, padded);
+  if constexpr (is_f32<T>()) {
+    // f32 rows: transposed through registers, then scaled in place (a lane of qt per row).
+    transpose_rows(q.row(b, h, row0), q.seq_stride, rows, dim, qt, ld);
+    constexpr Index w = simd::kWidth;
+    const Index whole = rows / w * w;
+    for (Index r = 0; r < whole; r += w) {
+      simd::Vec f;
+      if constexpr (std::is_pointer_v<Scale>)
+        f = simd::load(scale + r);
+      else
+        f = simd::Vec(scale);
+      for (Index c = 0; c < dim; ++c) simd::store(qt + c * ld + r, simd::load(qt + c * ld + r) * f);
+    }
+    for (Index c = 0; c < dim; ++c)
+      for (Index r = whole; r < rows; ++r) qt[c * ld + r] *= row_scale(scale, r);
+  } else {
+    for (Index r = 0; r < rows; ++r) {
+      const T* src = q.row(b, h, row0 + r);
+      const float f = row_scale(scale, r);
+      for (Index c = 0; c < dim; ++c) qt[c * ld + r] = static_cast<float>(src[c]) * f;
+    }
+  }
+}
+
 /// dst[rows, ld] = f32(src rows from (b, h, row0)), columns past src.dim up to ld are 0.
 /// bfloat16 and half rows widen with SIMD, quantized blocks dequantize in registers
 /// (detail/storage_rows.hpp).
@@ -92,13 +94,6 @@ void pack_rows(const View<T>& src, Index b, Index h, Index row0, Index rows, flo
     row_to_f32(src.row(b, h, row0 + r), src.dim, out);
     std::fill(out + src.dim, out + ld, 0.f);
   }
-}
-
-/// True for f32 storage, whose rows can feed the tile GEMMs in place (as a GEMM's B
-/// operand only when a row is also a whole number of SIMD vectors).
-template <class T>
-constexpr bool is_f32() {
-  return std::is_same_v<std::remove_const_t<T>, float>;
 }
 
 /// True for bfloat16 storage, whose rows widen to f32 exactly: bf16 products need no rounding.

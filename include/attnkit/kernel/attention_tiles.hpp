@@ -278,7 +278,8 @@ class AttentionTiles {
     const F32Rows values = f32_rows(v_, v_direct_, b, hk, k0, nk, buf_.vp, dv_pad_);
     if (bf16_ && !pairs_.on() && !is_bf16<V>())
       round_rows_to_bf16(buf_.vp, nk, p_.value_dim, dv_pad_);
-    if (kind == TileKind::Full || rows_finite_unseen<ScheduleMask>(values, nk)) {
+    if (kind == TileKind::Full ||
+        rows_finite_unseen<ScheduleMask>(values, nk, seen_.data(), dv_pad_)) {
       weighted_sum(values, 0, nk, nq);
       return;
     }
@@ -290,24 +291,6 @@ class AttentionTiles {
       run = jj + 1;
     }
     weighted_sum(values, run, nk, nq);
-  }
-
-  // Whether the value rows of a Partial tile that some query does not see are finite (with
-  // runs() the masking marked the rows every query sees in seen_; else every row is checked).
-  template <class ScheduleMask>
-  bool rows_finite_unseen(const F32Rows& values, Index nk) const {
-    if constexpr (!has_runs<ScheduleMask>::value) return rows_finite(values, 0, nk, dv_pad_);
-    for (Index j0 = 0; j0 < nk;) {
-      if (seen_[static_cast<std::size_t>(j0)] != 0) {
-        ++j0;
-        continue;
-      }
-      Index j1 = j0 + 1;
-      while (j1 < nk && seen_[static_cast<std::size_t>(j1)] == 0) ++j1;
-      if (!rows_finite(values, j0, j1, dv_pad_)) return false;
-      j0 = j1;
-    }
-    return true;
   }
 
   // buf_.acc[nq, dv] += P[nq, j0:j1] * values[j0:j1]; row by row when narrow.

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "attnkit/detail/pack.hpp"
+#include "attnkit/detail/traits.hpp"
 #include "attnkit/simd/simd.hpp"
 #include "attnkit/tensor.hpp"
 
@@ -31,6 +32,27 @@ inline bool rows_finite(const F32Rows& values, Index j0, Index j1, Index dv_pad)
     for (; c < dv_pad; c += simd::kWidth) s0 = s0 + nan_if_not_finite(row + c);
   }
   return simd::reduce_add((s0 + s1) + (s2 + s3)) == 0.f;
+}
+
+// Whether the value rows of a Partial tile that some query does not see are finite: with
+// runs() the masking marked the rows every query sees (seen[jj] != 0); else every row counts.
+template <class ScheduleMask>
+bool rows_finite_unseen(const F32Rows& values, Index nk, const char* seen, Index dv_pad) {
+  if constexpr (!has_runs<ScheduleMask>::value) {
+    (void)seen;
+    return rows_finite(values, 0, nk, dv_pad);
+  }
+  for (Index j0 = 0; j0 < nk;) {
+    if (seen[j0] != 0) {
+      ++j0;
+      continue;
+    }
+    Index j1 = j0 + 1;
+    while (j1 < nk && seen[j1] == 0) ++j1;
+    if (!rows_finite(values, j0, j1, dv_pad)) return false;
+    j0 = j1;
+  }
+  return true;
 }
 
 // acc[r] (rows dv_pad apart) += P[r, jj] * values[jj] for the query rows r < nq (at positions
