@@ -16,6 +16,11 @@
 #include <attnkit/mask/power_of_two.hpp>
 #include <attnkit/mask/sinks.hpp>
 #include <attnkit/mask/sliding_window.hpp>
+#include <attnkit/normalizer/relu_power.hpp>
+#include <attnkit/normalizer/sigmoid.hpp>
+#include <attnkit/normalizer/softmax.hpp>
+#include <attnkit/normalizer/softplus_l1.hpp>
+#include <attnkit/normalizer/softplus_l1_reweighted.hpp>
 #include <attnkit/reference/attention.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
@@ -24,6 +29,7 @@
 #include <type_traits>
 
 #include "support/attention_runner.hpp"
+#include "support/reference_check.hpp"
 #include "support/test_names.hpp"
 
 using ak::Causal;
@@ -298,6 +304,37 @@ TEST_CASE("attention: banded Partial tiles give the bits of the whole tile",
     CHECK(std::memcmp(banded.lse.data(), whole.lse.data(), banded.lse.size() * sizeof(float)) == 0);
     check(name, ak::make_spec(mask), c);
   });
+}
+
+TEST_CASE(
+    "attention: each lane block's weights over its own keys give the bits of the whole "
+    "tile, for every normalizer",
+    "[attention][mask][normalizer][property]") {
+  // With runs(), the masking of a Partial tile finds each lane block's hull of keys and the
+  // normalizer absorbs only that hull (the rows outside are -inf, weight 0 under every
+  // normalizer, stored as 0). KeepPath's tiles absorb every row. A window the tile's blocks
+  // see in part, sinks far from it (two runs per query), a ragged last tile, GQA and two
+  // threads; the two-pass LSSAR observes the whole tile and absorbs the hulls.
+  const Case c = Case{}.lengths(150, 150).heads(4, 2).dims(24, 24).on_threads(2);
+  const std::vector<float> sinks = ak::test::head_sinks(4);
+  const auto mask = Causal{} & (ak::Sinks{3} | SlidingWindow{21, 0});
+  using M = std::decay_t<decltype(mask)>;
+  const auto compare = [&](const char* name, const auto& normalizer, bool reference = true) {
+    INFO(name << ", " << ak::test::describe(c));
+    const auto runs = ak::test::run_kernel(ak::make_spec(mask, normalizer), c);
+    const auto keep = ak::test::run_kernel(ak::make_spec(KeepPath<M>{mask}, normalizer), c);
+    REQUIRE(runs.out.size() == keep.out.size());
+    CHECK(std::memcmp(runs.out.data(), keep.out.data(), runs.out.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(runs.lse.data(), keep.lse.data(), runs.lse.size() * sizeof(float)) == 0);
+    if (reference) ak::test::check_attention(name, ak::make_spec(mask, normalizer), c);
+  };
+  compare("Softmax::with_sinks", ak::Softmax::with_sinks(sinks));
+  compare("Sigmoid{}", ak::Sigmoid{});
+  compare("ReluPower{1.5, 0.3}", ak::ReluPower{1.5f, 0.3f});
+  compare("SoftplusL1 (LSSA)", ak::SoftplusL1{});
+  // LSSAR's row statistic misses the f64 reference's for rows that see few keys, all shared
+  // (Causal & Sinks{3} alone fails the same way on every path): the bits alone are compared.
+  compare("SoftplusL1Reweighted{} (LSSAR, two passes)", ak::SoftplusL1Reweighted{}, false);
 }
 
 TEST_CASE("attention: a mask with key_ranges and the same mask with only keep() agree",

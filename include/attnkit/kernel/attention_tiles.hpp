@@ -119,6 +119,7 @@ class AttentionTiles {
     Index k0, nk;
     TileKind kind;
     Index t0 = -1;
+    bool hulls = false;  // lane_keys_ holds each lane block's keys (masked by runs)
   };
 
   template <class ScheduleMask>
@@ -159,8 +160,9 @@ class AttentionTiles {
             apply_score_mods(ScoreTile{b, h, q_pos.begin, k0}, nk, lanes);
             if (kind == TileKind::Partial)
               mask_partial_tile(mask, buf_.s, kBq, b, h, q_pos.begin, k0, nk, nq, lanes,
-                                seen_.data());
-            use(LogitTile{k0, nk, kind});
+                                seen_.data(), lane_keys_);
+            use(LogitTile{k0, nk, kind, -1,
+                          kind == TileKind::Partial && has_runs<ScheduleMask>::value});
           },
           keys);
       for (Index t0 = 0; t0 < column_rows; t0 += kBk) {  // buf_.s [nt, kBq]
@@ -182,7 +184,7 @@ class AttentionTiles {
       for_each_logit_tile([&](const LogitTile& tile) {
         // weights (their row sums in f32), rescale
         rows_.absorb(spec_.normalizer, buf_.s, tile.nk, nq, lanes, kBq, buf_.factor, buf_.acc,
-                     dv_pad_);
+                     dv_pad_, tile.hulls ? lane_keys_ : nullptr);
         if (bf16_ && (!pairs_.on() || tile.t0 >= 0))
           round_rows_to_bf16(buf_.s, tile.nk, lanes, kBq);
         if (tile.t0 < 0)  // buf_.acc += P V
@@ -326,6 +328,7 @@ class AttentionTiles {
   bool k_direct_, v_direct_;  // f32 K/V rows feed the GEMMs in place, no packing
   TileBuffers buf_;           // this thread's scratch, carved once
   std::vector<char> seen_ = std::vector<char>(std::size_t{kBk});  // rows all queries see
+  Range lane_keys_[std::size_t{kBq / simd::kWidth}] = {};  // per lane block, the keys it sees
   bool narrow_ = false;              // this tile's products run row by row (nq <= kNarrow)
   Index nq_ = 0;                     // rows of the current tile
   TileRows<Normalizer> rows_;        // the rows' normalizer states, one per kWidth queries

@@ -22,6 +22,7 @@
 
 #include "attnkit/detail/bf16_round.hpp"
 #include "attnkit/detail/pack.hpp"
+#include "attnkit/detail/prefetch.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/gemm/tile_gemm.hpp"
 #include "attnkit/kernel/tile_plan.hpp"
@@ -140,6 +141,7 @@ class TileColumns {
     for (Index t = 0; t < nt; ++t) std::fill(s + t * ld, s + t * ld + lanes, kNegInf);
     const Index whole = d / kW * kW;
     for (Index r = 0; r < nq; ++r) {
+      if (r + kAhead < nq) prefetch_columns(k, b, hk, r + kAhead, t0, nt);
       const float* q = qr + r * d;
       const Index* keys = key_list(r);
       const Index end = std::min(count_[static_cast<std::size_t>(r)], t0 + nt);
@@ -188,6 +190,7 @@ class TileColumns {
     const bool in_place = is_f32<V>() && !bf16;
     const Index whole = (in_place ? dv : dv_pad) / kW * kW;
     for (Index r = 0; r < nq; ++r) {
+      if (r + kAhead < nq) prefetch_columns(v, b, hk, r + kAhead, t0, nt);
       const Index* keys = key_list(r);
       const Index end = std::min(count_[static_cast<std::size_t>(r)], t0 + nt);
       float* acc = acc_rows + r * dv_pad;
@@ -214,6 +217,16 @@ class TileColumns {
 
  private:
   static constexpr int kBlock = 8;  // accumulator vectors held in registers at once
+  // Queries ahead whose column rows the row-by-row products ask the cache for: each query's
+  // rows are scattered (PowerOfTwo's i - 2^k), so no hardware prefetcher finds them.
+  static constexpr Index kAhead = 4;
+
+  template <class T>
+  void prefetch_columns(const View<T>& x, Index b, Index hk, Index r, Index t0, Index nt) const {
+    const Index* keys = key_list(r);
+    const Index end = std::min(count_[static_cast<std::size_t>(r)], t0 + nt);
+    for (Index t = t0; t < end; ++t) prefetch_rows(x, b, hk, keys[t], 1, false);
+  }
 
   // union_ = the distinct columns of queries [0, nq), ascending, when the queries share them
   // (shares_columns(), with `total` columns counted query by query); false, union_ left

@@ -10,8 +10,26 @@
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/mask/tile_kind.hpp"
 #include "attnkit/simd/simd.hpp"
+#include "attnkit/tensor.hpp"
 
 namespace attnkit::detail {
+
+/// The hull [min lo, max hi) of the non-empty intervals [lo[t][lane], hi[t][lane]) of the first
+/// `real` lanes (kWidth lanes a slot), or {0, 0} when they have none.
+inline Range lanes_hull(const float* lo, const float* hi, int slots, Index real) {
+  Index begin = 0, end = 0;
+  for (int t = 0; t < slots; ++t)
+    for (Index lane = 0; lane < real; ++lane) {
+      const Index a = static_cast<Index>(lo[t * simd::kWidth + lane]);
+      const Index e = static_cast<Index>(hi[t * simd::kWidth + lane]);
+      if (a >= e) continue;
+      if (begin == end)
+        begin = a, end = e;
+      else
+        begin = std::min(begin, a), end = std::max(end, e);
+    }
+  return Range{begin, end};
+}
 
 /// s[nk, ld]: keys k0 .. k0+nk-1 against queries i0 .. i0+nq-1 (lanes up to `lanes` are
 /// padding and get -inf too when masked by runs; they are never written out). With
@@ -19,7 +37,8 @@ namespace attnkit::detail {
 /// queries see it, else 0: only the others need the value guard (kernel/value_guard.hpp).
 template <class Mask>
 void mask_partial_tile(const Mask& mask, float* s, Index ld, Index b, Index h, Index i0, Index k0,
-                       Index nk, Index nq, Index lanes, char* seen_by_all = nullptr) {
+                       Index nk, Index nq, Index lanes, char* seen_by_all = nullptr,
+                       Range* lane_keys = nullptr) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   if constexpr (has_runs<Mask>::value) {
     using Runs = decltype(mask.runs(b, h, i0));
@@ -45,7 +64,18 @@ void mask_partial_tile(const Mask& mask, float* s, Index ld, Index b, Index h, I
       alignas(64) float pad[kLanes];  // 1 on the padding lanes: they need not see a key
       for (int lane = 0; lane < simd::kWidth; ++lane) pad[lane] = c + lane < nq ? 0.f : 1.f;
       const simd::Vec padding = simd::load(pad);
-      for (Index jj = 0; jj < nk; ++jj) {
+      // The keys any of the vector's queries see; the key rows outside are -inf throughout,
+      // seen by none of them (a vector holds at least one query).
+      const Range hull =
+          lanes_hull(&lo[0][0], &hi[0][0], kRuns, std::min<Index>(simd::kWidth, nq - c));
+      if (lane_keys != nullptr) lane_keys[c / simd::kWidth] = hull;
+      const auto unseen = [&](Index j0, Index j1) {
+        for (Index jj = j0; jj < j1; ++jj) simd::store(s + jj * ld + c, neg_inf);
+        if (seen_by_all != nullptr) std::fill(seen_by_all + j0, seen_by_all + j1, char{0});
+      };
+      unseen(0, hull.begin);
+      unseen(hull.end, nk);
+      for (Index jj = hull.begin; jj < hull.end; ++jj) {
         const simd::Vec key(static_cast<float>(jj));
         simd::Mask visible = simd::in_range(key, lo_v[0], hi_v[0]);
         for (int t = 1; t < kRuns; ++t)

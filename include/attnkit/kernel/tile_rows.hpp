@@ -56,10 +56,18 @@ class TileRows {
 
   /// Logits -> weights in s, lane block by lane block; rescales the accumulator rows acc
   /// [nq, dv_pad] unless the normalizer keeps no running maximum (sigmoid, ReLU^a: kRescales
-  /// = false). factor [lanes] is scratch.
+  /// = false). factor [lanes] is scratch. With `keys` (one range per lane block, from the
+  /// masking), a block's logits outside its range are -inf: their weights are 0 for every
+  /// normalizer, so they are stored as 0 and only the range is absorbed, to the same bits.
   void absorb(const Normalizer& n, float* s, Index nk, Index nq, Index lanes, Index ld,
-              float* factor, float* acc, Index dv_pad) {
-    for (Index c = 0; c < lanes; c += kW) simd::store(factor + c, n.absorb(at(c), s + c, nk, ld));
+              float* factor, float* acc, Index dv_pad, const Range* keys = nullptr) {
+    for (Index c = 0; c < lanes; c += kW) {
+      const Range r = keys != nullptr ? keys[c / kW] : Range{0, nk};
+      const simd::Vec zero(0.f);
+      for (Index j = 0; j < r.begin; ++j) simd::store(s + j * ld + c, zero);
+      for (Index j = r.end; j < nk; ++j) simd::store(s + j * ld + c, zero);
+      simd::store(factor + c, n.absorb(at(c), s + r.begin * ld + c, r.end - r.begin, ld));
+    }
     if constexpr (!rescales<Normalizer>()) return;
     for (Index r = 0; r < nq; ++r) {
       if (factor[r] == 1.f) continue;  // the row's maximum did not move: x * 1 is x
