@@ -3,7 +3,7 @@
 // scattered rows per query (PowerOfTwo's i - 2^k), each asked for a few queries ahead.
 #pragma once
 
-#include <cstddef>
+#include <type_traits>
 
 #include "attnkit/detail/aligned.hpp"
 #include "attnkit/quant/blocks.hpp"
