@@ -300,8 +300,7 @@ TEST_CASE("attention: banded Partial tiles give the bits of the whole tile",
     const auto banded = ak::test::run_kernel(ak::make_spec(mask), c);
     const auto whole = ak::test::run_kernel(ak::make_spec(KeepPath<M>{mask}), c);
     REQUIRE(banded.out.size() == whole.out.size());
-    CHECK(std::memcmp(banded.out.data(), whole.out.data(), banded.out.size() * sizeof(float)) == 0);
-    CHECK(std::memcmp(banded.lse.data(), whole.lse.data(), banded.lse.size() * sizeof(float)) == 0);
+    CHECK(ak::test::bytes_of(banded) == ak::test::bytes_of(whole));
     check(name, ak::make_spec(mask), c);
   });
 }
@@ -324,8 +323,7 @@ TEST_CASE(
     const auto runs = ak::test::run_kernel(ak::make_spec(mask, normalizer), c);
     const auto keep = ak::test::run_kernel(ak::make_spec(KeepPath<M>{mask}, normalizer), c);
     REQUIRE(runs.out.size() == keep.out.size());
-    CHECK(std::memcmp(runs.out.data(), keep.out.data(), runs.out.size() * sizeof(float)) == 0);
-    CHECK(std::memcmp(runs.lse.data(), keep.lse.data(), runs.lse.size() * sizeof(float)) == 0);
+    CHECK(ak::test::bytes_of(runs) == ak::test::bytes_of(keep));
     if (reference) ak::test::check_attention(name, ak::make_spec(mask, normalizer), c);
   };
   compare("Softmax::with_sinks", ak::Softmax::with_sinks(sinks));

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "attnkit/detail/pack.hpp"
+#include "attnkit/detail/prefetch.hpp"
 #include "attnkit/detail/scratch.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/kernel/decode_row_math.hpp"
@@ -210,14 +211,6 @@ class DecodeRows {
   // ahead gained less.
   static constexpr Index kPrefetchBlocks = kPrefetchKeys / kBlock;
 
-  // Every cache line of n rows of `bytes` bytes, ld elements apart.
-  template <class T>
-  static void prefetch_rows(const T* rows, Index ld, Index n, Index bytes) {
-    for (Index j = 0; j < n; ++j) {
-      const char* row = reinterpret_cast<const char*>(rows + j * ld);
-      for (Index at = 0; at < bytes; at += 64) __builtin_prefetch(row + at);
-    }
-  }
   // The state the next steps work on: group g's slice (the only one when groups_ = 1).
   void select(Index g) {
     const Index at = groups_ == 1 ? 0 : g;

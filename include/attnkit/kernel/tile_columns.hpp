@@ -17,6 +17,7 @@
 #include <iterator>
 #include <limits>
 #include <new>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -225,7 +226,8 @@ class TileColumns {
   void prefetch_columns(const View<T>& x, Index b, Index hk, Index r, Index t0, Index nt) const {
     const Index* keys = key_list(r);
     const Index end = std::min(count_[static_cast<std::size_t>(r)], t0 + nt);
-    for (Index t = t0; t < end; ++t) prefetch_rows(x, b, hk, keys[t], 1, false);
+    const Index bytes = row_elements<std::remove_const_t<T>>(x.dim) * Index{sizeof(T)};
+    for (Index t = t0; t < end; ++t) prefetch_rows(x.row(b, hk, keys[t]), 0, 1, bytes);
   }
 
   // union_ = the distinct columns of queries [0, nq), ascending, when the queries share them
