@@ -69,9 +69,11 @@ void mask_partial_tile(const Mask& mask, float* s, Index ld, Index b, Index h, I
       const Range hull =
           lanes_hull(&lo[0][0], &hi[0][0], kRuns, std::min<Index>(simd::kWidth, nq - c));
       if (lane_keys != nullptr) lane_keys[c / simd::kWidth] = hull;
-      const auto unseen = [&](Index j0, Index j1) {
-        for (Index jj = j0; jj < j1; ++jj) simd::store(s + jj * ld + c, neg_inf);
-        if (seen_by_all != nullptr) std::fill(seen_by_all + j0, seen_by_all + j1, char{0});
+      const auto unseen = [&](Index j0, Index j1) {  // 0 <= j0, j1 <= nk; may be empty
+        for (Index jj = j0; jj < j1; ++jj) {
+          simd::store(s + jj * ld + c, neg_inf);
+          if (seen_by_all != nullptr) seen_by_all[jj] = 0;
+        }
       };
       unseen(0, hull.begin);
       unseen(hull.end, nk);
