@@ -4,6 +4,8 @@
 // window and every 128th key: columns the queries share), 256 keys picked per query block
 // (BlockColumns) and a BlockMask with 10% live blocks, each beside dense causal (and dense
 // full, the BlockMask's baseline).
+// PowerOfTwo's own window (64 keys, contiguous) runs alone beside it: PowerOfTwo keeps those
+// pairs and more, so the window's time bounds PowerOfTwo's from below.
 // PowerOfTwo and the strided mask run twice: as the kernel plans them (gathered columns,
 // kernel/tile_plan.hpp) and with their whole mask tiled ("/whole"), the path without the face.
 // The question a user asks: does the time follow the work the mask leaves? So the summary
@@ -247,6 +249,15 @@ void print_summary() {
     if (sinks != nullptr && window != nullptr)
       std::printf("sinks+window / window, %d thread(s): %.2f\n", threads,
                   sinks->seconds / window->seconds);
+    // PowerOfTwo's of ideal, were its sinks and columns free: its pairs' ideal time (the dense
+    // time x its live fraction) over the time of its window alone.
+    const attnkit_bench::Best* dense = attnkit_bench::find_best("dense_causal" + t);
+    const attnkit_bench::Best* band = attnkit_bench::find_best("causal&window64" + t);
+    if (dense != nullptr && band != nullptr)
+      std::printf("power_of_two(4,64) of ideal at most %.2f, %d thread(s): its window alone\n",
+                  dense->seconds * variants()["power_of_two(4,64)"].kept /
+                      variants()["dense_causal"].kept / band->seconds,
+                  threads);
   }
 }
 
@@ -260,6 +271,9 @@ int main(int argc, char** argv) {
   add("causal&(sinks4|window512)", "dense_causal",
       ak::Causal{} & (ak::Sinks{4} | ak::SlidingWindow{512, 0}));
   add("causal&chunk2048", "dense_causal", ak::Causal{} & ak::Chunked{2048});
+  // PowerOfTwo{4, 64}'s window alone: 64 of its ~76 keys per query, in one contiguous band.
+  // A lower bound on PowerOfTwo's time, measured in the same run.
+  add("causal&window64", "dense_causal", ak::Causal{} & ak::SlidingWindow{63, 0});
   add("power_of_two(4,64)", "dense_causal", ak::PowerOfTwo{4, 64});
   add("power_of_two(4,64)/whole", "dense_causal", ak::PowerOfTwo{4, 64}, kLen, Plan::Whole);
   add("strided(128,128)", "dense_causal", Strided{});
