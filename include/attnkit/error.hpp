@@ -39,13 +39,28 @@ std::ostream& operator<<(std::ostream& os, const Cat<Parts...>& c) {
   return os;
 }
 
+/// A message piece as fail_with() takes it: string literals as const char*, so that the
+/// formatting is instantiated once per kind of piece, not once per literal length (a check
+/// named "q" and one named "kv_len" would otherwise format through two copies).
+template <class T>
+const T& piece(const T& x) {
+  return x;
+}
+inline const char* piece(const char* s) { return s; }
+
+template <class Argument, class Expected, class Actual>
+[[noreturn]] void fail_with(const Argument& argument, const Expected& expected,
+                            const Actual& actual) {
+  std::ostringstream msg;
+  msg << "attnkit: " << argument << ": expected " << expected << ", got " << actual;
+  throw Error(msg.str());
+}
+
 /// Throws Error("attnkit: <argument>: expected <expected>, got <actual>"); each of the three
 /// is anything an std::ostream prints (a string, a number, a cat()).
 template <class Argument, class Expected, class Actual>
 [[noreturn]] void fail(const Argument& argument, const Expected& expected, const Actual& actual) {
-  std::ostringstream msg;
-  msg << "attnkit: " << argument << ": expected " << expected << ", got " << actual;
-  throw Error(msg.str());
+  fail_with(piece(argument), piece(expected), piece(actual));
 }
 
 /// Throws Error(argument, expected, actual) when `ok` is false; the message is formatted only

@@ -51,6 +51,13 @@ enum class Call { Decode, Attention };
 
 const char* name(Call call) { return call == Call::Decode ? "decode()" : "attention()"; }
 
+// The call of check() as a type: a check instantiates only the entry point it runs (most specs
+// here go through decode() alone; instantiating attention() for them too cost compile time).
+template <Call kCall>
+using CallOf = std::integral_constant<Call, kCall>;
+constexpr CallOf<Call::Decode> kDecode{};
+constexpr CallOf<Call::Attention> kAttention{};
+
 // Q in f32, K and V (and |V|) in storage T: the f64 reference reads the same rounded values.
 template <class T>
 using Inputs = ak::test::Inputs<T, float>;
@@ -67,17 +74,20 @@ void run(Call call, const Spec& spec, const ak::View<Q>& q, const ak::View<K>& k
 // The call against the reference on one Case, with the named tolerances of
 // support/reference_check.hpp (normalized rules absolute, Sigmoid per unit of magnitude, row
 // sums relative); rows that see no key exactly 0 with the empty statistic.
-template <class T = float, class Spec>
-void check(const std::string& what, const Spec& spec, const Case& c, Call call,
+template <class T = float, class Spec, Call kCall>
+void check(const std::string& what, const Spec& spec, const Case& c, CallOf<kCall> call,
            std::uint32_t seed = 11) {
   INFO(what << ", " << name(call) << " " << ak::test::describe(c) << ", K/V "
             << ak::test::storage_name<T>());
   const Inputs<T> in(c, seed);
-  if (call == Call::Attention) return ak::test::check_attention_on(spec, c, in);
-  ak::test::check_agreement(
-      ak::test::agreement(spec, c, in, [&](const ak::View<float>& o, const ak::Options& options) {
-        ak::decode(spec, in.q.cview(), in.k.cview(), in.v.cview(), o, options);
-      }));
+  if constexpr (kCall == Call::Attention) {
+    ak::test::check_attention_on(spec, c, in);
+  } else {
+    ak::test::check_agreement(
+        ak::test::agreement(spec, c, in, [&](const ak::View<float>& o, const ak::Options& options) {
+          ak::decode(spec, in.q.cview(), in.k.cview(), in.v.cview(), o, options);
+        }));
+  }
 }
 
 template <class Visit>
@@ -128,19 +138,18 @@ TEST_CASE("decode: every decode shape and GQA group matches the reference", "[de
         if (lq > lk) continue;  // bottom-right: the first rows would see no key at all
         Case c = decode_case(lq, lk, h.q, h.kv);
         c.layout = lq % 2 == 0 ? Layout::Bshd : Layout::Padded;
-        check("Softmax, Causal", ak::make_spec(Causal{}), c, Call::Decode);
-        check("Softmax, Causal", ak::make_spec(Causal{}), c, Call::Attention);
+        check("Softmax, Causal", ak::make_spec(Causal{}), c, kDecode);
+        check("Softmax, Causal", ak::make_spec(Causal{}), c, kAttention);
       }
   // Lq > Lk: the first queries see nothing under Causal (exact zero rows, LSE -inf).
-  check("Softmax, Causal, Lq > Lk", ak::make_spec(Causal{}), decode_case(16, 5, 4, 1),
-        Call::Decode);
+  check("Softmax, Causal, Lq > Lk", ak::make_spec(Causal{}), decode_case(16, 5, 4, 1), kDecode);
   check("SoftplusL1, Causal, Lq > Lk", ak::make_spec(Causal{}, ak::SoftplusL1{}),
-        decode_case(16, 5, 4, 1), Call::Decode);
+        decode_case(16, 5, 4, 1), kDecode);
   // batch > 1 and Dv != D
   Case c = decode_case(3, 1300, 4, 2);
   c.batch = 2;
   c.value_dim = 24;
-  check("Softmax, Full, B2 Dv24", ak::make_spec(), c, Call::Decode);
+  check("Softmax, Full, B2 Dv24", ak::make_spec(), c, kDecode);
 }
 
 // Softmax decode runs on the row engine (kernel/decode_rows.hpp): queries kept in registers
@@ -162,15 +171,15 @@ TEST_CASE("decode: the softmax row engine over head dims, value dims and group s
           Case c = decode_case(lq, 700, h.q, h.kv, d);
           c.value_dim = dv;
           c.layout = d == 40 ? Layout::Padded : Layout::Bshd;
-          check("Softmax, Causal", ak::make_spec(Causal{}), c, Call::Decode);
+          check("Softmax, Causal", ak::make_spec(Causal{}), c, kDecode);
           if (lq == 1)
-            check<Eigen::bfloat16>("Softmax, Causal", ak::make_spec(Causal{}), c, Call::Decode);
+            check<Eigen::bfloat16>("Softmax, Causal", ak::make_spec(Causal{}), c, kDecode);
           if (d == 64 && dv == 0) {
             check("Softmax, Causal & SlidingWindow{100, 0}",
-                  ak::make_spec(Causal{} & SlidingWindow{100, 0}), c, Call::Decode);
+                  ak::make_spec(Causal{} & SlidingWindow{100, 0}), c, kDecode);
             check("Softmax, Causal, Softcap{5}", ak::make_spec(Causal{}, ak::Softcap{5.f}), c,
-                  Call::Decode);
-            check<Eigen::half>("Softmax, Causal", ak::make_spec(Causal{}), c, Call::Decode);
+                  kDecode);
+            check<Eigen::half>("Softmax, Causal", ak::make_spec(Causal{}), c, kDecode);
           }
         }
 }
@@ -182,8 +191,8 @@ TEST_CASE("decode: each normalizer under each mask matches the reference", "[dec
       for_each_normalizer(c.q_heads, [&](const char* nname, const auto& n) {
         for_each_mask(n, lq, lk, [&](const char* mname, const auto& spec) {
           const std::string what = std::string(nname) + ", " + mname;
-          check(what, spec, c, Call::Decode);
-          if (lk == 1500) check(what, spec, c, Call::Attention);
+          check(what, spec, c, kDecode);
+          if (lk == 1500) check(what, spec, c, kAttention);
         });
       });
     }
@@ -194,27 +203,26 @@ TEST_CASE("decode: score mods and positions match the reference", "[decode]") {
     const Case c = decode_case(lq, 1500, 4, 2, 32);
     for_each_normalizer(c.q_heads, [&](const char* nname, const auto& n) {
       const std::string s(nname);
-      check(s + ", Causal, Softcap{5}", ak::make_spec(Causal{}, ak::Softcap{5.f}, n), c,
-            Call::Decode);
+      check(s + ", Causal, Softcap{5}", ak::make_spec(Causal{}, ak::Softcap{5.f}, n), c, kDecode);
       if constexpr (!ak::detail::cosine_logits<std::decay_t<decltype(n)>>())  // see below
         check(s + ", Causal, Alibi::standard", ak::make_spec(Causal{}, ak::Alibi::standard(4), n),
-              c, Call::Decode);
+              c, kDecode);
       check(s + ", Causal, Rope",
-            ak::make_spec(Causal{}, ak::Rope(ak::RopeTable(32, 10000, 2048)), n), c, Call::Decode);
+            ak::make_spec(Causal{}, ak::Rope(ak::RopeTable(32, 10000, 2048)), n), c, kDecode);
       check(s + ", Causal & SlidingWindow, Rope",
             ak::make_spec(Causal{} & SlidingWindow{700, 0},
                           ak::Rope(ak::RopeTable(16, 500000, 2048)), n),
-            c, Call::Attention);
+            c, kAttention);
       if constexpr (!ak::detail::cosine_logits<std::decay_t<decltype(n)>>())
-        check(s + ", Causal, Tapa", ak::make_spec(Causal{}, ak::Tapa{}, n), c, Call::Decode);
+        check(s + ", Causal, Tapa", ak::make_spec(Causal{}, ak::Tapa{}, n), c, kDecode);
     });
     ak::FopeConfig fc{32, 2048, 1000};
     fc.kv_heads = 2;
     fc.q_heads = 4;
     const ak::Fope fope = ak::Fope::drawn(fc, 0.3, 3);
-    check("Softmax, Causal, Fope", ak::make_spec(Causal{}, fope), c, Call::Decode);
+    check("Softmax, Causal, Fope", ak::make_spec(Causal{}, fope), c, kDecode);
     check("SoftplusL1, Causal, Fope", ak::make_spec(Causal{}, fope, ak::SoftplusL1{}), c,
-          Call::Attention);
+          kAttention);
   }
 }
 
@@ -226,7 +234,7 @@ TEST_CASE("decode: SoftplusL1 with Alibi matches the reference", "[decode]") {
   for (const Index lq : {1, 16})
     check("SoftplusL1, Causal, Alibi::standard",
           ak::make_spec(Causal{}, ak::Alibi::standard(4), ak::SoftplusL1{}),
-          decode_case(lq, 1500, 4, 2, 32), Call::Decode);
+          decode_case(lq, 1500, 4, 2, 32), kDecode);
 }
 
 TEST_CASE("decode: bf16 and f16 K/V stay at f32 accuracy against the rounded inputs", "[decode]") {
@@ -236,13 +244,13 @@ TEST_CASE("decode: bf16 and f16 K/V stay at f32 accuracy against the rounded inp
       for_each_normalizer(c.q_heads, [&](const char* nname, const auto& n) {
         const std::string s(nname);
         const auto spec = ak::make_spec(Causal{} & (Sinks{4} | SlidingWindow{1000, 0}), n);
-        check<float>(s + ", sinks | window", spec, c, Call::Decode);
-        check<Eigen::bfloat16>(s + ", sinks | window", spec, c, Call::Decode);
-        check<Eigen::half>(s + ", sinks | window", spec, c, Call::Decode);
+        check<float>(s + ", sinks | window", spec, c, kDecode);
+        check<Eigen::bfloat16>(s + ", sinks | window", spec, c, kDecode);
+        check<Eigen::half>(s + ", sinks | window", spec, c, kDecode);
       });
       const auto rope = ak::make_spec(Causal{}, ak::Rope(ak::RopeTable(32, 10000, 4096)));
-      check<Eigen::bfloat16>("Softmax, Causal, Rope", rope, c, Call::Attention);
-      check<Eigen::half>("Softmax, Causal, Rope", rope, c, Call::Attention);
+      check<Eigen::bfloat16>("Softmax, Causal, Rope", rope, c, kAttention);
+      check<Eigen::half>("Softmax, Causal, Rope", rope, c, kAttention);
     }
 }
 
@@ -296,7 +304,7 @@ TEST_CASE("decode: q_len > 16 is an Error before anything is written", "[decode]
       },
       {"q_len"}, {&o.memory, &lse});
   // attention() takes the same shape (tiled path) and agrees with the reference.
-  check("Softmax, Causal, Lq 17 through attention()", ak::make_spec(Causal{}), c, Call::Attention);
+  check("Softmax, Causal, Lq 17 through attention()", ak::make_spec(Causal{}), c, kAttention);
 }
 
 namespace {

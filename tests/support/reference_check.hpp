@@ -107,41 +107,22 @@ Agreement agreement(const RefSpec& ref, const Case& c, const Inputs<T, TQ, TV>& 
     reference::attention(ref, in.q.cview(), in.k.cview(), in.v_abs.cview(), magnitude.view,
                          c.options());
 
-  const double out_allowed = t.out + 8.0 * t.logit;
-  Agreement a;
-  const auto nan_count =
-      std::count_if(o.memory.begin(), o.memory.end(), [](float x) { return std::isnan(x); });
-  a.padding_intact = nan_count == static_cast<Index>(o.memory.size()) - c.rows() * dv;
+  std::vector<char> sees(rows);
   for (Index b = 0; b < c.batch; ++b)
     for (Index h = 0; h < c.q_heads; ++h)
-      for (Index r = 0; r < c.q_len; ++r) {
-        const float* got = o.view.row(b, h, r);
-        const double* want = expected.view.row(b, h, r);
-        for (Index x = 0; x < dv; ++x) {
-          const double size = kUnnormalized ? std::max(1.0, magnitude.view.row(b, h, r)[x]) : 1.0;
-          const double d = std::abs(double(got[x]) - want[x]);
-          a.out = std::isnan(d) ? HUGE_VAL : std::max(a.out, d / (out_allowed * size));
-        }
-        const auto at = static_cast<std::size_t>((b * c.q_heads + h) * c.q_len + r);
-        if constexpr (kStat != RowStat::None) {
-          const double e = stat_expected[at], g = stat[at];
-          const double d = e == g ? 0.0 : std::abs(g - e);  // equal infinities: 0
-          const double allowed = kStat == RowStat::Sum
-                                     ? t.sum_rel * std::max(1.0, std::abs(e)) +
-                                           2.0 * t.logit * (double(c.kv_len) + std::abs(e))
-                                     : t.lse + t.logit + t.lse_rel * std::abs(e);
-          a.stat = std::isnan(d) ? HUGE_VAL : std::max(a.stat, d / allowed);
-        }
-        if (sees_a_key(ref.mask, c, b, h, r)) continue;
-        ++a.empty_rows;
-        const auto zero = [](double x) { return x == 0.0; };
-        a.empty_exact =
-            a.empty_exact && std::all_of(got, got + dv, zero) && std::all_of(want, want + dv, zero);
-        if constexpr (kStat != RowStat::None)
-          a.empty_exact = a.empty_exact && stat[at] == empty_row_stat(ref.normalizer, h) &&
-                          stat_expected[at] == stat[at];
-      }
-  return a;
+      for (Index r = 0; r < c.q_len; ++r)
+        sees[static_cast<std::size_t>((b * c.q_heads + h) * c.q_len + r)] =
+            sees_a_key(ref.mask, c, b, h, r);
+  std::vector<float> empty_stat(static_cast<std::size_t>(c.q_heads));
+  for (Index h = 0; h < c.q_heads; ++h)
+    empty_stat[static_cast<std::size_t>(h)] = empty_row_stat(ref.normalizer, h);
+  if constexpr (kStat == RowStat::None) {  // nothing to compare
+    stat.clear();
+    stat_expected.clear();
+  }
+  return compare_rows({c, o, expected, kUnnormalized ? &magnitude : nullptr, stat, stat_expected,
+                       kStat == RowStat::Sum, sees, empty_stat},
+                      t);
 }
 
 /// The kernel call of agreement() for attention(spec) on `in`.

@@ -2,10 +2,12 @@
 // optimization (the random inputs are drawn here). It includes no kernel or SIMD header
 // (case.hpp, tolerance.hpp are light); it is compiled for each ISA the tests are, for the
 // reason tests/CMakeLists.txt gives.
+#include <algorithm>
 #include <attnkit/error.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_exception.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <sstream>
@@ -39,6 +41,50 @@ std::vector<unsigned char> bytes_of(const KernelResult& r) {
   std::memcpy(out.data() + r.out.size() * sizeof(float), r.lse.data(),
               r.lse.size() * sizeof(float));
   return out;
+}
+
+Agreement compare_rows(const ComparedRows& rows, const Tolerance& t) {
+  const Case& c = rows.c;
+  const Index dv = c.dv();
+  const double out_allowed = t.out + 8.0 * t.logit;
+  const bool has_stat = !rows.stat.empty();
+  Agreement a;
+  const auto& memory = rows.out.memory;
+  const auto nan_count =
+      std::count_if(memory.begin(), memory.end(), [](float x) { return std::isnan(x); });
+  a.padding_intact = nan_count == static_cast<Index>(memory.size()) - c.rows() * dv;
+  for (Index b = 0; b < c.batch; ++b)
+    for (Index h = 0; h < c.q_heads; ++h)
+      for (Index r = 0; r < c.q_len; ++r) {
+        const float* got = rows.out.view.row(b, h, r);
+        const double* want = rows.expected.view.row(b, h, r);
+        const double* magnitude = rows.magnitude ? rows.magnitude->view.row(b, h, r) : nullptr;
+        for (Index x = 0; x < dv; ++x) {
+          const double size = magnitude ? std::max(1.0, magnitude[x]) : 1.0;
+          const double d = std::abs(double(got[x]) - want[x]);
+          a.out = std::isnan(d) ? HUGE_VAL : std::max(a.out, d / (out_allowed * size));
+        }
+        const auto at = static_cast<std::size_t>((b * c.q_heads + h) * c.q_len + r);
+        if (has_stat) {
+          const double e = rows.stat_expected[at], g = rows.stat[at];
+          const double d = e == g ? 0.0 : std::abs(g - e);  // equal infinities: 0
+          const double allowed = rows.stat_is_sum
+                                     ? t.sum_rel * std::max(1.0, std::abs(e)) +
+                                           2.0 * t.logit * (double(c.kv_len) + std::abs(e))
+                                     : t.lse + t.logit + t.lse_rel * std::abs(e);
+          a.stat = std::isnan(d) ? HUGE_VAL : std::max(a.stat, d / allowed);
+        }
+        if (rows.sees_a_key[at]) continue;
+        ++a.empty_rows;
+        const auto zero = [](double x) { return x == 0.0; };
+        a.empty_exact =
+            a.empty_exact && std::all_of(got, got + dv, zero) && std::all_of(want, want + dv, zero);
+        if (has_stat)
+          a.empty_exact = a.empty_exact &&
+                          rows.stat[at] == rows.empty_stat[static_cast<std::size_t>(h)] &&
+                          rows.stat_expected[at] == rows.stat[at];
+      }
+  return a;
 }
 
 void check_agreement(const Agreement& a) {

@@ -5,6 +5,7 @@
 
 #include <attnkit/tensor.hpp>
 #include <limits>
+#include <vector>
 
 #include "support/attnkit_test.hpp"
 
@@ -27,6 +28,25 @@ struct Agreement {
   Index empty_rows = 0;
   bool empty_exact = true;  // each such row 0 in both, with the empty statistic in both
 };
+
+struct Case;
+
+/// What agreement() (reference_check.hpp) compares, gathered by its template part: the
+/// kernel's output and row statistic and the f64 reference's, per row whether the mask lets it
+/// see a key, and per head the statistic an empty row must report. Compared once, here, not
+/// per instantiation (support.cpp).
+struct ComparedRows {
+  const Case& c;
+  const Tensor<float>& out;         // [B, Hq, Lq, Dv] in c.layout, NaN where not written
+  const Tensor<double>& expected;   // Bhsd
+  const Tensor<double>* magnitude;  // unnormalized rules: sum_j w_ij |v_j|; else null
+  const std::vector<float>& stat;   // per row; empty when the normalizer has none
+  const std::vector<float>& stat_expected;
+  bool stat_is_sum;                      // an l1 row sum (relative bound), else an LSE
+  const std::vector<char>& sees_a_key;   // per row (b, h, r)
+  const std::vector<float>& empty_stat;  // per query head
+};
+Agreement compare_rows(const ComparedRows& rows, const Tolerance& t);
 
 /// CHECKs an Agreement: out and stat within tolerance, the padding intact, the rows that see
 /// no key exact.

@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
-#include <deque>
 #include <limits>
 #include <vector>
 
@@ -93,9 +92,7 @@ void paged_decode_rows(const Spec& spec, const View<Q>& q, const PagedKv<T>& pag
   std::vector<float> part_stat(static_cast<std::size_t>(slots * rows));
 
   using Engine = DecodeRows<Spec, Q, const T, const T>;
-  std::deque<Engine> engines;
-  for (int t = 0; t < threads_for(options.threads, slots); ++t)
-    engines.emplace_back(spec, p, q, Hkv);
+  Workers<Engine> engines(threads_for(options.threads, slots), spec, p, q, Hkv);
   for_each_item(engines, slots, [&](Engine& mine, Index slot) {
     const auto after = std::upper_bound(first_slot.begin(), first_slot.end(), slot);
     const Index b = (after - first_slot.begin()) - 1;

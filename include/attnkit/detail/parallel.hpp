@@ -2,12 +2,14 @@
 // with a dynamic schedule, either each thread with its own worker (scratch), built by the
 // caller on the calling thread beforehand so that a failed allocation throws to the caller
 // instead of calling std::terminate inside the parallel region (for_each_item), or items that
-// need no worker (parallel_for). Without OpenMP the loops are serial.
+// need no worker (parallel_for). Without OpenMP the loops are serial. Workers holds those
+// per-thread workers.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <exception>
+#include <new>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -32,10 +34,51 @@ inline int threads_for(int requested, Index items) {
   return static_cast<int>(std::min<Index>(thread_count(requested), std::max<Index>(items, 1)));
 }
 
+/// `count` workers T(args...), one per thread, built in place on the calling thread (a failed
+/// allocation or constructor throws here, after destroying those built) and never moved: a
+/// worker may hold pointers into itself. Each sits on cache lines of its own, so threads
+/// writing their workers' members do not share a line. (A std::deque did the same, but each
+/// kernel type instantiated its machinery anew: about 400 functions per type to compile.)
+template <class T>
+class Workers {
+ public:
+  template <class... Args>
+  explicit Workers(int count, Args&&... args)  // each worker gets the same (lvalue) args
+      : items_(static_cast<unsigned char*>(
+            ::operator new(kStride* static_cast<std::size_t>(std::max(count, 1)), kAlign))) {
+    try {
+      for (; size_ < static_cast<std::size_t>(count); ++size_) new (slot(size_)) T(args...);
+    } catch (...) {
+      release();
+      throw;
+    }
+  }
+  Workers(const Workers&) = delete;
+  Workers& operator=(const Workers&) = delete;
+  ~Workers() { release(); }
+
+  std::size_t size() const { return size_; }
+  T& operator[](std::size_t i) { return *std::launder(reinterpret_cast<T*>(slot(i))); }
+  T& front() { return (*this)[0]; }
+
+ private:
+  static constexpr std::size_t kLine = 64;
+  static constexpr std::size_t kStride = (sizeof(T) + kLine - 1) / kLine * kLine;
+  static constexpr std::align_val_t kAlign{std::max(alignof(T), kLine)};
+  unsigned char* slot(std::size_t i) const { return items_ + i * kStride; }
+  void release() noexcept {
+    while (size_ > 0) (*this)[--size_].~T();
+    ::operator delete(items_, kAlign);
+  }
+
+  unsigned char* items_;
+  std::size_t size_ = 0;
+};
+
 /// run(worker, item) for every item in [0, items), worker = workers[thread]: one thread per
-/// worker (a std::deque or std::vector of them), dynamic schedule of one item at a time.
-template <class Workers, class Run>
-void for_each_item(Workers& workers, Index items, Run&& run) {
+/// worker (Workers, or a std::vector of them), dynamic schedule of one item at a time.
+template <class Pool, class Run>
+void for_each_item(Pool& workers, Index items, Run&& run) {
 #ifdef _OPENMP
   const int threads = static_cast<int>(workers.size());
 #pragma omp parallel num_threads(threads) if (threads > 1)

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <deque>
 #include <type_traits>
 #include <vector>
 
@@ -61,9 +60,7 @@ void run_tiles(const Spec& spec, const Problem& p, const View<Q>& q, const View<
   PairKv pair_kv;
   if (!owns_product<typename Spec::Position>() && TilePairProducts::wanted(rounds_operands(p)))
     pair_kv = pack_pair_kv(k, v, simd::round_up(p.value_dim), threads);
-  std::deque<Tiles> tiles;  // a deque never relocates: each thread's Tiles stays put
-  for (int t = 0; t < threads; ++t)
-    tiles.emplace_back(spec, p, q, k, v, o, lse, key_scale.data(), &pair_kv, plan.gather);
+  Workers<Tiles> tiles(threads, spec, p, q, k, v, o, lse, key_scale.data(), &pair_kv, plan.gather);
 
   for_each_item(tiles, items, run_item);
 }

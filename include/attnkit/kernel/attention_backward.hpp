@@ -6,7 +6,6 @@
 // owns every gradient of an item, so results are bitwise identical for any thread count.
 #pragma once
 
-#include <deque>
 #include <type_traits>
 #include <vector>
 
@@ -56,9 +55,9 @@ void run_backward(const Spec& spec, const Problem& p, const View<Q>& q, const Vi
   std::vector<double> head_grads(static_cast<std::size_t>(p.batch * p.q_heads), 0.0);
   const Index count = grads.position != nullptr ? position_param_count(spec.position) : 0;
   std::vector<double> position_grads(static_cast<std::size_t>(items * count), 0.0);
-  std::deque<Tiles> tiles;  // per thread, allocated here (std::bad_alloc reaches the caller)
-  for (int t = 0; t < threads; ++t)
-    tiles.emplace_back(spec, p, q, k, v, d_o, dq, dk, dv, k_raw, stat, delta, key_scale.data());
+  // per thread, allocated here (std::bad_alloc reaches the caller)
+  Workers<Tiles> tiles(threads, spec, p, q, k, v, d_o, dq, dk, dv, k_raw, stat, delta,
+                       key_scale.data());
   for_each_item(tiles, items, [&](Tiles& worker, Index item) {
     const Index b = item / p.kv_heads;
     worker.run(b, item % p.kv_heads, head_grads.data() + b * p.q_heads,

@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <deque>
 #include <memory>
 #include <type_traits>
 #include <vector>
@@ -65,9 +64,7 @@ void run_split_kv_tiles(const Spec& part_spec, const Problem& p, const View<Q>& 
   std::vector<float> key_scale;  // cosine logits (SoftplusL1): the key norms, once per call
   if constexpr (cosine_logits<Normalizer>()) key_scale = inverse_row_norms(k);
   const int threads = threads_for(p.threads, items);
-  std::deque<Tiles> tiles;
-  for (int t = 0; t < threads; ++t)
-    tiles.emplace_back(part_spec, p, q, k, v, o, nullptr, key_scale.data());
+  Workers<Tiles> tiles(threads, part_spec, p, q, k, v, o, nullptr, key_scale.data());
 
   const auto run_item = [&](Tiles& mine, Index item) {
     const SplitItem it = split_item(p, chunks, item);
@@ -104,8 +101,7 @@ void run_split_kv(const Spec& spec, const Problem& p, const View<Q>& q, const Vi
   if constexpr (decode_rows_fit<Spec>()) rows_engine = p.q_len <= kDecodeRowsMaxQueries;
   if (rows_engine) {
     // Softmax rows: a whole KV group per item, keys in the lanes (decode_rows.hpp).
-    std::deque<DecodeRows<Spec, Q, K, V>> engines;
-    for (int t = 0; t < threads_for(p.threads, items); ++t) engines.emplace_back(spec, p, q);
+    Workers<DecodeRows<Spec, Q, K, V>> engines(threads_for(p.threads, items), spec, p, q);
     for_each_item(engines, items, [&](DecodeRows<Spec, Q, K, V>& mine, Index item) {
       const SplitItem it = split_item(p, chunks, item);
       const Index row = (it.b * p.q_heads + it.g * group) * p.q_len;

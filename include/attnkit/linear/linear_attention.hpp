@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cmath>
-#include <deque>
 #include <string>
 #include <type_traits>
 
@@ -77,8 +76,7 @@ void linear_attention(const LinearSpec<Map>& spec, const View<Q>& q, const View<
   if (items == 0) return;
   const int threads = detail::threads_for(p.threads, items);
   // Scratch for every thread is allocated here, so std::bad_alloc reaches the caller.
-  std::deque<Heads> heads;  // never relocates
-  for (int t = 0; t < threads; ++t) heads.emplace_back(spec, p, scale, q, k, v, o, state);
+  detail::Workers<Heads> heads(threads, spec, p, scale, q, k, v, o, state);
   const auto run_item = [&](Heads& mine, Index item) {
     mine.run(item / p.q_heads, item % p.q_heads);
   };

@@ -6,7 +6,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <type_traits>
 
 #include "attnkit/detail/backward_checks.hpp"
@@ -127,9 +126,8 @@ void linear_attention_backward(const LinearSpec<Map>& spec, const View<Q>& q, co
   if (items == 0) return;
   const int threads = detail::threads_for(p.threads, items);
   const detail::LinearBackwardStates states{state_in, d_state_out, d_state_in};
-  std::deque<Heads> heads;  // per thread, allocated here (std::bad_alloc reaches the caller)
-  for (int t = 0; t < threads; ++t)
-    heads.emplace_back(spec, p, scale, q, k, v, d_o, dq, dk, dv, states);
+  // per thread, allocated here (std::bad_alloc reaches the caller)
+  detail::Workers<Heads> heads(threads, spec, p, scale, q, k, v, d_o, dq, dk, dv, states);
   detail::for_each_item(heads, items, [&](Heads& mine, Index item) {
     mine.run(item / p.kv_heads, item % p.kv_heads);
   });
