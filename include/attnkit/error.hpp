@@ -3,6 +3,7 @@
 // argument, the expected and the actual value; nothing is written before that.
 #pragma once
 
+#include <cstddef>
 #include <ostream>
 #include <sstream>
 #include <stdexcept>
@@ -19,34 +20,39 @@ class Error : public std::invalid_argument {
 
 namespace detail {
 
+/// How a message piece is held: string literals as const char*, anything else by reference.
+/// So the formatting is instantiated once per kind of piece, not once per literal length (a
+/// check named "q" and one named "kv_len" would otherwise format through two copies).
+template <class T>
+struct Piece {
+  using type = const T&;
+};
+template <std::size_t N>
+struct Piece<char[N]> {
+  using type = const char*;
+};
+template <class T>
+using piece_t = typename Piece<T>::type;
+
 /// Pieces of a message, written one after the other when it is printed: `cat(name, ".batch")`
 /// or `cat(">= ", span, " (rows must not overlap)")` in a check costs nothing until the check
 /// fails (a std::string built with + and std::to_string costs a heap string on every call).
 /// Holds references to its pieces: build it in the call that uses it.
-template <class... Parts>
+template <class... Pieces>
 struct Cat {
-  std::tuple<const Parts&...> parts;
+  std::tuple<Pieces...> parts;
 };
 
 template <class... Parts>
-Cat<Parts...> cat(const Parts&... parts) {
-  return Cat<Parts...>{std::tuple<const Parts&...>(parts...)};
+Cat<piece_t<Parts>...> cat(const Parts&... parts) {
+  return Cat<piece_t<Parts>...>{std::tuple<piece_t<Parts>...>(parts...)};
 }
 
-template <class... Parts>
-std::ostream& operator<<(std::ostream& os, const Cat<Parts...>& c) {
+template <class... Pieces>
+std::ostream& operator<<(std::ostream& os, const Cat<Pieces...>& c) {
   std::apply([&os](const auto&... part) { (os << ... << part); }, c.parts);
   return os;
 }
-
-/// A message piece as fail_with() takes it: string literals as const char*, so that the
-/// formatting is instantiated once per kind of piece, not once per literal length (a check
-/// named "q" and one named "kv_len" would otherwise format through two copies).
-template <class T>
-const T& piece(const T& x) {
-  return x;
-}
-inline const char* piece(const char* s) { return s; }
 
 template <class Argument, class Expected, class Actual>
 [[noreturn]] void fail_with(const Argument& argument, const Expected& expected,
@@ -60,7 +66,7 @@ template <class Argument, class Expected, class Actual>
 /// is anything an std::ostream prints (a string, a number, a cat()).
 template <class Argument, class Expected, class Actual>
 [[noreturn]] void fail(const Argument& argument, const Expected& expected, const Actual& actual) {
-  fail_with(piece(argument), piece(expected), piece(actual));
+  fail_with<piece_t<Argument>, piece_t<Expected>, piece_t<Actual>>(argument, expected, actual);
 }
 
 /// Throws Error(argument, expected, actual) when `ok` is false; the message is formatted only
