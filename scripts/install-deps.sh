@@ -75,14 +75,23 @@ fuzzer_runtime_package() {
 # compiler and qemu user emulation on x86-64 hosts, and the arm64 builds of Catch2, xsimd and
 # Eigen unpacked under aarch64_prefix (they cannot be installed next to the host's own
 # copies: same paths).
+# --ci (.ci/run): a throwaway machine that runs the test workflow only: dpkg unpacks without
+# fsync (--force-unsafe-io), and clang's libFuzzer runtime is left out (the fuzz test has a
+# workflow of its own, which CI does not run).
 with_aarch64=1
+ci=""
 for arg in "$@"; do
   case "$arg" in
     --aarch64) with_aarch64=1 ;;  # the default; kept for the scripts that pass it
     --no-aarch64) with_aarch64="" ;;
-    *) echo "install-deps.sh: unknown argument '$arg' (known: --no-aarch64)" >&2; exit 2 ;;
+    --ci) ci=1 ;;
+    *) echo "install-deps.sh: unknown argument '$arg' (known: --no-aarch64, --ci)" >&2; exit 2 ;;
   esac
 done
+apt_options=()
+if [ -n "$ci" ]; then
+  apt_options=(-o Dpkg::Options::=--force-unsafe-io)
+fi
 aarch64_prefix=${ATTNKIT_AARCH64_PREFIX:-/opt/attnkit-aarch64}
 aarch64_packages=()
 if [ "$(uname -m)" = x86_64 ] && [ -n "$with_aarch64" ]; then
@@ -121,7 +130,8 @@ missing=()
 for p in "${packages[@]}"; do
   is_installed "$p" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ] && have_catch2_v3 && have_libfuzzer && have_aarch64_prefix; then
+if [ ${#missing[@]} -eq 0 ] && have_catch2_v3 && { [ -n "$ci" ] || have_libfuzzer; } &&
+  have_aarch64_prefix; then
   echo "install-deps.sh: all dependencies present"
   exit 0
 fi
@@ -149,9 +159,10 @@ fi
 "${sudo[@]}" apt-get update -qq
 others=()
 for p in "${packages[@]}"; do [ "$p" = catch2 ] || others+=("$p"); done
-"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${others[@]}"
-"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${backports[@]}" catch2
-if ! have_libfuzzer; then
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${apt_options[@]}" "${others[@]}"
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${apt_options[@]}" \
+  "${backports[@]}" catch2
+if [ -z "$ci" ] && ! have_libfuzzer; then
   runtime=$(fuzzer_runtime_package)
   if [ -n "$runtime" ]; then
     "${sudo[@]}" apt-get install -y -qq --no-install-recommends "$runtime"
@@ -166,7 +177,7 @@ if ! have_catch2_v3; then
   echo "install-deps.sh: Catch2 v3 was not installed (found an older Catch2?)" >&2
   exit 1
 fi
-if ! have_libfuzzer; then
+if [ -z "$ci" ] && ! have_libfuzzer; then
   # Not fatal: the fuzz test then reports itself skipped; everything else works.
   echo "install-deps.sh: warning: clang++ cannot link a libFuzzer target; the fuzz test" \
        "will be skipped (install the compiler-rt package of your clang)" >&2
