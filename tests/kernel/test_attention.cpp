@@ -88,6 +88,24 @@ TEST_CASE("attention: layouts BHSD, BSHD and padded strides", "[attention][grid]
   check(kCausal, c);
 }
 
+// From kContiguousCopyQueries queries on, f32 K and V whose rows are not back to back are
+// read from one contiguous copy (kernel/attention.hpp); below it, in place. Either way the
+// tiles see the same values in the same order: the bits of BHSD, and the reference.
+TEST_CASE("attention: BSHD and padded K/V (copied or read in place) give the bits of BHSD",
+          "[attention][grid]") {
+  const Index q_len = GENERATE(ak::detail::kContiguousCopyQueries - 1,
+                               ak::detail::kContiguousCopyQueries, Index{300});
+  Case c = Case{}.lengths(q_len, 300).heads(4, 2).dims(64).batches(2);
+  c.value_dim = 48;
+  const auto bhsd = ak::test::bytes_of(ak::test::run_kernel(kCausal, c));
+  for (const Layout layout : {Layout::Bshd, Layout::Padded}) {
+    c.layout = layout;
+    INFO(ak::test::describe(c));
+    CHECK(ak::test::bytes_of(ak::test::run_kernel(kCausal, c)) == bhsd);
+    check(kCausal, c);
+  }
+}
+
 TEST_CASE("attention: softcap with and without causal mask", "[attention][softcap]") {
   const float cap = GENERATE(5.f, 30.f);
   Case c = Case{}.lengths(100, 300);
