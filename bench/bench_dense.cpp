@@ -52,13 +52,18 @@ struct Shape {
   double bytes() const { return 4.0 * sizeof(float) * kBatch * kHeads * len * dim; }
 };
 
-// Q, K, V, O in BHSD layout, filled once per shape.
+// Q, K, V, O in BHSD layout (or BSHD, the layout of a model's projections: rows of one head
+// kHeads * d floats apart), filled once per shape.
 struct Buffers : attnkit_bench::QkvoBuffers {
-  explicit Buffers(const Shape& s)
-      : QkvoBuffers(static_cast<std::size_t>(kBatch * kHeads * s.len * s.dim)) {}
+  explicit Buffers(const Shape& s, bool bshd = false)
+      : QkvoBuffers(static_cast<std::size_t>(kBatch * kHeads * s.len * s.dim)), bshd_(bshd) {}
   ak::View<float> view(std::vector<float>& t, const Shape& s) {
-    return ak::bhsd(t.data(), kBatch, kHeads, s.len, s.dim);
+    return bshd_ ? ak::bshd(t.data(), kBatch, s.len, kHeads, s.dim)
+                 : ak::bhsd(t.data(), kBatch, kHeads, s.len, s.dim);
   }
+
+ private:
+  bool bshd_;
 };
 
 using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -119,10 +124,11 @@ void set_counters(benchmark::State& state, const Shape& s, const OthersProbe& pr
   set_others(state, probe);
 }
 
-// attnkit with the given score policy (Dot, or Softcap to price a score mod).
+// attnkit with the given score policy (Dot, or Softcap to price a score mod), on BHSD or
+// BSHD buffers.
 template <class Score>
-void BM_Attention_Attnkit(benchmark::State& state, Shape s, Score score) {
-  Buffers buf(s);
+void BM_Attention_Attnkit(benchmark::State& state, Shape s, Score score, bool bshd) {
+  Buffers buf(s, bshd);
   const auto q = buf.view(buf.q, s), k = buf.view(buf.k, s), v = buf.view(buf.v, s),
              o = buf.view(buf.o, s);
   const auto options = ak::Options{}.with_threads(s.threads);
@@ -245,6 +251,17 @@ class SummaryReporter : public attnkit_bench::PlainConsoleReporter {
     }
   }
 
+  /// attnkit on BSHD buffers against BHSD, same shape and run: 1.0x means the layout is free.
+  void print_layouts(const std::vector<Shape>& shapes) const {
+    std::printf("\nBSHD (H %td: a head's rows H d floats apart) against BHSD, GFLOP/s:\n", kHeads);
+    for (const Shape& s : shapes) {
+      const Result a = get(s.name("attnkit")), b = get(s.name("attnkit_bshd"));
+      if (a.gflops > 0 && b.gflops > 0)
+        std::printf("  d %td L %td causal %d threads %d: bshd %.1f bhsd %.1f (%s)\n", s.dim, s.len,
+                    int(s.causal), s.threads, b.gflops, a.gflops, ratio(b, a).c_str());
+    }
+  }
+
   /// The best GFLOP/s of a row (0 when it did not run).
   double gflops(const std::string& name) const { return get(name).gflops; }
 
@@ -311,8 +328,10 @@ int main(int argc, char** argv) {
   for (const Index dim : {64, 128})
     for (const int threads : {1, 2}) add(peak_name(dim, threads), BM_Gemm_TilePeak, dim, threads);
   for (const Shape& s : shapes) {
-    add(s.name("attnkit"), BM_Attention_Attnkit<ak::Dot>, s, ak::Dot{});
-    add(s.name("attnkit_softcap"), BM_Attention_Attnkit<ak::Softcap>, s, ak::Softcap{30.f});
+    add(s.name("attnkit"), BM_Attention_Attnkit<ak::Dot>, s, ak::Dot{}, false);
+    add(s.name("attnkit_softcap"), BM_Attention_Attnkit<ak::Softcap>, s, ak::Softcap{30.f}, false);
+    if (s.len == 4096 && s.causal)
+      add(s.name("attnkit_bshd"), BM_Attention_Attnkit<ak::Dot>, s, ak::Dot{}, true);
     add(s.name("unfused"), BM_Attention_Unfused, s);
     if (!s.causal) add(s.name("roofline"), BM_Gemm_Roofline, s);
   }
@@ -322,7 +341,7 @@ int main(int argc, char** argv) {
   for (const Shape& s : product_shapes) {
     if (std::find_if(shapes.begin(), shapes.end(),
                      [&](const Shape& t) { return t.name("") == s.name(""); }) == shapes.end())
-      add(s.name("attnkit"), BM_Attention_Attnkit<ak::Dot>, s, ak::Dot{});
+      add(s.name("attnkit"), BM_Attention_Attnkit<ak::Dot>, s, ak::Dot{}, false);
     for (const auto kernel : bench_products::kernels())
       add(s.name(bench_products::variant(kernel)), BM_Attention_Bf16, s, kernel);
   }
@@ -330,6 +349,7 @@ int main(int argc, char** argv) {
   attnkit_bench::report_context("dense", kBatch * kHeads, 0);
   attnkit_bench::report_baseline("attnkit", "unfused");
   attnkit_bench::report_baseline("attnkit_softcap", "attnkit");
+  attnkit_bench::report_baseline("attnkit_bshd", "attnkit");
   attnkit_bench::report_baseline("bf16_fma", "attnkit");
   attnkit_bench::report_baseline("bf16_dot", "attnkit");
   // 0.3 s per benchmark unless the command line says otherwise.
@@ -346,6 +366,7 @@ int main(int argc, char** argv) {
   SummaryReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   reporter.print_summary(shapes);
+  reporter.print_layouts(shapes);
   bench_products::print_summary<Shape>(
       product_shapes, [&reporter](const std::string& name) { return reporter.gflops(name); });
   benchmark::Shutdown();

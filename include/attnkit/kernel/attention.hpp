@@ -79,7 +79,7 @@ inline constexpr Index kContiguousCopyQueries = 256;
 /// x as a contiguous f32 copy in `copy` when the tiles should read one (see above), else x.
 template <class T>
 View<T> tile_rows(const View<T>& x, const Problem& p, bool split, std::vector<float>& copy) {
-  if constexpr (std::is_same_v<T, const float>) {
+  if constexpr (is_f32<T>()) {
     if (!split && p.q_len >= kContiguousCopyQueries && x.seq_stride != x.dim) {
       copy.resize(static_cast<std::size_t>(x.batch * x.heads * x.seq * x.dim));
       parallel_for(thread_count(p.threads), x.batch * x.heads, 1, [&](Index bh) {
@@ -87,7 +87,7 @@ View<T> tile_rows(const View<T>& x, const Problem& p, bool split, std::vector<fl
         for (Index s = 0; s < x.seq; ++s)
           std::copy_n(x.row(b, h, s), x.dim, copy.data() + (bh * x.seq + s) * x.dim);
       });
-      return bhsd(static_cast<const float*>(copy.data()), x.batch, x.heads, x.seq, x.dim);
+      return bhsd(static_cast<T*>(copy.data()), x.batch, x.heads, x.seq, x.dim);
     }
   }
   return x;
