@@ -64,6 +64,18 @@ TEST_CASE("attention_backward: every normalizer matches the reference, causal an
     });
 }
 
+// From kContiguousCopyQueries queries on, strided f32 Q, K, V and dO are read from contiguous
+// copies (detail::tile_rows); below it, in place.
+TEST_CASE(
+    "attention_backward: BSHD and padded inputs (copied or read in place) match the reference",
+    "[backward]") {
+  for (const Index q_len : {ak::detail::kContiguousCopyQueries - 1, Index{300}})
+    for (const Layout layout : {Layout::Bshd, Layout::Padded}) {
+      Case c = Case{}.lengths(q_len, 300).heads(4, 2).dims(48).laid_out(layout);
+      check_backward("Softmax, Causal", ak::make_spec(Causal{}), c);
+    }
+}
+
 TEST_CASE("attention_backward: each kind of mask and score mod matches the reference",
           "[backward]") {
   const Case c = Case{}.lengths(150, 150).heads(2, 1).dims(32).laid_out(Layout::Padded);

@@ -67,32 +67,6 @@ void run_tiles(const Spec& spec, const Problem& p, const View<Q>& q, const View<
 
 // Runs the kernel -- split-KV or tiled -- on k, or on k turned once by a row-transforming
 // Position (Rope, Fope): each key row turned into an f32 copy [B, Hkv, Lk, D] the tiles read.
-// The tiles read f32 K and V rows in place when they are back to back. Rows further apart
-// (BSHD with several heads: H D floats apart; a padded layout) cost the tile GEMMs, which
-// read each key tile again for every query tile: on Zen 3 (d 128, L 4096, causal, one
-// thread) BSHD ran 12% (H 2) to 22% (H 8) below BHSD, and packing each key tile per query
-// tile cost more than it saved (a third of the time in the copy). So with at least
-// kContiguousCopyQueries queries (a pass over K and V then costs about 1% of the tiles) the
-// call reads them from one contiguous copy [B, Hkv, Lk, D], as a row-turning Position's keys.
-inline constexpr Index kContiguousCopyQueries = 256;
-
-/// x as a contiguous f32 copy in `copy` when the tiles should read one (see above), else x.
-template <class T>
-View<T> tile_rows(const View<T>& x, const Problem& p, bool split, std::vector<float>& copy) {
-  if constexpr (is_f32<T>()) {
-    if (!split && p.q_len >= kContiguousCopyQueries && x.seq_stride != x.dim) {
-      copy.resize(static_cast<std::size_t>(x.batch * x.heads * x.seq * x.dim));
-      parallel_for(thread_count(p.threads), x.batch * x.heads, 1, [&](Index bh) {
-        const Index b = bh / x.heads, h = bh % x.heads;
-        for (Index s = 0; s < x.seq; ++s)
-          std::copy_n(x.row(b, h, s), x.dim, copy.data() + (bh * x.seq + s) * x.dim);
-      });
-      return bhsd(static_cast<T*>(copy.data()), x.batch, x.heads, x.seq, x.dim);
-    }
-  }
-  return x;
-}
-
 template <class Spec, class Q, class K, class V, class O>
 void run_with_keys(const Spec& spec, const Problem& p, const View<Q>& q, const View<K>& k,
                    const View<V>& v, const View<O>& o, const Options& options, bool split) {

@@ -109,15 +109,22 @@ void attention_backward(const Spec& spec, const View<Q>& q, const View<K>& k, co
   const Problem p =
       detail::make_backward_problem(spec, q, k, v, o, d_o, dq, dk, dv, options, grads);
   const std::vector<float> delta = detail::row_deltas(p, o, d_o);
+  // Strided f32 inputs are read from contiguous copies (detail::tile_rows, pack.hpp).
+  std::vector<float> q_copy, v_copy, d_o_copy;
+  const View<Q> queries = detail::tile_rows(q, p, false, q_copy);
+  const View<V> values = detail::tile_rows(v, p, false, v_copy);
+  const View<GO> d_out = detail::tile_rows(d_o, p, false, d_o_copy);
   const auto run = [&](const auto& keys) {
-    detail::run_backward(spec, p, q, keys, v, d_o, dq, dk, dv, k, options.lse, delta.data(), grads);
+    detail::run_backward(spec, p, queries, keys, values, d_out, dq, dk, dv, k, options.lse,
+                         delta.data(), grads);
   };
   if constexpr (detail::transforms_rows<Position>()) {
     const std::vector<float> keys =
         detail::transformed_keys(spec.position, k, detail::thread_count(p.threads));
     run(bhsd(keys.data(), p.batch, p.kv_heads, p.kv_len, p.head_dim));
   } else {
-    run(k);
+    std::vector<float> k_copy;
+    run(detail::tile_rows(k, p, false, k_copy));
   }
 }
 
