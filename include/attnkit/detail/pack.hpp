@@ -128,14 +128,29 @@ F32Rows f32_rows(const View<T>& src, bool in_place, Index b, Index h, Index row0
   return {scratch, ld};
 }
 
+/// x's rows in f32, BHSD-contiguous [B, H, S, D], each then handed to turn(row, b, h, s);
+/// rows are shared out over `threads`, 64 at a time.
+template <class T, class Turn>
+std::vector<float> contiguous_rows(const View<T>& x, int threads, Turn&& turn) {
+  std::vector<float> out(static_cast<std::size_t>(x.batch * x.heads * x.seq * x.dim));
+  parallel_for(threads, x.batch * x.heads * x.seq, 64, [&](Index row) {
+    const Index s = row % x.seq, bh = row / x.seq;
+    const Index b = bh / x.heads, h = bh % x.heads;
+    float* dst = out.data() + row * x.dim;
+    row_to_f32(x.row(b, h, s), x.dim, dst);
+    turn(dst, b, h, s);
+  });
+  return out;
+}
+
 // The tiles read f32 K and V rows (the backward also Q and dO) in place when they are back
-// to back. Rows further apart
-// (BSHD with several heads: H D floats apart; a padded layout) cost the tile GEMMs, which
-// read each key tile again for every query tile: on Zen 3 (d 128, L 4096, causal, one
-// thread) BSHD ran 12% (H 2) to 22% (H 8) below BHSD, and packing each key tile per query
-// tile cost more than it saved (a third of the time in the copy). So with at least
-// kContiguousCopyQueries queries (a pass over K and V then costs about 1% of the tiles) the
-// call reads them from one contiguous copy [B, Hkv, Lk, D], as a row-turning Position's keys.
+// to back. Rows further apart (BSHD with several heads: H D floats apart; a padded layout)
+// cost the tile GEMMs, which read each key tile again for every query tile: on Zen 3 (d 128,
+// L 4096, causal, one thread) BSHD ran 12% (H 2) to 22% (H 8) below BHSD, and packing each
+// key tile per query tile cost more than it saved (a third of the time in the copy). So with
+// at least kContiguousCopyQueries queries (a pass over K and V then costs about 1% of the
+// tiles) the call reads them from one contiguous copy [B, Hkv, Lk, D], as a row-turning
+// Position's keys.
 inline constexpr Index kContiguousCopyQueries = 256;
 
 /// x as a contiguous f32 copy in `copy` when the tiles should read one (see above), else x.
@@ -145,12 +160,7 @@ template <class T>
 View<T> tile_rows(const View<T>& x, const Problem& p, bool split, std::vector<float>& copy) {
   if constexpr (is_f32<T>()) {
     if (!split && p.q_len >= kContiguousCopyQueries && x.seq_stride != x.dim) {
-      copy.resize(static_cast<std::size_t>(x.batch * x.heads * x.seq * x.dim));
-      parallel_for(thread_count(p.threads), x.batch * x.heads, 1, [&](Index bh) {
-        const Index b = bh / x.heads, h = bh % x.heads;
-        for (Index s = 0; s < x.seq; ++s)
-          std::copy_n(x.row(b, h, s), x.dim, copy.data() + (bh * x.seq + s) * x.dim);
-      });
+      copy = contiguous_rows(x, thread_count(p.threads), [](float*, Index, Index, Index) {});
       return bhsd(static_cast<T*>(copy.data()), x.batch, x.heads, x.seq, x.dim);
     }
   }

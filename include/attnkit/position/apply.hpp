@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "attnkit/detail/pack.hpp"
 #include "attnkit/detail/parallel.hpp"
 #include "attnkit/detail/storage_rows.hpp"
 #include "attnkit/detail/traits.hpp"
@@ -62,17 +63,9 @@ namespace detail {
 /// row is a short transform).
 template <class Policy, class T>
 std::vector<float> transformed_keys(const Policy& policy, const View<T>& k, int threads) {
-  std::vector<float> out(static_cast<std::size_t>(k.batch * k.heads * k.seq * k.dim));
-  const Index rows = k.batch * k.heads * k.seq;
-  parallel_for(threads, rows, 64, [&](Index row) {
-    const Index s = row % k.seq, bh = row / k.seq;
-    const Index b = bh / k.heads, h = bh % k.heads;
-    const T* src = k.row(b, h, s);
-    float* dst = out.data() + row * k.dim;
-    row_to_f32(src, k.dim, dst);
-    policy.apply(dst, k.dim, RowAt{b, h, s, k.seq, s, Role::Key});
+  return contiguous_rows(k, threads, [&](float* row, Index b, Index h, Index s) {
+    policy.apply(row, k.dim, RowAt{b, h, s, k.seq, s, Role::Key});
   });
-  return out;
 }
 
 }  // namespace detail
