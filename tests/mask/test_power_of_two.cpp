@@ -182,8 +182,8 @@ TEST_CASE("PowerOfTwo: key_ranges holds the key at distance 2^62 (q_offset = 2^6
 }
 
 TEST_CASE("PowerOfTwo: range part and columns split keep() exactly", "[mask][power_of_two]") {
-  const auto [sinks, window] =
-      GENERATE(table<Index, Index>({{0, 0}, {4, 0}, {0, 16}, {3, 10}, {50, 40}, {4, 64}}));
+  const auto [sinks, window] = GENERATE(table<Index, Index>(
+      {{0, 0}, {4, 0}, {0, 16}, {3, 10}, {50, 40}, {4, 64}, {16, 20}, {17, 20}}));
   INFO("PowerOfTwo{" << sinks << ", " << window << "}");
   std::vector<Index> positions;
   for (Index i = -20; i < 300; ++i) positions.push_back(i);
@@ -198,6 +198,15 @@ TEST_CASE("PowerOfTwo: the columns of a query are its distances 2^k past the win
   };
   CHECK(list(PowerOfTwo{0, 5}, 100) == std::vector<Index>{36, 68, 84, 92});  // 64, 32, 16, 8
   CHECK(list(PowerOfTwo{40, 5}, 100) == std::vector<Index>{68, 84, 92});     // 36 is a sink
+  // Up to kGatheredSinks sinks are columns too (those before the window), and the range part
+  // then leaves them out; one more and they stay a range of the range part.
+  constexpr Index kFew = PowerOfTwo::kGatheredSinks;
+  CHECK(list(PowerOfTwo{4, 5}, 100) == std::vector<Index>{0, 1, 2, 3, 36, 68, 84, 92});
+  CHECK(list(PowerOfTwo{4, 5}, 7) == std::vector<Index>{0, 1});  // 2 and 3 are in the window
+  CHECK_FALSE(PowerOfTwo{4, 5}.range_part().keep(0, 0, 100, 2));
+  CHECK(list(PowerOfTwo{kFew, 5}, 100).size() == std::size_t(kFew) + 4);  // + 36 68 84 92
+  CHECK(list(PowerOfTwo{kFew + 1, 5}, 100) == std::vector<Index>{36, 68, 84, 92});
+  CHECK(PowerOfTwo{kFew + 1, 5}.range_part().keep(0, 0, 100, 2));
   CHECK(list(PowerOfTwo{0, 64}, 100).empty());  // every power of two <= 100 is in the window
   CHECK(list(PowerOfTwo{0, 0}, 0).empty());
   CHECK(list(PowerOfTwo{0, 0}, -7).empty());

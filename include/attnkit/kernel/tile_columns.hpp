@@ -149,21 +149,13 @@ class TileColumns {
       for (Index t1 = t0; t1 < end; t1 += kW) {
         const Index n = std::min(kW, end - t1);
         const float* key[kW];
-        simd::Vec acc[kW];
-        for (Index u = 0; u < kW; ++u) acc[u] = simd::Vec(0.f);
         for (Index u = 0; u < n; ++u) {
           key[u] = in_place ? as_f32(k.row(b, hk, keys[t1 + u])) : rows + u * d;
           if (!in_place) pack_rows(k, b, hk, keys[t1 + u], 1, rows + u * d, d);
           if (!in_place && bf16 && !is_bf16<K>()) round_rows_to_bf16(rows + u * d, 1, d, d);
-          simd::Vec a0(0.f), a1(0.f);  // two chains, in registers
-          Index c = 0;
-          for (; c + 2 * kW <= whole; c += 2 * kW) {
-            a0 = simd::fma(simd::load(key[u] + c), simd::load(q + c), a0);
-            a1 = simd::fma(simd::load(key[u] + c + kW), simd::load(q + c + kW), a1);
-          }
-          if (c < whole) a0 = simd::fma(simd::load(key[u] + c), simd::load(q + c), a0);
-          acc[u] = a0 + a1;
         }
+        simd::Vec acc[kW];
+        dot_columns(q, key, n, whole, acc);
         alignas(64) float sums[kW];
         simd::store(sums, simd::transpose_add(acc));
         for (Index u = 0; u < n; ++u) {
@@ -257,6 +249,35 @@ class TileColumns {
     for (Index t = 0; t < n; ++t) pack_rows(x, b, hk, keys[t], 1, rows + t * ld, ld);
     if (bf16 && !is_bf16<T>()) round_rows_to_bf16(rows, n, dim, ld);
     return rows;
+  }
+
+  // acc[u] = the lanes of q . key[u] over [0, whole) (whole a multiple of kW), for u < n
+  // (n <= kW), and 0 for u >= n: each chunk of q is loaded once for all n keys, one chain a
+  // key (n chains hide the FMA latency). n is rounded up to a power of two, the extra keys
+  // reading key[0] again (from L1), so a few block sizes serve every n.
+  static void dot_columns(const float* q, const float** key, Index n, Index whole, simd::Vec* acc) {
+    for (Index u = n; u < kW; ++u) key[u] = key[0];
+    if (n <= 2) {
+      dot_block < kW<2 ? kW : 2>(q, key, whole, acc);
+    } else if (n <= 4) {
+      dot_block < kW<4 ? kW : 4>(q, key, whole, acc);
+    } else if (n <= 8) {
+      dot_block < kW<8 ? kW : 8>(q, key, whole, acc);
+    } else {
+      dot_block<kW>(q, key, whole, acc);
+    }
+    for (Index u = n; u < kW; ++u) acc[u] = simd::Vec(0.f);
+  }
+
+  template <int N>
+  static void dot_block(const float* q, const float* const* key, Index whole, simd::Vec* acc) {
+    simd::Vec a[std::size_t{N}];  // array bounds are unsigned (-Wsign-conversion)
+    for (int u = 0; u < N; ++u) a[u] = simd::Vec(0.f);
+    for (Index c = 0; c < whole; c += kW) {
+      const simd::Vec qc = simd::in_register(simd::load(q + c));
+      for (int u = 0; u < N; ++u) a[u] = simd::fma(simd::load(key[u] + c), qc, a[u]);
+    }
+    for (int u = 0; u < N; ++u) acc[u] = a[u];
   }
 
   // acc[0, N kW) += sum over u < n of w[u] * value[u][c + ...].
