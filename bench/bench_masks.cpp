@@ -5,7 +5,8 @@
 // (BlockColumns) and a BlockMask with 10% live blocks, each beside dense causal (and dense
 // full, the BlockMask's baseline).
 // PowerOfTwo's own window (64 keys, contiguous) runs alone beside it: PowerOfTwo keeps those
-// pairs and more, so the window's time bounds PowerOfTwo's from below.
+// pairs and more, so the window's time bounds PowerOfTwo's from below. A plain loop reading
+// its columns' K and V rows (no products) says how much of the rest is reading those rows.
 // PowerOfTwo and the strided mask run twice: as the kernel plans them (gathered columns,
 // kernel/tile_plan.hpp) and with their whole mask tiled ("/whole"), the path without the face.
 // The question a user asks: does the time follow the work the mask leaves? So the summary
@@ -14,7 +15,7 @@
 // baseline's pairs): 1.0 means the sparse call is exactly as efficient per kept pair as the
 // dense one; "of ideal" is its inverse, the speedup over the baseline as a share of 1 / live.
 // Times are the best of the repetitions (the machines are shared). ATTNKIT_BENCH_LONG=1 adds
-// PowerOfTwo and dense causal at L 65536.
+// PowerOfTwo, its window, its columns' read and dense causal at L 65536.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -193,6 +194,36 @@ void bench_mask(benchmark::State& state, const std::string& key, Mask mask, int 
   state.counters["GFLOP/s"] = attnkit_bench::per_second(flops / 1e9);
 }
 
+// What PowerOfTwo's columns cost to read: the K and V rows of every query's columns (its 2^k
+// keys and sinks), in the kernel's order (query tiles of 64 from the last, the queries of a
+// tile in order, each one's columns ascending), summed into its output row by a plain loop,
+// on the same inputs, threads and schedule as attention(), with none of the products. Set
+// beside PowerOfTwo's time over its window's, it says how much of the columns' time is the
+// reading of their rows (at L 65536 they come from memory). GB/s over the rows read.
+void bench_columns_read(benchmark::State& state, const std::string& key, Index len, int threads) {
+  attnkit_bench::BshdBuffers& buf = attnkit_bench::shared_buffers(len, kHeads, kDim);
+  const ak::PowerOfTwo mask{4, 64};
+  const Index tiles = (len + 63) / 64;
+  double rows = 0;
+  for (Index i = 0; i < len; ++i) rows += double(mask.columns(0, 0, i).count);
+  attnkit_bench::time_best(state, key, attnkit_bench::Clocks::kWall, [&] {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (Index t = 0; t < tiles; ++t) {
+      const Index i0 = (tiles - 1 - t) * 64;
+      for (Index i = i0; i < std::min(len, i0 + 64); ++i) {
+        float* out = buf.o.data() + i * kDim;
+        std::fill(out, out + kDim, 0.f);
+        for (const Index j : mask.columns(0, 0, i)) {
+          const float* k = buf.k.data() + j * kDim;
+          const float* v = buf.v.data() + j * kDim;
+          for (Index c = 0; c < kDim; ++c) out[c] += k[c] + v[c];
+        }
+      }
+    }
+  });
+  state.counters["GB/s"] = attnkit_bench::per_second(rows * 2 * kDim * sizeof(float) / 1e9);
+}
+
 template <class Mask>
 void add(const std::string& name, const std::string& baseline, Mask mask, Index len = kLen,
          Plan plan = Plan::Auto) {
@@ -202,6 +233,15 @@ void add(const std::string& name, const std::string& baseline, Mask mask, Index 
     const std::string key = name + "/threads:" + std::to_string(threads);
     attnkit_bench::register_timed(
         key, [=](benchmark::State& s) { bench_mask(s, key, mask, threads, plan); });
+  }
+}
+
+// The columns' read (bench_columns_read) as a row of its own, outside the summary table.
+void add_columns_read(const std::string& name, Index len) {
+  for (const int threads : {1, 2}) {
+    const std::string key = name + "/threads:" + std::to_string(threads);
+    attnkit_bench::register_timed(
+        key, [=](benchmark::State& s) { bench_columns_read(s, key, len, threads); });
   }
 }
 
@@ -249,15 +289,25 @@ void print_summary() {
     if (sinks != nullptr && window != nullptr)
       std::printf("sinks+window / window, %d thread(s): %.2f\n", threads,
                   sinks->seconds / window->seconds);
-    // PowerOfTwo's of ideal, were its sinks and columns free: its pairs' ideal time (the dense
-    // time x its live fraction) over the time of its window alone.
-    const attnkit_bench::Best* dense = attnkit_bench::find_best("dense_causal" + t);
-    const attnkit_bench::Best* band = attnkit_bench::find_best("causal&window64" + t);
-    if (dense != nullptr && band != nullptr)
-      std::printf("power_of_two(4,64) of ideal at most %.2f, %d thread(s): its window alone\n",
-                  dense->seconds * variants()["power_of_two(4,64)"].kept /
-                      variants()["dense_causal"].kept / band->seconds,
-                  threads);
+    // PowerOfTwo's of ideal, were its columns free: its pairs' ideal time (the dense time x
+    // its live fraction) over the time of its window alone (a lower bound on its time); and
+    // what its columns add to the window, against what reading their rows alone takes.
+    for (const std::string at : {"", "@64K"}) {
+      const attnkit_bench::Best* dense = attnkit_bench::find_best("dense_causal" + at + t);
+      const attnkit_bench::Best* band = attnkit_bench::find_best("causal&window64" + at + t);
+      const attnkit_bench::Best* all = attnkit_bench::find_best("power_of_two(4,64)" + at + t);
+      const attnkit_bench::Best* read =
+          attnkit_bench::find_best("power_of_two(4,64) columns read" + at + t);
+      if (dense == nullptr || band == nullptr) continue;
+      const double ideal = dense->seconds * variants()["power_of_two(4,64)" + at].kept /
+                           variants()["dense_causal" + at].kept;
+      std::printf("power_of_two(4,64)%s of ideal at most %.2f, %d thread(s): its window alone",
+                  at.c_str(), ideal / band->seconds, threads);
+      if (all != nullptr && read != nullptr)
+        std::printf("; its columns add %.1f ms to it, reading their rows alone takes %.1f ms",
+                    (all->seconds - band->seconds) * 1e3, read->seconds * 1e3);
+      std::printf("\n");
+    }
   }
 }
 
@@ -276,6 +326,7 @@ int main(int argc, char** argv) {
   add("causal&window64", "dense_causal", ak::Causal{} & ak::SlidingWindow{63, 0});
   add("power_of_two(4,64)", "dense_causal", ak::PowerOfTwo{4, 64});
   add("power_of_two(4,64)/whole", "dense_causal", ak::PowerOfTwo{4, 64}, kLen, Plan::Whole);
+  add_columns_read("power_of_two(4,64) columns read", kLen);
   add("strided(128,128)", "dense_causal", Strided{});
   add("strided(128,128)/whole", "dense_causal", Strided{}, kLen, Plan::Whole);
   add("landmarks(128,128)", "dense_causal", Landmarks{});
@@ -284,6 +335,9 @@ int main(int argc, char** argv) {
   if (long_run != nullptr && long_run[0] == '1') {
     add("dense_causal@64K", "", ak::Causal{}, kLongLen);
     add("power_of_two(4,64)@64K", "dense_causal@64K", ak::PowerOfTwo{4, 64}, kLongLen);
+    add("causal&window64@64K", "dense_causal@64K", ak::Causal{} & ak::SlidingWindow{63, 0},
+        kLongLen);
+    add_columns_read("power_of_two(4,64) columns read@64K", kLongLen);
   }
   add("block_mask_10%", "dense_full", random_block_mask(0.1));
   // 3 repetitions of at least 0.3 s each unless the command line says otherwise.
