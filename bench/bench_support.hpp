@@ -196,12 +196,13 @@ inline benchmark::Counter per_second(double amount) {
 }
 
 /// Registers `run` (a callable on benchmark::State&) as `name`, timed in wall-clock
-/// milliseconds: the work runs on OpenMP threads, not on the benchmark's own thread.
+/// milliseconds: the work runs on OpenMP threads, not on the benchmark's own thread. With
+/// `min_seconds`, each repetition runs at least that long (else --benchmark_min_time).
 template <class Run>
-void register_timed(const std::string& name, Run run) {
-  benchmark::RegisterBenchmark(name.c_str(), std::move(run))
-      ->Unit(benchmark::kMillisecond)
-      ->UseRealTime();
+void register_timed(const std::string& name, Run run, double min_seconds = 0) {
+  benchmark::internal::Benchmark* b = benchmark::RegisterBenchmark(name.c_str(), std::move(run));
+  b->Unit(benchmark::kMillisecond)->UseRealTime();
+  if (min_seconds > 0) b->MinTime(min_seconds);
 }
 
 /// benchmark::Initialize with `defaults` placed before the user's flags (a later flag wins),
