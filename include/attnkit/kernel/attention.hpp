@@ -24,6 +24,23 @@ namespace detail {}  // namespace detail
 
 namespace detail {
 
+// Whether the last query tile of `rows` queries sees more than 5/4 of the keys the middle one
+// sees (batch 0, head 0): the query tiles' work grows along the sequence, as under Causal.
+template <class Mask>
+bool work_grows(const Mask& mask, const Problem& p, Index rows) {
+  const auto keys_of = [&](Index q0) {
+    const Range q{q0 + p.q_offset, std::min(q0 + rows, p.q_len) + p.q_offset};
+    Index keys = 0;
+    for_each_key_tile(mask, 0, 0, q, p.kv_len, TileConfig::kBlockK,
+                      [&](Range kv, TileKind) { keys += kv.end - kv.begin; });
+    return keys;
+  };
+  const Index q_tiles = (p.q_len + rows - 1) / rows;
+  if (q_tiles == 0) return false;
+  const Index last = keys_of((q_tiles - 1) * rows), middle = keys_of(q_tiles / 2 * rows);
+  return last - middle > middle / 4;
+}
+
 // The tiled kernel on validated inputs: items (batch, head, query tile) over the threads.
 template <class Spec, class Q, class K, class V, class O>
 void run_tiles(const Spec& spec, const Problem& p, const View<Q>& q, const View<K>& k,
@@ -40,10 +57,15 @@ void run_tiles(const Spec& spec, const Problem& p, const View<Q>& q, const View<
 
   // Items go head by head, so consecutive query tiles reuse the same K and V from cache
   // (+20% at H=8, L=4096 on one thread against a query-tile-major order). Within a head the
-  // last query tile runs first: under a causal mask it is the longest, and the lightest
-  // tiles come last, which balances the dynamic schedule.
+  // last query tile runs first where the tiles' work grows along the queries (causal: the
+  // last is the longest, and the lightest tiles come last, which balances the dynamic
+  // schedule). Where it does not (a sliding window), the first runs first: each tile's new K
+  // and V rows then lie past those the tile before read, where the hardware prefetchers
+  // look (on Zen 3 at L 16384, one thread: a causal window of 64 keys 2.4% faster, of 512
+  // 1%; within 1% on two threads, whose consecutive tiles go to different cores).
+  const bool from_last = work_grows(spec.mask, p, rows);
   const auto run_item = [&](Tiles& tiles, Index item) {
-    const Index qt = q_tiles - 1 - item % q_tiles;
+    const Index qt = from_last ? q_tiles - 1 - item % q_tiles : item % q_tiles;
     const Index bh = item / q_tiles;
     const Index q0 = qt * rows;
     tiles.run(bh / p.q_heads, bh % p.q_heads, q0, std::min(rows, p.q_len - q0));
