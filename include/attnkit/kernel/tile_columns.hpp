@@ -257,17 +257,18 @@ class TileColumns {
   // reading key[0] again (from L1), so a few block sizes serve every n.
   static void dot_columns(const float* q, const float** key, Index n, Index whole, simd::Vec* acc) {
     for (Index u = n; u < kW; ++u) key[u] = key[0];
-    if (n <= 2) {
-      dot_block < kW<2 ? kW : 2>(q, key, whole, acc);
-    } else if (n <= 4) {
-      dot_block < kW<4 ? kW : 4>(q, key, whole, acc);
-    } else if (n <= 8) {
-      dot_block < kW<8 ? kW : 8>(q, key, whole, acc);
-    } else {
-      dot_block<kW>(q, key, whole, acc);
-    }
+    if (n <= 2)
+      dot_block<at_most_width(2)>(q, key, whole, acc);
+    else if (n <= 4)
+      dot_block<at_most_width(4)>(q, key, whole, acc);
+    else if (n <= 8)
+      dot_block<at_most_width(8)>(q, key, whole, acc);
+    else
+      dot_block<int{kW}>(q, key, whole, acc);
     for (Index u = n; u < kW; ++u) acc[u] = simd::Vec(0.f);
   }
+
+  static constexpr int at_most_width(int n) { return kW < n ? int{kW} : n; }
 
   template <int N>
   static void dot_block(const float* q, const float* const* key, Index whole, simd::Vec* acc) {
