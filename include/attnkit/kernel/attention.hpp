@@ -61,8 +61,8 @@ void run_tiles(const Spec& spec, const Problem& p, const View<Q>& q, const View<
   // last is the longest, and the lightest tiles come last, which balances the dynamic
   // schedule). Where it does not (a sliding window), the first runs first: each tile's new K
   // and V rows then lie past those the tile before read, where the hardware prefetchers
-  // look (on Zen 3 at L 16384, one thread: a causal window of 64 keys 2.4% faster, of 512
-  // 1%; within 1% on two threads, whose consecutive tiles go to different cores).
+  // look (on Zen 3 at L 16384, one thread: a causal window of 64 keys about 2% faster, of
+  // 512 unchanged; within 1% on two threads, whose consecutive tiles go to different cores).
   const bool from_last = work_grows(spec.mask, p, rows);
   const auto run_item = [&](Tiles& tiles, Index item) {
     const Index qt = from_last ? q_tiles - 1 - item % q_tiles : item % q_tiles;
