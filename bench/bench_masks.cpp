@@ -199,7 +199,7 @@ void bench_mask(benchmark::State& state, const std::string& key, Mask mask, int 
 // tile in order, each one's columns ascending), summed into its output row by a plain loop,
 // on the same inputs, threads and schedule as attention(), with none of the products. Set
 // beside PowerOfTwo's time over its window's, it says how much of the columns' time is the
-// reading of their rows (at L 65536 they come from memory). GB/s over the rows read.
+// reading of their rows (at L 65536 they come from memory). bytes/s over the rows read.
 void bench_columns_read(benchmark::State& state, const std::string& key, Index len, int threads) {
   attnkit_bench::BshdBuffers& buf = attnkit_bench::shared_buffers(len, kHeads, kDim);
   const ak::PowerOfTwo mask{4, 64};
@@ -221,7 +221,7 @@ void bench_columns_read(benchmark::State& state, const std::string& key, Index l
       }
     }
   });
-  state.counters["GB/s"] = attnkit_bench::per_second(rows * 2 * kDim * sizeof(float) / 1e9);
+  state.counters["bytes/s"] = attnkit_bench::per_second(rows * 2 * kDim * sizeof(float));
 }
 
 template <class Mask>
