@@ -195,22 +195,27 @@ void bench_mask(benchmark::State& state, const std::string& key, Mask mask, int 
 }
 
 // What PowerOfTwo's columns cost to read: the K and V rows of every query's columns (its 2^k
-// keys and sinks), in the kernel's order (query tiles of 64 from the last, the queries of a
-// tile in order, each one's columns ascending), summed into its output row by a plain loop,
-// on the same inputs, threads and schedule as attention(), with none of the products. Set
-// beside PowerOfTwo's time over its window's, it says how much of the columns' time is the
-// reading of their rows (at L 65536 they come from memory). bytes/s over the rows read.
+// keys and sinks), in the kernel's order (its query tiles in the order attention() takes
+// them, the queries of a tile in order, each one's columns ascending), summed into its output
+// row by a plain loop, on the same inputs, threads and schedule as attention(), with none of
+// the products. Set beside PowerOfTwo's time over its window's, it says how much of the
+// columns' time is the reading of their rows (at L 65536 they come from memory). bytes/s
+// over the rows read.
 void bench_columns_read(benchmark::State& state, const std::string& key, Index len, int threads) {
   attnkit_bench::BshdBuffers& buf = attnkit_bench::shared_buffers(len, kHeads, kDim);
   const ak::PowerOfTwo mask{4, 64};
-  const Index tiles = (len + 63) / 64;
+  constexpr Index kRows = ak::TileConfig::kBlockQ;
+  const Index tiles = (len + kRows - 1) / kRows;
+  ak::Problem p{};
+  p.q_len = p.kv_len = len;
+  const bool from_last = ak::detail::work_grows(mask, p, kRows);  // as run_tiles() orders them
   double rows = 0;
   for (Index i = 0; i < len; ++i) rows += double(mask.columns(0, 0, i).count);
   attnkit_bench::time_best(state, key, attnkit_bench::Clocks::kWall, [&] {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
     for (Index t = 0; t < tiles; ++t) {
-      const Index i0 = (tiles - 1 - t) * 64;
-      for (Index i = i0; i < std::min(len, i0 + 64); ++i) {
+      const Index i0 = (from_last ? tiles - 1 - t : t) * kRows;
+      for (Index i = i0; i < std::min(len, i0 + kRows); ++i) {
         float* out = buf.o.data() + i * kDim;
         std::fill(out, out + kDim, 0.f);
         for (const Index j : mask.columns(0, 0, i)) {
