@@ -76,8 +76,8 @@ fuzzer_runtime_package() {
 # Eigen unpacked under aarch64_prefix (they cannot be installed next to the host's own
 # copies: same paths).
 # --ci (.ci/run): a throwaway machine that runs the test workflow only: dpkg unpacks without
-# fsync (--force-unsafe-io), and clang's libFuzzer runtime is left out (the fuzz test has a
-# workflow of its own, which CI does not run).
+# fsync (--force-unsafe-io), and a clang++ that cannot link a libFuzzer target is an error
+# (the test workflow runs the fuzz test, which CI must not skip).
 with_aarch64=1
 ci=""
 for arg in "$@"; do
@@ -130,8 +130,7 @@ missing=()
 for p in "${packages[@]}"; do
   is_installed "$p" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ] && have_catch2_v3 && { [ -n "$ci" ] || have_libfuzzer; } &&
-  have_aarch64_prefix; then
+if [ ${#missing[@]} -eq 0 ] && have_catch2_v3 && have_libfuzzer && have_aarch64_prefix; then
   echo "install-deps.sh: all dependencies present"
   exit 0
 fi
@@ -162,10 +161,10 @@ for p in "${packages[@]}"; do [ "$p" = catch2 ] || others+=("$p"); done
 "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${apt_options[@]}" "${others[@]}"
 "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${apt_options[@]}" \
   "${backports[@]}" catch2
-if [ -z "$ci" ] && ! have_libfuzzer; then
+if ! have_libfuzzer; then
   runtime=$(fuzzer_runtime_package)
   if [ -n "$runtime" ]; then
-    "${sudo[@]}" apt-get install -y -qq --no-install-recommends "$runtime"
+    "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${apt_options[@]}" "$runtime"
   fi
 fi
 
@@ -177,7 +176,12 @@ if ! have_catch2_v3; then
   echo "install-deps.sh: Catch2 v3 was not installed (found an older Catch2?)" >&2
   exit 1
 fi
-if [ -z "$ci" ] && ! have_libfuzzer; then
+if ! have_libfuzzer; then
+  if [ -n "$ci" ]; then  # CI runs the fuzz test (ATTNKIT_FUZZ_REQUIRED: no skip)
+    echo "install-deps.sh: clang++ cannot link a libFuzzer target (install the" \
+         "compiler-rt package of your clang)" >&2
+    exit 1
+  fi
   # Not fatal: the fuzz test then reports itself skipped; everything else works.
   echo "install-deps.sh: warning: clang++ cannot link a libFuzzer target; the fuzz test" \
        "will be skipped (install the compiler-rt package of your clang)" >&2

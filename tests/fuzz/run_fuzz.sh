@@ -34,8 +34,14 @@ for required in cmake source work; do
   if [ -z "${!required}" ]; then echo "run_fuzz.sh: --$required=... is required" >&2; exit 2; fi
 done
 
-# CTest reports exit code 77 as "Skipped", with this message in the test output.
+# CTest reports exit code 77 as "Skipped", with this message in the test output. Where the
+# fuzz test must run (CI: .ci/run sets ATTNKIT_FUZZ_REQUIRED=1), a missing clang++ or
+# libFuzzer runtime is a failure instead.
 skip() {
+  if [ -n "${ATTNKIT_FUZZ_REQUIRED:-}" ] && [ "${ATTNKIT_FUZZ_REQUIRED}" != 0 ]; then
+    echo "fuzz: FAILED: $1, and ATTNKIT_FUZZ_REQUIRED is set; scripts/install-deps.sh installs it"
+    exit 1
+  fi
   echo "fuzz: SKIPPED: $1; scripts/install-deps.sh installs it"
   exit 77
 }
