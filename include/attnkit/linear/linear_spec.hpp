@@ -8,9 +8,11 @@
 // temperature; Taylor2 approximates exp(s q.k)). Without normalization o_i is the numerator.
 #pragma once
 
+#include <cstdint>
 #include <utility>
 #include <vector>
 
+#include "attnkit/detail/policy_tag.hpp"
 #include "attnkit/linear/feature_map.hpp"
 #include "attnkit/tensor.hpp"
 
@@ -52,6 +54,19 @@ struct LinearSpec {
 
   /// gamma of query head h (1 without decay).
   float gamma(Index h) const { return decay.empty() ? 1.f : decay[static_cast<std::size_t>(h)]; }
+
+  /// This spec's identity: the feature map's tag and every field (detail/policy_tag.hpp).
+  std::uint64_t tag() const {
+    return detail::TagHash::of<LinearSpec>()
+        .add(detail::policy_tag(map))
+        .add(causal)
+        .add(decay)
+        .add(normalize)
+        .add(eps)
+        .add(form)
+        .add(chunk)
+        .value();
+  }
 
  private:
   template <class Member, class Value>

@@ -14,12 +14,14 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "attnkit/detail/checked.hpp"
+#include "attnkit/detail/policy_tag.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/error.hpp"
 #include "attnkit/mask/tile_kind.hpp"
@@ -70,6 +72,26 @@ template <class Rule = KeepAll>
 class BlockMask {
  public:
   using slot = MaskSlot;
+
+  /// This mask's identity: its layout, block lists and element rule (detail/policy_tag.hpp).
+  std::uint64_t tag() const {
+    const Data& d = *data_;
+    const BlockMaskLayout& l = d.layout;
+    return detail::TagHash::of<BlockMask>()
+        .add(l.batch)
+        .add(l.heads)
+        .add(l.q_len)
+        .add(l.kv_len)
+        .add(l.block_q)
+        .add(l.block_k)
+        .add(l.q_offset)
+        .add(d.partial.offsets)
+        .add(d.partial.blocks)
+        .add(d.full.offsets)
+        .add(d.full.blocks)
+        .add(detail::policy_tag(rule_))
+        .value();
+  }
 
   /// Validates everything (sizes, offsets, sorted and in-range indices, a block never both
   /// full and partial) and throws Error naming the first problem.

@@ -3,6 +3,9 @@
 // positions). `Causal{} & Chunked{c}` is causal inside each chunk (Llama 4's local layers).
 #pragma once
 
+#include <cstdint>
+
+#include "attnkit/detail/policy_tag.hpp"
 #include "attnkit/error.hpp"
 #include "attnkit/mask/key_ranges.hpp"
 #include "attnkit/mask/tile_kind.hpp"
@@ -14,6 +17,9 @@ struct Chunked {
   using slot = MaskSlot;
 
   Index size = 1;
+
+  /// This policy's identity, its parameters included (detail/policy_tag.hpp).
+  std::uint64_t tag() const { return detail::TagHash::of<Chunked>().add(size).value(); }
 
   /// Throws Error unless 1 <= size <= 2^60 (so chunk ends never overflow).
   explicit Chunked(Index chunk_size) : size(chunk_size) {

@@ -8,8 +8,10 @@
 // outside that range part.
 #pragma once
 
+#include <cstdint>
 #include <type_traits>
 
+#include "attnkit/detail/policy_tag.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/mask/key_columns.hpp"
 #include "attnkit/mask/key_ranges.hpp"
@@ -95,6 +97,14 @@ struct MaskCombination {
   using slot = MaskSlot;
   A a;
   B b;
+
+  /// This policy's identity, its parameters included (detail/policy_tag.hpp).
+  std::uint64_t tag() const {
+    return detail::TagHash::of<MaskCombination>()
+        .add(detail::policy_tag(a))
+        .add(detail::policy_tag(b))
+        .value();
+  }
 
   bool keep(Index bi, Index h, Index i, Index j) const {
     return Rule::keep(a.keep(bi, h, i, j), b.keep(bi, h, i, j));

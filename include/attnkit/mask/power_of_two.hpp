@@ -10,7 +10,9 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 
+#include "attnkit/detail/policy_tag.hpp"
 #include "attnkit/error.hpp"
 #include "attnkit/mask/causal.hpp"
 #include "attnkit/mask/combine.hpp"
@@ -29,6 +31,11 @@ struct PowerOfTwo {
   static constexpr int kMaxPower = 62;  // distances up to 2^62: |q_offset| <= 2^62, keys >= 0
 
   Index sinks = 0, window = 0;
+
+  /// This policy's identity, its parameters included (detail/policy_tag.hpp).
+  std::uint64_t tag() const {
+    return detail::TagHash::of<PowerOfTwo>().add(sinks).add(window).value();
+  }
 
   /// Throws Error for negative sizes.
   PowerOfTwo(Index sink_count, Index window_keys)

@@ -2,6 +2,9 @@
 // rarely useful; StreamingLLM is `Causal{} & (Sinks{4} | SlidingWindow{w, 0})`.
 #pragma once
 
+#include <cstdint>
+
+#include "attnkit/detail/policy_tag.hpp"
 #include "attnkit/error.hpp"
 #include "attnkit/mask/key_ranges.hpp"
 #include "attnkit/mask/tile_kind.hpp"
@@ -13,6 +16,9 @@ struct Sinks {
   using slot = MaskSlot;
 
   Index count = 0;
+
+  /// This policy's identity, its parameters included (detail/policy_tag.hpp).
+  std::uint64_t tag() const { return detail::TagHash::of<Sinks>().add(count).value(); }
 
   /// Throws Error for a negative count.
   explicit Sinks(Index n) : count(n) { detail::require(n >= 0, "Sinks.count", ">= 0", n); }

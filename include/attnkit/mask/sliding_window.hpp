@@ -4,7 +4,9 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 
+#include "attnkit/detail/policy_tag.hpp"
 #include "attnkit/error.hpp"
 #include "attnkit/mask/key_ranges.hpp"
 #include "attnkit/mask/tile_kind.hpp"
@@ -22,6 +24,11 @@ struct SlidingWindow {
   static constexpr Index kMaxReach = Index{1} << 60;
 
   Index left = 0, right = 0;
+
+  /// This policy's identity, its parameters included (detail/policy_tag.hpp).
+  std::uint64_t tag() const {
+    return detail::TagHash::of<SlidingWindow>().add(left).add(right).value();
+  }
 
   /// Throws Error for a negative reach; reaches above 2^60 are clamped to 2^60 (see above).
   SlidingWindow(Index left_keys, Index right_keys)

@@ -7,7 +7,9 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 
+#include "attnkit/detail/policy_tag.hpp"
 #include "attnkit/error.hpp"
 #include "attnkit/normalizer/row_context.hpp"
 #include "attnkit/simd/simd.hpp"
@@ -22,6 +24,11 @@ struct ReluPower {
   static constexpr RowStat kRowStat = RowStat::Sum;
 
   float alpha = 1.f, bias = 0.f;
+
+  /// This policy's identity, its parameters included (detail/policy_tag.hpp).
+  std::uint64_t tag() const {
+    return detail::TagHash::of<ReluPower>().add(alpha).add(bias).value();
+  }
 
   /// Throws Error unless alpha is finite and > 0 and bias is finite.
   ReluPower(float power, float shift) : alpha(power), bias(shift) {

@@ -9,11 +9,13 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "attnkit/detail/policy_tag.hpp"
 #include "attnkit/error.hpp"
 #include "attnkit/normalizer/row_context.hpp"
 #include "attnkit/simd/simd.hpp"
@@ -30,6 +32,11 @@ struct Sigmoid {
 
   std::optional<float> bias;     // default: -log(Lk) of the call
   std::vector<float> head_bias;  // [q_heads], when not empty: overrides `bias`
+
+  /// This policy's identity, its parameters included (detail/policy_tag.hpp).
+  std::uint64_t tag() const {
+    return detail::TagHash::of<Sigmoid>().add(bias).add(head_bias).value();
+  }
 
   Sigmoid() = default;
   /// One bias for every head and call. Throws Error unless it is finite.

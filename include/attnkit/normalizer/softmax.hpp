@@ -15,11 +15,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "attnkit/detail/policy_tag.hpp"
 #include "attnkit/error.hpp"
 #include "attnkit/normalizer/row_context.hpp"
 #include "attnkit/simd/simd.hpp"
@@ -32,6 +34,9 @@ struct Softmax {
   using slot = NormalizerSlot;
 
   std::vector<float> sinks;  // [q_heads] sink logits; empty: plain softmax
+
+  /// This policy's identity, its parameters included (detail/policy_tag.hpp).
+  std::uint64_t tag() const { return detail::TagHash::of<Softmax>().add(sinks).value(); }
 
   Softmax() = default;
   /// Softmax with one sink logit per query head.

@@ -21,11 +21,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "attnkit/detail/policy_tag.hpp"
 #include "attnkit/error.hpp"
 #include "attnkit/normalizer/row_context.hpp"
 #include "attnkit/normalizer/softmax.hpp"
@@ -81,6 +83,12 @@ struct SoftplusL1Reweighted {
 
   float power = 15.f;
   SoftplusL1 lssa;  // its key counts, if given
+
+  /// This policy's identity, its parameters included (detail/policy_tag.hpp).
+  /// (The LSSA's key counts, given for a rank's own rows, are not part of it.)
+  std::uint64_t tag() const {
+    return detail::TagHash::of<SoftplusL1Reweighted>().add(power).value();
+  }
 
   /// Throws Error unless p is finite and > 0 (the paper: 15 for long context, 3 for short).
   explicit SoftplusL1Reweighted(float p = 15.f, SoftplusL1 weights = {})

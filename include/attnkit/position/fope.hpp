@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "attnkit/detail/checked.hpp"
+#include "attnkit/detail/policy_tag.hpp"
 #include "attnkit/error.hpp"
 #include "attnkit/position/fope_table.hpp"
 #include "attnkit/position/position_ids.hpp"
@@ -53,6 +54,19 @@ struct Fope : PositionIds<Fope> {
 
   explicit Fope(std::shared_ptr<const FopeTable> t) : table(std::move(t)) {
     detail::require(table != nullptr, "Fope.table", "a table", "nullptr");
+  }
+
+  /// This policy's identity: its table's config, frequencies and coefficients, and the
+  /// position ids (detail/policy_tag.hpp).
+  std::uint64_t tag() const {
+    detail::TagHash h = detail::TagHash::of<Fope>();
+    if (table != nullptr) {
+      const FopeConfig& c = table->config();
+      h.add(c.head_dim).add(c.max_len).add(c.train_len).add(c.base).add(c.kv_heads);
+      h.add(c.q_heads).add(c.padding).add(table->omega());
+      h.add(table->cos_coef()).add(table->sin_coef());
+    }
+    return h.add(q_positions).add(k_positions).value();
   }
 
   /// C, S = identity + N(0, sigma^2) per entry, as the paper initializes them. Throws Error

@@ -12,11 +12,13 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "attnkit/detail/policy_tag.hpp"
 #include "attnkit/error.hpp"
 #include "attnkit/position/position_ids.hpp"
 #include "attnkit/position/rope_table.hpp"
@@ -38,6 +40,18 @@ struct Rope : PositionIds<Rope> {
       : table(std::make_shared<const RopeTable>(std::move(t))), pairing(p) {}
   Rope(std::shared_ptr<const RopeTable> t, RopePairing p) : table(std::move(t)), pairing(p) {
     detail::require(table != nullptr, "Rope.table", "a table", "nullptr");
+  }
+
+  /// This policy's identity: its table's rotation (sizes, frequencies, attention factor),
+  /// the pairing and the position ids (detail/policy_tag.hpp).
+  std::uint64_t tag() const {
+    detail::TagHash h = detail::TagHash::of<Rope>();
+    if (table != nullptr)
+      h.add(table->rotary_dim())
+          .add(table->max_len())
+          .add(table->inv_freq())
+          .add(table->attention_factor());
+    return h.add(pairing).add(q_positions).add(k_positions).value();
   }
 
   /// Rotates x[0, rotary_dim) in place with the table's cos / sin at the row's position (a

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
+#include "attnkit/detail/policy_tag.hpp"
 #include "attnkit/error.hpp"
 #include "attnkit/score/score_tile.hpp"
 #include "attnkit/simd/simd.hpp"
@@ -18,6 +20,9 @@ struct Softcap {
 
   float cap;
   float inv_cap;  // hoisted: the tile loop multiplies, never divides
+
+  /// This policy's identity, its parameters included (detail/policy_tag.hpp).
+  std::uint64_t tag() const { return detail::TagHash::of<Softcap>().add(cap).value(); }
 
   explicit Softcap(float cap_) : cap(cap_), inv_cap(1.f / cap_) {
     // A cap below FLT_MIN would make inv_cap infinite and 0 * inv_cap NaN.
