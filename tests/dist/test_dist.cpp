@@ -17,15 +17,24 @@
 
 #include <algorithm>
 #include <attnkit/attnkit.hpp>  // first: see simd.hpp on GCC 12 and <immintrin.h>
+// clang-format off: Eigen's types after attnkit.hpp (above)
+#include <Eigen/Core>
+// clang-format on
 #include <attnkit/dist/linear_attention.hpp>
 #include <attnkit/dist/ring_attention.hpp>
 #include <attnkit/dist/ring_backward.hpp>
 #include <attnkit/dist/sharded_decode.hpp>
 #include <catch2/catch_session.hpp>
 #include <catch2/catch_test_macros.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/backward_check.hpp"
@@ -72,7 +81,7 @@ auto ring_on(const Spec& spec, const Case& c, const Inputs& in, dist::Layout lay
     dist::shard_rows(in.v.cview(), layout, rank, p, shard(v, c.kv_heads, dv));
     ak::Options local = ak::Options{}.with_threads(options.threads);
     local.scale = options.scale;
-    if (options.lse != nullptr) local.lse = lse.data();
+    if (!options.lse.empty()) local.lse = lse;
     const auto cshard = [&](const std::vector<float>& data, Index heads, Index dim) {
       return ak::bhsd(data.data(), c.batch, heads, n, dim);
     };
@@ -94,7 +103,7 @@ auto ring_on(const Spec& spec, const Case& c, const Inputs& in, dist::Layout lay
         for (Index r = 0; r < c.q_len; ++r)
           std::memcpy(o.row(b, h, r), all_out.data() + ((b * c.q_heads + h) * c.q_len + r) * dv,
                       static_cast<std::size_t>(dv) * sizeof(float));
-    if (options.lse != nullptr) std::copy(all_lse.begin(), all_lse.end(), options.lse);
+    if (!options.lse.empty()) std::copy(all_lse.begin(), all_lse.end(), options.lse.data());
   };
 }
 
@@ -118,6 +127,88 @@ void for_each_spec(Visit&& visit) {
   if constexpr (kWithRope)
     visit("Softmax, Causal, Rope",
           ak::make_spec(Causal{}, ak::Rope(ak::RopeTable(32, 10000, 256))));
+}
+
+// A disagreement that hangs must fail the suite quickly, not at CTest's timeout: while a
+// Watchdog lives, a call that has not returned within 60 s ends this process (and mpirun the
+// others) with a message naming it.
+class Watchdog {
+ public:
+  explicit Watchdog(std::string what) : what_(std::move(what)), rank_(my_rank()) {
+    thread_ = std::thread([this] {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (!done_cv_.wait_for(lock, std::chrono::seconds(60), [this] { return done_; })) {
+        std::fprintf(stderr, "test_dist: rank %d: %s did not return within 60 s (a hang)\n", rank_,
+                     what_.c_str());
+        std::fflush(stderr);
+        std::_Exit(3);
+      }
+    });
+  }
+  ~Watchdog() {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    done_cv_.notify_one();
+    thread_.join();
+  }
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+ private:
+  std::string what_;
+  int rank_;
+  std::mutex mutex_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+// Runs `call` (a collective call whose arguments differ by rank) under a Watchdog and CHECKs
+// that it throws an attnkit::Error on every rank, the same message on every rank, naming
+// `field` (e.g. "ring_attention(): the spec's normalizer"; a rank's own check adds "rank R of
+// P: " before it).
+void check_same_error(const std::string& name, const std::function<void()>& call,
+                      const std::string& field) {
+  std::string message = "no Error";
+  {
+    const Watchdog watchdog(name);
+    try {
+      call();
+    } catch (const ak::Error& e) {
+      message = e.what();
+    }
+  }
+  int length = static_cast<int>(message.size());
+  MPI_Bcast(&length, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  std::string first(static_cast<std::size_t>(length), ' ');
+  if (my_rank() == 0) first = message;
+  MPI_Bcast(first.data(), length, MPI_CHAR, 0, MPI_COMM_WORLD);
+  INFO(name << ", rank " << my_rank() << " of " << ranks() << ": " << message);
+  CHECK(message.find("attnkit: ") == 0);
+  CHECK(message.find(field) != std::string::npos);
+  CHECK(message == first);
+}
+
+// ring_attention() of a small case -- one batch, 2 heads, D 16, L = len -- with this rank's
+// spec, K storage KT and layout (rows sized by `sized`, a valid layout): the calls of the
+// disagreement and empty-shard cases. Returns this rank's output rows and row statistic.
+template <class KT = float, class Spec>
+std::vector<float> small_ring(const Spec& spec, Index len = 12,
+                              dist::Layout layout = dist::Layout::Zigzag,
+                              dist::Layout sized = dist::Layout::Zigzag) {
+  const Index n = dist::shard_length(sized, len, my_rank(), ranks()), d = 16;
+  const auto rows = [&](Index count) { return static_cast<std::size_t>(2 * count * d); };
+  const auto q = ak::test::random_values<float>(rows(n), 7u + static_cast<unsigned>(my_rank()));
+  const std::vector<KT> k(rows(n), KT(0.5f));
+  std::vector<float> out(rows(n) + static_cast<std::size_t>(2 * n), -1.f);
+  const auto view = [&](const auto* data) { return ak::bhsd(data, 1, 2, n, d); };
+  dist::ring_attention(MPI_COMM_WORLD, spec, view(q.data()), view(k.data()), view(q.data()),
+                       ak::bhsd(out.data(), 1, 2, n, d),
+                       dist::RingOptions{}.with_layout(layout).with_seq_len(len).with_attention(
+                           ak::Options{}.with_lse(out.data() + rows(n), 2 * n)));
+  return out;
 }
 
 }  // namespace
@@ -163,6 +254,11 @@ TEST_CASE("shard layouts: every position on one rank, zigzag balances causal pai
                         {"shard_ranges(): ranks", ">= 1", "got 0"});
   ak::test::check_error([] { dist::shard_ranges(dist::Layout::Contiguous, -1, 0, 1); },
                         {"shard_ranges(): len", ">= 0", "got -1"});
+  // V2: a value that is no enumerator is refused, not sharded as Zigzag.
+  ak::test::check_error(
+      [] { dist::shard_ranges(static_cast<dist::Layout>(5), 10, 0, 2); },
+      {"shard_ranges(): layout", "Layout::Contiguous or Layout::Zigzag", "got Layout(5)"});
+  CHECK(std::string(dist::layout_name(static_cast<dist::Layout>(5))) == "not a Layout");
   // A shard of the wrong shape is refused before anything is copied.
   std::vector<float> full(2 * 10 * 4, 1.f), part(2 * 4 * 4, 0.f);
   ak::test::check_refused(
@@ -273,6 +369,71 @@ TEST_CASE("ring_attention: bad input on one rank is the same Error on every rank
     CHECK(disagree == "no Error");
 }
 
+TEST_CASE(
+    "ring_attention: ranks that disagree on the spec, the storage or the layout are one "
+    "Error on every rank, before the ring",
+    "[dist][ring][errors][agreement]") {
+  const bool first = my_rank() == 0;
+  using ak::Causal, ak::Full, ak::SlidingWindow;
+  // H2: LSSAR goes round the ring twice, Softmax once (rank 0 waited in its second round).
+  check_same_error(
+      "Softmax on rank 0, SoftplusL1Reweighted elsewhere",
+      [&] {
+        if (first)
+          small_ring(ak::make_spec(Causal{}));
+        else
+          small_ring(ak::make_spec(Causal{}, ak::SoftplusL1Reweighted{}));
+      },
+      "ring_attention(): the spec's normalizer");
+  check_same_error(
+      "Softmax sinks that differ",
+      [&] {
+        small_ring(ak::make_spec(Causal{}, ak::Softmax::with_sinks({first ? 0.f : 1.f, 0.f})));
+      },
+      "ring_attention(): the spec's normalizer");
+  check_same_error(
+      "Causal on rank 0, Full elsewhere",
+      [&] {
+        if (first)
+          small_ring(ak::make_spec(Causal{}));
+        else
+          small_ring(ak::make_spec(Full{}));
+      },
+      "ring_attention(): the spec's mask");
+  check_same_error(
+      "SlidingWindow sizes that differ",
+      [&] {
+        small_ring(ak::make_spec(Causal{} & SlidingWindow{first ? 4 : 5, 0}));
+      },
+      "ring_attention(): the spec's mask");
+  check_same_error(
+      "Softcap caps that differ",
+      [&] { small_ring(ak::make_spec(Causal{}, ak::Softcap{first ? 8.f : 9.f})); },
+      "ring_attention(): the spec's score");
+  // W5: both 2 bytes; the other rank's bytes were read as its own type.
+  check_same_error(
+      "K in bf16 on rank 0, f16 elsewhere",
+      [&] {
+        if (first)
+          small_ring<Eigen::bfloat16>(ak::make_spec(Causal{}));
+        else
+          small_ring<Eigen::half>(ak::make_spec(Causal{}));
+      },
+      "ring_attention(): the storage of k");
+  // V2: an invalid layout was named "Contiguous" and sharded as Zigzag.
+  check_same_error(
+      "Layout 5 on every rank",
+      [&] { small_ring(ak::make_spec(Causal{}), 12, static_cast<dist::Layout>(5)); },
+      "ring_attention(): options.layout");
+  check_same_error(
+      "Layout 5 on rank 0, Zigzag elsewhere",
+      [&] {
+        small_ring(ak::make_spec(Causal{}), 12,
+                   first ? static_cast<dist::Layout>(5) : dist::Layout::Zigzag);
+      },
+      "ring_attention(): options.layout");
+}
+
 namespace {
 
 // The call of agreement() for sharded_decode(): rank r holds the keys of the r-th contiguous
@@ -352,11 +513,62 @@ TEST_CASE("sharded_decode: parts that do not tile the cache are the same Error o
   INFO(short_cache);
   CHECK(short_cache == "attnkit: sharded_decode(): the ranks' keys in all: expected kv_len = " +
                            std::to_string(10 * p + 5) + ", got " + std::to_string(10 * p));
-  const std::string past_end = call(10 * rank, rank == 0 ? 5 : 10 * p);  // rank 0: past kv_len
+  // Rank 0's keys past kv_len: its own check, the same Error on every rank.
+  const std::string past_end = call(rank == 0 ? 10 * p : 10 * rank, 10 * p);
   INFO(past_end);
-  CHECK(past_end.find("attnkit: rank 0 of " + std::to_string(p) +
-                      ": sharded_decode(): key_offset + k.seq: expected <= kv_len = 5, got 10") ==
-        0);
+  CHECK(past_end == "attnkit: rank 0 of " + std::to_string(p) +
+                        ": sharded_decode(): key_offset + k.seq: expected <= kv_len = " +
+                        std::to_string(10 * p) + ", got " + std::to_string(10 * p + 10));
+}
+
+TEST_CASE(
+    "sharded_decode: ranks that disagree on kv_len, the head dim or the spec are one Error "
+    "on every rank",
+    "[dist][sharded_decode][errors][agreement]") {
+  const bool first = my_rank() == 0;
+  // One query row, 50 keys a rank at 50 r; this rank's kv_len, head dim (of q and k; v's is
+  // 16) and spec.
+  const auto call = [&](Index kv_len, Index dim, const auto& spec) {
+    std::vector<float> q(static_cast<std::size_t>(4 * dim), 0.5f), o(4 * 16);
+    std::vector<float> kv(static_cast<std::size_t>(2 * 50 * dim), 0.25f);
+    const auto keys = ak::bhsd(static_cast<const float*>(kv.data()), 1, 2, 50, dim);
+    const auto values = ak::bhsd(static_cast<const float*>(kv.data()), 1, 2, 50, 16);
+    dist::sharded_decode(MPI_COMM_WORLD, spec,
+                         ak::bhsd(static_cast<const float*>(q.data()), 1, 4, 1, dim), keys, values,
+                         ak::bhsd(o.data(), 1, 4, 1, 16),
+                         dist::ShardedDecodeOptions{}
+                             .with_kv_len(kv_len)
+                             .with_key_offset(50 * my_rank())
+                             .with_attention(ak::Options{}.with_scale(0.125f)));
+  };
+  const Index whole = 50 * ranks();
+  const auto causal = ak::make_spec(ak::Causal{});
+  // H1: the tiling check ran against each rank's own kv_len; rank 1 threw alone.
+  check_same_error(
+      "kv_len 50 P on rank 0, one more elsewhere",
+      [&] { call(first ? whole : whole + 1, 32, causal); }, "sharded_decode(): options.kv_len");
+  // W6: the parts of unrelated problems were merged.
+  check_same_error(
+      "head dim 32 on rank 0, 64 elsewhere", [&] { call(whole, first ? 32 : 64, causal); },
+      "sharded_decode(): q.dim");
+  check_same_error(
+      "Softmax on rank 0, Sigmoid elsewhere",
+      [&] {
+        if (first)
+          call(whole, 32, causal);
+        else
+          call(whole, 32, ak::make_spec(ak::Causal{}, ak::Sigmoid{}));
+      },
+      "sharded_decode(): the spec's normalizer");
+  check_same_error(
+      "Causal on rank 0, a sliding window elsewhere",
+      [&] {
+        if (first)
+          call(whole, 32, causal);
+        else
+          call(whole, 32, ak::make_spec(ak::Causal{} & ak::SlidingWindow{64, 0}));
+      },
+      "sharded_decode(): the spec's mask");
 }
 
 namespace {
@@ -407,7 +619,7 @@ std::vector<float> check_ring_backward(const std::string& name, const Spec& spec
   };
   ak::Options options = ak::Options{}.with_threads(c.threads);
   if (ak::detail::row_stat_kind<typename Spec::Normalizer>() != ak::RowStat::None)
-    options = options.with_lse(stat.data());
+    options = options.with_lse(stat);
   dist::ring_attention_backward(
       MPI_COMM_WORLD, spec, rows(q, c.q_heads, c.dim), rows(k, c.kv_heads, c.dim),
       rows(v, c.kv_heads, dv), rows(o, c.q_heads, dv), rows(d_o, c.q_heads, dv),
@@ -448,6 +660,51 @@ TEST_CASE("ring_attention_backward equals the f64 reference backward of the whol
     const auto first = check_ring_backward("Causal, run 1", spec, c, layout);
     CHECK(first == check_ring_backward("Causal, run 2", spec, c, layout));
     CHECK(first == check_ring_backward("Causal, 1 thread", spec, Case(c).on_threads(1), layout));
+  }
+}
+
+TEST_CASE(
+    "ring_attention: a rank whose shard is empty returns normally, the others' rows as "
+    "over the whole sequence",
+    "[dist][ring][empty]") {
+  // E1: L < 2P under Zigzag (L < P under Contiguous) leaves ranks without rows.
+  for (const dist::Layout layout : {dist::Layout::Contiguous, dist::Layout::Zigzag})
+    for (const Index len : {Index{1}, Index{2}, Index{3}}) {
+      const Case c = Case{}.lengths(len, len).heads(2, 2).dims(16).at_offset(0);
+      const ak::test::Inputs<float> in(c, 3);
+      INFO(dist::layout_name(layout) << ", L " << len << ", " << ranks() << " ranks");
+      {
+        const Watchdog watchdog("ring_attention, an empty shard");
+        const auto spec = ak::make_spec(ak::Causal{});
+        ak::test::check_agreement(ak::test::agreement(spec, c, in, ring_on(spec, c, in, layout)));
+        ak::test::Tolerance two_rounds;
+        two_rounds.out = 4 * tol::kF32;
+        two_rounds.lse = 4 * tol::kLseF32;
+        const auto lssar = ak::make_spec(ak::Causal{}, ak::SoftplusL1Reweighted{});
+        ak::test::check_agreement(
+            ak::test::agreement(lssar, c, in, ring_on(lssar, c, in, layout), two_rounds));
+      }
+      {
+        // Sigmoid: at L = 1 softmax's gradients of q and k are exactly 0 (one weight, always
+        // 1), which a relative error cannot compare; a sigmoid weight moves with the logit.
+        const Watchdog watchdog("ring_attention_backward, an empty shard");
+        check_ring_backward("Sigmoid, Causal", ak::make_spec(ak::Causal{}, ak::Sigmoid{}), c,
+                            layout);
+        if (len > 1) check_ring_backward("Softmax, Causal", ak::make_spec(ak::Causal{}), c, layout);
+      }
+    }
+  // L = 0: no rank has rows; every rank returns.
+  for (const dist::Layout layout : {dist::Layout::Contiguous, dist::Layout::Zigzag}) {
+    const Watchdog watchdog("ring_attention, L = 0");
+    bool returned = false;
+    try {
+      small_ring(ak::make_spec(ak::Causal{}), 0, layout, layout);
+      small_ring(ak::make_spec(ak::Causal{}, ak::SoftplusL1Reweighted{}), 0, layout, layout);
+      returned = true;
+    } catch (const ak::Error& e) {
+      FAIL_CHECK(e.what());
+    }
+    CHECK(returned);
   }
 }
 
@@ -509,6 +766,38 @@ TEST_CASE("dist::linear_attention: the state handed from rank to rank is the sin
   CHECK(message == "attnkit: rank 0 of " + std::to_string(p) +
                        ": dist::linear_attention(): spec.causal: expected true (the state flows "
                        "from rank to rank in sequence order), got false");
+}
+
+TEST_CASE("dist::linear_attention: ranks that disagree on the spec are one Error on every rank",
+          "[dist][linear][errors][agreement]") {
+  const bool first = my_rank() == 0;
+  const Index len = 4 * ranks();
+  const auto call = [&](const auto& spec) {
+    std::vector<float> x(static_cast<std::size_t>(2 * 4 * 16), 0.5f), y(x.size());
+    const auto rows = ak::bhsd(static_cast<const float*>(x.data()), 1, 2, 4, 16);
+    ak::LinearState state = ak::make_linear_state(spec, rows, rows);
+    dist::linear_attention(MPI_COMM_WORLD, spec, rows, rows, rows, ak::bhsd(y.data(), 1, 2, 4, 16),
+                           state, len);
+  };
+  const auto spec = ak::linear_spec(ak::EluPlusOne{}).with_chunk(4);
+  check_same_error(
+      "decay that differs",
+      [&] {
+        call(spec.with_decay({first ? 0.9f : 0.8f, 1.f}));
+      },
+      "dist::linear_attention(): spec.decay");
+  check_same_error(
+      "eps that differs", [&] { call(spec.with_normalize(true, first ? 1e-6f : 1e-5f)); },
+      "dist::linear_attention(): spec.eps");
+  check_same_error(
+      "EluPlusOne on rank 0, Relu elsewhere",
+      [&] {
+        if (first)
+          call(spec);
+        else
+          call(ak::linear_spec(ak::Relu{}).with_chunk(4));
+      },
+      "dist::linear_attention(): spec.map (the feature map)");
 }
 
 // Catch2's session between MPI_Init and MPI_Finalize; the exit code is the worst rank's.

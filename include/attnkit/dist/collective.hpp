@@ -2,8 +2,9 @@
 // sends: a distributed call that lets one rank throw while the others wait in a receive
 // hangs. validate_together() runs each rank's own checks and, when any rank's failed, makes
 // every rank throw the same Error (the lowest failing rank's message, naming that rank);
-// require_same_on_all_ranks() checks that the ranks agree on the call's sizes, and names the
-// first field they do not agree on with its smallest and largest value, on every rank.
+// require_same_on_all_ranks() checks that the ranks agree on the call's fields (sizes, and
+// identities: storage types, policies, by their tags) and names the first field they do not
+// agree on, on every rank. dist/agreement.hpp lists the fields of a call.
 #pragma once
 
 #include <mpi.h>
@@ -67,14 +68,17 @@ void validate_together(MPI_Comm comm, Check&& check) {
               message);
 }
 
-/// A value every rank of a call must give alike, and its name in the Error.
+/// A value every rank of a call must give alike, and its name in the Error. An identity (a
+/// tag: detail/policy_tag.hpp) has no order: its Error does not print the values.
 struct Agreed {
-  const char* name;
+  std::string name;
   long long value;
+  bool identity = false;
 };
 
 /// Throws Error on every rank when the ranks' values of some field differ, naming the first
-/// such field, `what` (the call) and the smallest and largest value. Collective.
+/// such field, `what` (the call) and, for a number, the smallest and largest value.
+/// Collective; every rank must give the same number of fields.
 inline void require_same_on_all_ranks(MPI_Comm comm, const char* what,
                                       const std::vector<Agreed>& fields) {
   const int n = static_cast<int>(fields.size());
@@ -84,11 +88,16 @@ inline void require_same_on_all_ranks(MPI_Comm comm, const char* what,
             "MPI_Allreduce");
   check_mpi(MPI_Allreduce(mine.data(), hi.data(), n, MPI_LONG_LONG, MPI_MAX, comm),
             "MPI_Allreduce");
-  for (std::size_t i = 0; i < fields.size(); ++i)
-    attnkit::detail::require(
-        lo[i] == hi[i], attnkit::detail::cat(what, ": ", fields[i].name),
-        "the same value on every rank",
-        attnkit::detail::cat("values from ", lo[i], " to ", hi[i], " across ranks"));
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    if (fields[i].identity)
+      attnkit::detail::require(lo[i] == hi[i], attnkit::detail::cat(what, ": ", fields[i].name),
+                               "the same on every rank", "different ones across ranks");
+    else
+      attnkit::detail::require(
+          lo[i] == hi[i], attnkit::detail::cat(what, ": ", fields[i].name),
+          "the same value on every rank",
+          attnkit::detail::cat("values from ", lo[i], " to ", hi[i], " across ranks"));
+  }
 }
 
 }  // namespace attnkit::dist

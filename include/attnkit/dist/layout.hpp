@@ -22,13 +22,28 @@ namespace attnkit::dist {
 enum class Layout { Contiguous, Zigzag };
 
 inline const char* layout_name(Layout layout) {
-  return layout == Layout::Zigzag ? "Zigzag" : "Contiguous";
+  switch (layout) {
+    case Layout::Contiguous:
+      return "Contiguous";
+    case Layout::Zigzag:
+      return "Zigzag";
+  }
+  return "not a Layout";
+}
+
+/// Throws Error (naming `argument`) unless layout is one of the enumerators.
+template <class Argument>
+void check_layout(Layout layout, const Argument& argument) {
+  detail::require(layout == Layout::Contiguous || layout == Layout::Zigzag, argument,
+                  "Layout::Contiguous or Layout::Zigzag",
+                  detail::cat("Layout(", static_cast<int>(layout), ")"));
 }
 
 /// The ranges of global positions rank `rank` of `ranks` holds of a sequence of `len`
-/// positions, ascending (one range, or two for Zigzag). Throws Error for len < 0, ranks < 1
-/// or a rank outside [0, ranks).
+/// positions, ascending (one range, or two for Zigzag). Throws Error for a layout that is not
+/// an enumerator, len < 0, ranks < 1 or a rank outside [0, ranks).
 inline std::vector<Range> shard_ranges(Layout layout, Index len, int rank, int ranks) {
+  check_layout(layout, "shard_ranges(): layout");
   detail::require(len >= 0, "shard_ranges(): len", ">= 0", len);
   detail::require(ranks >= 1, "shard_ranges(): ranks", ">= 1", ranks);
   detail::require(rank >= 0 && rank < ranks, "shard_ranges(): rank",

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "attnkit/dist/agreement.hpp"
 #include "attnkit/dist/collective.hpp"
 #include "attnkit/dist/layout.hpp"
 #include "attnkit/linear/linear_attention.hpp"
@@ -26,12 +27,37 @@ namespace attnkit::dist {
 /// shard_length(Layout::Contiguous, len, rank, ranks)). `state`: on rank 0, the state before
 /// the first key (a prefill's, or zero); on every rank afterwards, the state after its own
 /// last key (on the last rank: after the whole sequence). Collective over comm; throws Error
-/// on every rank, before any state moves, when any rank's input is bad or the ranks disagree.
+/// on every rank, before any state moves, when any rank's input is bad or the ranks disagree
+/// on sizes, storage types, the options or any field of the spec (dist/agreement.hpp).
 template <class Map, class Q, class K, class V, class O>
 void linear_attention(MPI_Comm comm, const LinearSpec<Map>& spec, const View<Q>& q,
                       const View<K>& k, const View<V>& v, const View<O>& o, LinearState& state,
                       Index len, const Options& options = {}) {
+  using attnkit::detail::TagHash;
   const int rank = rank_of(comm), ranks = size_of(comm);
+  // dist/agreement.hpp's order. 1: the fields every rank shares, the spec field by field
+  // (then whole, by its tag, for any field not named here), before any check that could
+  // throw on one rank alone.
+  std::vector<Agreed> fields;
+  agree_on_view(fields, "q", q);
+  agree_on_view(fields, "k", k);
+  agree_on_view(fields, "v", v);
+  agree_on_view(fields, "o", o);
+  agree_on_options(fields, "options", options);
+  fields.push_back({"len", len});
+  fields.push_back({"state.features", state.features()});
+  fields.push_back({"the state's size (floats)", static_cast<long long>(state.floats().size())});
+  fields.push_back(
+      identity_field("spec.map (the feature map)", attnkit::detail::policy_tag(spec.map)));
+  fields.push_back({"spec.causal", spec.causal});
+  fields.push_back(identity_field("spec.decay", TagHash{}.add(spec.decay).value()));
+  fields.push_back({"spec.normalize", spec.normalize});
+  fields.push_back(identity_field("spec.eps", TagHash{}.add(spec.eps).value()));
+  fields.push_back({"spec.form", static_cast<long long>(spec.form)});
+  fields.push_back({"spec.chunk", spec.chunk});
+  fields.push_back(identity_field("the linear spec", spec.tag()));
+  require_same_on_all_ranks(comm, "dist::linear_attention()", fields);
+  // 2: each rank's own checks, together.
   Problem p;
   validate_together(comm, [&] {
     attnkit::detail::require(spec.causal, "dist::linear_attention(): spec.causal",
@@ -47,15 +73,6 @@ void linear_attention(MPI_Comm comm, const LinearSpec<Map>& spec, const View<Q>&
         attnkit::detail::cat("this rank's run of ", n, " positions (Contiguous, L = ", len, ")"),
         p.q_len);
   });
-  require_same_on_all_ranks(comm, "dist::linear_attention()",
-                            {{"q.batch", p.batch},
-                             {"q.heads", p.q_heads},
-                             {"k.heads", p.kv_heads},
-                             {"q.dim", p.head_dim},
-                             {"v.dim", p.value_dim},
-                             {"len", len},
-                             {"state.features", state.features()},
-                             {"spec.chunk", spec.chunk}});
 
   // The state travels whole, in its own layout: one buffer, from head (0, 0) on.
   const auto state_floats = [&state] { return state.head(0, 0); };

@@ -15,16 +15,18 @@
 // bias, SoftplusL1 with each row's key count over the whole sequence, ReluPower), and LSSAR
 // (SoftplusL1Reweighted) in its two-round form: a first trip around the ring for the LSSA
 // row sums, a second for the reweighted parts (kernel/merge_reweighted.hpp). Validation is
-// collective: bad input on any rank makes every rank throw the same Error before anything is
-// sent. The ring itself is dist/ring_steps.hpp.
+// collective: bad input on any rank, or ranks that disagree, make every rank throw the same
+// Error before anything is sent. The ring itself is dist/ring_steps.hpp.
 #pragma once
 
 #include <mpi.h>
 
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "attnkit/detail/traits.hpp"
+#include "attnkit/dist/agreement.hpp"
 #include "attnkit/dist/collective.hpp"
 #include "attnkit/dist/layout.hpp"
 #include "attnkit/dist/ring_steps.hpp"
@@ -41,8 +43,11 @@ namespace attnkit::dist {
 /// o (this rank's output rows, [B, Hq, n, Dv]) = attention of this rank's query rows q
 /// [B, Hq, n, D] over the keys and values of every rank's shard (k [B, Hkv, n, D], v
 /// [B, Hkv, n, Dv] here), n = shard_length(options.layout, options.seq_len, rank, ranks).
-/// Collective over comm. Throws Error on every rank, before any send, when any rank's input
-/// is bad or the ranks disagree on sizes, layout, storage or scale.
+/// A rank whose shard is empty (L < 2P under Zigzag, L < P under Contiguous) has no rows to
+/// write and returns normally after the ring. Collective over comm. Throws Error on every
+/// rank, before any send, when any rank's input is bad or the ranks disagree on anything a
+/// rank's call depends on (dist/agreement.hpp: sizes, storage types, the spec's policies,
+/// scale, products, length, layout).
 template <class Spec, class Q, class K, class V, class O>
 void ring_attention(MPI_Comm comm, const Spec& spec, const View<Q>& q, const View<K>& k,
                     const View<V>& v, const View<O>& o, const RingOptions& options) {
@@ -67,7 +72,12 @@ void ring_attention(MPI_Comm comm, const Spec& spec, const View<Q>& q, const Vie
 
   const int rank = rank_of(comm), ranks = size_of(comm);
   const Index len = options.seq_len;
-  const Problem p = ring::validate<KT, VT>(comm, "ring_attention()", spec, options, [&] {
+  std::vector<Agreed> fields;
+  agree_on_view(fields, "q", q);
+  agree_on_view(fields, "k", k);
+  agree_on_view(fields, "v", v);
+  agree_on_view(fields, "o", o);
+  const Problem p = ring::validate(comm, "ring_attention()", spec, options, std::move(fields), [&] {
     return make_problem(q, k, v, o, options.attention.with_q_offset(0));
   });
   // This rank's rows, then the ring: at step s the shard of rank (rank - s) mod P is in hand.
@@ -86,12 +96,12 @@ void ring_attention(MPI_Comm comm, const Spec& spec, const View<Q>& q, const Vie
         ring::part_normalizer(spec.normalizer.lssa, spec.mask, q_pos, p.batch, p.q_heads, len);
     ring::pass(comm, spec.score, spec.mask, lssa, qs, k_local, v_local, positions, p, options,
                part_out, part_stat);
-    ring::part_views(part_out, part_stat, ranks, p, parts, stats);
+    ring::part_views<SoftplusL1>(part_out, part_stat, ranks, p, parts, stats);
     std::vector<float> fallback(
         static_cast<std::size_t>(p.batch * p.q_heads * p.q_len * p.value_dim));
     std::vector<float> sums(static_cast<std::size_t>(p.batch * p.q_heads * p.q_len));
     const auto lssa_out = bhsd(fallback.data(), p.batch, p.q_heads, p.q_len, p.value_dim);
-    merge(lssa, parts, stats, lssa_out, sums.data());
+    merge(lssa, parts, stats, lssa_out, sums);
     SoftplusL1Reweighted whole = spec.normalizer;
     whole.lssa = lssa;
     const SoftplusL1Reweighted::SecondRound second = whole.second_round(std::move(sums));
@@ -99,7 +109,8 @@ void ring_attention(MPI_Comm comm, const Spec& spec, const View<Q>& q, const Vie
                part_out, part_stat);
     parts.clear();
     stats.clear();
-    ring::part_views(part_out, part_stat, ranks, p, parts, stats);
+    ring::part_views<SoftplusL1Reweighted::SecondRound>(part_out, part_stat, ranks, p, parts,
+                                                        stats);
     const double merging = MPI_Wtime();
     merge_reweighted(second, parts, stats, View<const float>(lssa_out), o, options.attention.lse);
     if (options.times != nullptr) options.times->merge += MPI_Wtime() - merging;
@@ -108,7 +119,7 @@ void ring_attention(MPI_Comm comm, const Spec& spec, const View<Q>& q, const Vie
         ring::part_normalizer(spec.normalizer, spec.mask, q_pos, p.batch, p.q_heads, len);
     ring::pass(comm, spec.score, spec.mask, normalizer, qs, k_local, v_local, positions, p, options,
                part_out, part_stat);
-    ring::part_views(part_out, part_stat, ranks, p, parts, stats);
+    ring::part_views<Normalizer>(part_out, part_stat, ranks, p, parts, stats);
     const double merging = MPI_Wtime();
     merge(spec.normalizer, parts, stats, o, options.attention.lse);
     if (options.times != nullptr) options.times->merge += MPI_Wtime() - merging;

@@ -21,10 +21,12 @@
 
 #include <algorithm>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "attnkit/detail/backward_traits.hpp"
 #include "attnkit/detail/traits.hpp"
+#include "attnkit/dist/agreement.hpp"
 #include "attnkit/dist/collective.hpp"
 #include "attnkit/dist/layout.hpp"
 #include "attnkit/dist/ring_steps.hpp"
@@ -91,10 +93,22 @@ void ring_attention_backward(MPI_Comm comm, const Spec& spec, const View<Q>& q, 
 
   const int rank = rank_of(comm), ranks = size_of(comm);
   const Index len = options.seq_len;
-  const Problem p = ring::validate<KT, VT>(comm, "ring_attention_backward()", spec, options, [&] {
-    attnkit::detail::require(!kStat || options.attention.lse != nullptr,
+  std::vector<Agreed> fields;
+  agree_on_view(fields, "q", q);
+  agree_on_view(fields, "k", k);
+  agree_on_view(fields, "v", v);
+  agree_on_view(fields, "o", o);
+  agree_on_view(fields, "d_o", d_o);
+  agree_on_view(fields, "dq", dq);
+  agree_on_view(fields, "dk", dk);
+  agree_on_view(fields, "dv", dv);
+  const char* what = "ring_attention_backward()";
+  const Problem p = ring::validate(comm, what, spec, options, std::move(fields), [&] {
+    // A rank without rows reads no statistic (the forward wrote none).
+    const Index rows = q.batch * q.heads * q.seq;
+    attnkit::detail::require(!kStat || rows == 0 || !options.attention.lse.empty(),
                              "ring_attention_backward(): Options.lse",
-                             "the forward's row statistic (this normalizer has one)", "nullptr");
+                             "the forward's row statistic (this normalizer has one)", "none");
     // The local shapes as attention_backward() checks them (the keys: this rank's shard).
     return attnkit::detail::make_backward_problem(spec, q, k, v, o, d_o, dq, dk, dv,
                                                   options.attention.with_q_offset(0), ParamGrads{});

@@ -17,6 +17,7 @@
 
 #include "attnkit/detail/storage_rows.hpp"
 #include "attnkit/detail/traits.hpp"
+#include "attnkit/dist/agreement.hpp"
 #include "attnkit/dist/collective.hpp"
 #include "attnkit/dist/layout.hpp"
 #include "attnkit/kernel/attention.hpp"
@@ -155,47 +156,41 @@ inline std::vector<std::vector<Index>> all_positions(Layout layout, Index len, i
   return positions;
 }
 
-/// The checks of a ring call (`what`: its name), collective: the length and query offset,
-/// `local_problem()` (this rank's shapes, as the local call checks them, and the call's own
-/// checks), shards of this rank's length, the spec's policies against the whole sequence,
-/// then the ranks' agreement on sizes, layout, storage (KT, VT: as they travel) and scale.
-/// Returns this rank's Problem; throws the same Error on every rank.
-template <class KT, class VT, class Spec, class LocalProblem>
+/// The checks of a ring call (`what`: its name), collective, in the order of
+/// dist/agreement.hpp: first the ranks' agreement on `fields` (the views' shared sizes and
+/// storage, from the caller), the spec's policies, the options, the length and the layout;
+/// then, together, this rank's own checks: the layout and length, `local_problem()` (its
+/// shapes, as the local call checks them, and the call's own checks), shards of this rank's
+/// length, the spec's policies against the whole sequence. Returns this rank's Problem;
+/// throws the same Error on every rank.
+template <class Spec, class LocalProblem>
 Problem validate(MPI_Comm comm, const char* what, const Spec& spec, const RingOptions& options,
-                 LocalProblem&& local_problem) {
+                 std::vector<Agreed> fields, LocalProblem&& local_problem) {
+  using attnkit::detail::cat;
+  using attnkit::detail::require;
   const int rank = rank_of(comm), ranks = size_of(comm);
   const Index len = options.seq_len;
+  agree_on_spec(fields, spec);
+  agree_on_options(fields, "options.attention", options.attention);
+  fields.push_back({"options.seq_len", len});
+  fields.push_back({"options.layout", static_cast<long long>(options.layout)});
+  require_same_on_all_ranks(comm, what, fields);
   Problem p;
   validate_together(comm, [&] {
-    attnkit::detail::require(len >= 0, attnkit::detail::cat(what, ": options.seq_len"), ">= 0",
-                             len);
-    attnkit::detail::require(!options.attention.q_offset,
-                             attnkit::detail::cat(what, ": Options.q_offset"),
-                             "unset (the layout places the rows)", "a value");
+    check_layout(options.layout, cat(what, ": options.layout"));
+    require(len >= 0, cat(what, ": options.seq_len"), ">= 0", len);
+    require(!options.attention.q_offset, cat(what, ": Options.q_offset"),
+            "unset (the layout places the rows)", "a value");
     const Index n = shard_length(options.layout, len, rank, ranks);
     p = local_problem();
-    attnkit::detail::require(p.q_len == n && p.kv_len == n,
-                             attnkit::detail::cat(what, ": q.seq and k.seq"),
-                             attnkit::detail::cat("this rank's shard length ", n, " (",
-                                                  layout_name(options.layout), ", L = ", len, ")"),
-                             attnkit::detail::cat(p.q_len, " and ", p.kv_len));
+    require(
+        p.q_len == n && p.kv_len == n, cat(what, ": q.seq and k.seq"),
+        cat("this rank's shard length ", n, " (", layout_name(options.layout), ", L = ", len, ")"),
+        cat(p.q_len, " and ", p.kv_len));
     Problem whole = p;
     whole.q_len = whole.kv_len = len;
     validate_policies(spec, whole, options.attention.with_q_offset(0));
   });
-  std::int32_t scale_bits = 0;
-  std::memcpy(&scale_bits, &p.scale, sizeof p.scale);
-  require_same_on_all_ranks(comm, what,
-                            {{"q.batch", p.batch},
-                             {"q.heads", p.q_heads},
-                             {"k.heads", p.kv_heads},
-                             {"q.dim", p.head_dim},
-                             {"v.dim", p.value_dim},
-                             {"options.seq_len", len},
-                             {"options.layout", static_cast<long long>(options.layout)},
-                             {"sizeof(K)", static_cast<long long>(sizeof(KT))},
-                             {"sizeof(V)", static_cast<long long>(sizeof(VT))},
-                             {"the scale (its bits)", scale_bits}});
   return p;
 }
 
@@ -235,7 +230,8 @@ void pass(MPI_Comm comm, const Score& score, const Mask& mask, const N& normaliz
     const auto part_spec = AttentionSpec<Score, Remapped<Mask>, N, NoPosition>{
         score, remap(mask, q_pos.data(), k_pos.data(), k_cur.seq), normalizer, NoPosition{}};
     Options step_options = options.attention.with_q_offset(0);
-    step_options.lse = part_stat.empty() ? nullptr : part_stat.data() + Index{from} * rows;
+    step_options.lse = part_stat.empty() ? Span<float>()
+                                         : Span<float>(part_stat.data() + Index{from} * rows, rows);
     const double started = MPI_Wtime();
     attention(part_spec, qs.view(), k_cur.view(), v_cur.view(),
               bhsd(part_out.data() + Index{from} * rows * p.value_dim, p.batch, p.q_heads, p.q_len,
@@ -257,15 +253,18 @@ void pass(MPI_Comm comm, const Score& score, const Mask& mask, const N& normaliz
   }
 }
 
-/// The P parts of pass() as merge() takes them.
-inline void part_views(const std::vector<float>& part_out, const std::vector<float>& part_stat,
-                       int ranks, const Problem& p, std::vector<View<const float>>& parts,
-                       std::vector<const float*>& stats) {
+/// The P parts of pass() with normalizer N as merge() takes them (a statistic per part when N
+/// has one, even for a rank without rows: merge() reads none then).
+template <class N>
+void part_views(const std::vector<float>& part_out, const std::vector<float>& part_stat, int ranks,
+                const Problem& p, std::vector<View<const float>>& parts,
+                std::vector<const float*>& stats) {
   const Index rows = p.batch * p.q_heads * p.q_len;
   for (Index r = 0; r < ranks; ++r) {
     parts.push_back(
         bhsd(part_out.data() + r * rows * p.value_dim, p.batch, p.q_heads, p.q_len, p.value_dim));
-    if (!part_stat.empty()) stats.push_back(part_stat.data() + r * rows);
+    if (attnkit::detail::row_stat_kind<N>() != RowStat::None)
+      stats.push_back(part_stat.data() + r * rows);
   }
 }
 

@@ -15,12 +15,11 @@
 #include <climits>
 #include <cmath>
 #include <cstddef>
-#include <cstdint>
-#include <cstring>
 #include <type_traits>
 #include <vector>
 
 #include "attnkit/detail/traits.hpp"
+#include "attnkit/dist/agreement.hpp"
 #include "attnkit/dist/collective.hpp"
 #include "attnkit/dist/ring_steps.hpp"  // part_normalizer, the spec limits
 #include "attnkit/kernel/attention.hpp"
@@ -58,8 +57,10 @@ struct ShardedDecodeOptions {
 /// o [B, Hq, Lq, Dv] on every rank = attention of q [B, Hq, Lq, D] (the same on every rank)
 /// over the keys and values of every rank's part (here k [B, Hkv, n, D], v [B, Hkv, n, Dv]
 /// at positions key_offset .. key_offset + n - 1). Collective over comm. Throws Error on
-/// every rank, before anything is exchanged, when any rank's input is bad, the parts do not
-/// tile [0, kv_len) in rank order, or the ranks disagree on the query rows' shape.
+/// every rank, before any result is exchanged, when any rank's input is bad, the parts do not
+/// tile [0, kv_len) in rank order, or the ranks disagree on anything a rank's part depends on
+/// (dist/agreement.hpp: the query rows, head dims, storage types, the spec's policies, scale,
+/// products, kv_len, the query offset).
 template <class Spec, class Q, class K, class V, class O>
 void sharded_decode(MPI_Comm comm, const Spec& spec, const View<Q>& q, const View<K>& k,
                     const View<V>& v, const View<O>& o, const ShardedDecodeOptions& options) {
@@ -76,25 +77,41 @@ void sharded_decode(MPI_Comm comm, const Spec& spec, const View<Q>& q, const Vie
                 "sharded_decode(): this normalizer needs two rounds (LSSAR), not supported yet");
   static_assert(!std::is_const_v<O>, "sharded_decode(): the output view must be writable");
 
+  using attnkit::detail::cat;
+  using attnkit::detail::require;
   const int ranks = size_of(comm);
   const Index len = options.kv_len, first = options.key_offset;
+  // dist/agreement.hpp's order. 1: the fields every rank shares (from the raw arguments; the
+  // query offset from agreed ones), before any check that could throw on one rank alone.
+  const Index q_offset = options.attention.q_offset.value_or(len - q.seq);
+  std::vector<Agreed> fields;
+  agree_on_view(fields, "q", q, true);
+  agree_on_view(fields, "k", k);
+  agree_on_view(fields, "v", v);
+  agree_on_view(fields, "o", o, true);
+  agree_on_spec(fields, spec);
+  agree_on_options(fields, "options.attention", options.attention);
+  fields.push_back({"options.kv_len", len});
+  fields.push_back({"the query offset", q_offset});
+  require_same_on_all_ranks(comm, "sharded_decode()", fields);
+  // 2: each rank's own checks, together.
   Problem p;
   validate_together(comm, [&] {
-    attnkit::detail::require(len >= 0, "sharded_decode(): options.kv_len", ">= 0", len);
-    attnkit::detail::require(first >= 0, "sharded_decode(): options.key_offset", ">= 0", first);
+    require(len >= 0, "sharded_decode(): options.kv_len", ">= 0", len);
+    require(first >= 0, "sharded_decode(): options.key_offset", ">= 0", first);
     p = make_problem(q, k, v, o, options.attention.with_q_offset(0));
     const Index piece = p.batch * p.q_heads * p.q_len * (p.value_dim + 1);
-    attnkit::detail::require(piece <= INT_MAX,
-                             "sharded_decode(): q.batch * q.heads * q.seq * (v.dim + 1)",
-                             "<= INT_MAX (one rank's result is one MPI message)", piece);
-    attnkit::detail::require(first <= len - p.kv_len, "sharded_decode(): key_offset + k.seq",
-                             attnkit::detail::cat("<= kv_len = ", len), first + p.kv_len);
+    require(piece <= INT_MAX, "sharded_decode(): q.batch * q.heads * q.seq * (v.dim + 1)",
+            "<= INT_MAX (one rank's result is one MPI message)", piece);
+    require(first <= len - p.kv_len, "sharded_decode(): key_offset + k.seq",
+            cat("<= kv_len = ", len), first + p.kv_len);
     Problem whole = p;
     whole.kv_len = len;
-    whole.q_offset = options.attention.q_offset.value_or(len - p.q_len);
-    validate_policies(spec, whole, options.attention.with_q_offset(whole.q_offset));
+    whole.q_offset = q_offset;
+    validate_policies(spec, whole, options.attention.with_q_offset(q_offset));
   });
-  // The parts tile [0, kv_len) in rank order: checked on every rank from the same gather.
+  // 3: the parts tile [0, kv_len) in rank order, checked on every rank from the same gather
+  // against the agreed kv_len.
   std::vector<long long> runs(2 * static_cast<std::size_t>(ranks));
   const long long mine[2] = {first, p.kv_len};
   check_mpi(MPI_Allgather(mine, 2, MPI_LONG_LONG, runs.data(), 2, MPI_LONG_LONG, comm),
@@ -102,28 +119,11 @@ void sharded_decode(MPI_Comm comm, const Spec& spec, const View<Q>& q, const Vie
   long long next = 0;
   for (int r = 0; r < ranks; ++r) {
     const std::size_t at = 2 * static_cast<std::size_t>(r);
-    attnkit::detail::require(runs[at] == next,
-                             attnkit::detail::cat("sharded_decode(): rank ", r, "'s key_offset"),
-                             attnkit::detail::cat(next,
-                                                  " (the parts tile [0, kv_len) in rank "
-                                                  "order)"),
-                             runs[at]);
+    require(runs[at] == next, cat("sharded_decode(): rank ", r, "'s key_offset"),
+            cat(next, " (the parts tile [0, kv_len) in rank order)"), runs[at]);
     next += runs[at + 1];
   }
-  attnkit::detail::require(next == len, "sharded_decode(): the ranks' keys in all",
-                           attnkit::detail::cat("kv_len = ", len), next);
-  std::int32_t scale_bits = 0;
-  std::memcpy(&scale_bits, &p.scale, sizeof p.scale);
-  const Index q_offset = options.attention.q_offset.value_or(len - p.q_len);
-  require_same_on_all_ranks(comm, "sharded_decode()",
-                            {{"q.batch", p.batch},
-                             {"q.heads", p.q_heads},
-                             {"q.seq", p.q_len},
-                             {"k.heads", p.kv_heads},
-                             {"v.dim", p.value_dim},
-                             {"options.kv_len", len},
-                             {"the query offset", q_offset},
-                             {"the scale (its bits)", scale_bits}});
+  require(next == len, "sharded_decode(): the ranks' keys in all", cat("kv_len = ", len), next);
 
   // This rank's part: the queries at their positions, the keys at theirs.
   std::vector<Index> q_pos(static_cast<std::size_t>(p.q_len)),
@@ -142,7 +142,7 @@ void sharded_decode(MPI_Comm comm, const Spec& spec, const View<Q>& q, const Vie
   const Index piece = rows * p.value_dim + (kStat ? rows : 0);
   std::vector<float> local(static_cast<std::size_t>(piece));
   Options step = options.attention.with_q_offset(0);
-  step.lse = kStat ? local.data() + rows * p.value_dim : nullptr;
+  step.lse = kStat ? Span<float>(local.data() + rows * p.value_dim, rows) : Span<float>();
   attention(part_spec, q, k, v, bhsd(local.data(), p.batch, p.q_heads, p.q_len, p.value_dim), step);
   std::vector<float> all(static_cast<std::size_t>(piece * ranks));
   check_mpi(MPI_Allgather(local.data(), static_cast<int>(piece), MPI_FLOAT, all.data(),
