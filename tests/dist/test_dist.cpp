@@ -281,6 +281,55 @@ TEST_CASE("shard layouts: every position on one rank, zigzag balances causal pai
   CHECK(back == full);
 }
 
+TEST_CASE("policy tags: equal policies agree, a parameter or a type that differs does not",
+          "[dist][agreement]") {
+  using ak::detail::policy_tag, ak::detail::type_tag;
+  const auto differ = [](const auto& a, const auto& b) { return policy_tag(a) != policy_tag(b); };
+  const auto same = [](const auto& a) {
+    const auto copy = a;
+    return policy_tag(a) == policy_tag(copy);
+  };
+  CHECK(same(ak::Causal{} & ak::SlidingWindow{4, 0}));
+  CHECK(differ(ak::SlidingWindow{4, 0}, ak::SlidingWindow{5, 0}));
+  CHECK(differ(ak::Causal{} & ak::SlidingWindow{4, 0}, ak::Causal{} & ak::SlidingWindow{4, 1}));
+  CHECK(differ(ak::Causal{} & ak::Sinks{2}, ak::Causal{} | ak::Sinks{2}));
+  CHECK(differ(ak::Causal{}, ak::Full{}));
+  CHECK(differ(ak::Chunked{4}, ak::Chunked{8}));
+  CHECK(differ(ak::PowerOfTwo{2, 4}, ak::PowerOfTwo{2, 8}));
+  CHECK(differ(ak::Softcap{8.f}, ak::Softcap{9.f}));
+  CHECK(differ(ak::Softmax{}, ak::Softmax::with_sinks({0.f})));
+  CHECK(differ(ak::Softmax::with_sinks({0.f}), ak::Softmax::with_sinks({1.f})));
+  CHECK(differ(ak::Sigmoid{}, ak::Sigmoid{-1.f}));
+  CHECK(differ(ak::ReluPower{1.5f, 0.3f}, ak::ReluPower{2.f, 0.3f}));
+  CHECK(differ(ak::SoftplusL1Reweighted{15.f}, ak::SoftplusL1Reweighted{3.f}));
+  CHECK(differ(ak::Softmax{}, ak::SoftplusL1Reweighted{}));
+  // SoftplusL1's key counts are given for a rank's own rows: not part of its identity.
+  CHECK(policy_tag(ak::SoftplusL1{}) == policy_tag(ak::SoftplusL1::with_key_counts({3.f})));
+  CHECK(same(ak::Rope(ak::RopeTable(16, 10000, 64))));
+  CHECK(differ(ak::Rope(ak::RopeTable(16, 10000, 64)), ak::Rope(ak::RopeTable(16, 500000, 64))));
+  ak::FopeConfig fope;
+  fope.head_dim = 8;
+  fope.max_len = 16;
+  CHECK(differ(ak::Fope::drawn(fope, 0.3, 1), ak::Fope::drawn(fope, 0.3, 2)));
+  ak::BlockMaskLayout layout;
+  layout.q_len = layout.kv_len = 4;
+  layout.block_q = layout.block_k = 2;
+  const ak::BlockMask<> diagonal(layout, ak::BlockList{{0, 1, 2}, {0, 1}},
+                                 ak::BlockList{{0, 0, 0}, {}});
+  const ak::BlockMask<> first_column(layout, ak::BlockList{{0, 1, 2}, {0, 0}},
+                                     ak::BlockList{{0, 0, 0}, {}});
+  CHECK(same(diagonal));
+  CHECK(differ(diagonal, first_column));
+  const auto linear = ak::linear_spec(ak::EluPlusOne{});
+  CHECK(same(linear));
+  CHECK(differ(linear, linear.with_decay({0.9f})));
+  CHECK(differ(linear, linear.with_normalize(true, 1e-5f)));
+  CHECK(differ(linear, ak::linear_spec(ak::Relu{})));
+  CHECK(type_tag<Eigen::bfloat16>() != type_tag<Eigen::half>());
+  CHECK(type_tag<const float>() == type_tag<float>());
+  CHECK(type_tag<ak::BlockQ8_0>() != type_tag<ak::BlockQ4_0>());
+}
+
 TEST_CASE("ring_attention equals attention over the whole sequence (f64 reference)",
           "[dist][ring]") {
   for (const dist::Layout layout : {dist::Layout::Contiguous, dist::Layout::Zigzag})

@@ -83,7 +83,8 @@ void sharded_decode(MPI_Comm comm, const Spec& spec, const View<Q>& q, const Vie
   const Index len = options.kv_len, first = options.key_offset;
   // dist/agreement.hpp's order. 1: the fields every rank shares (from the raw arguments; the
   // query offset from agreed ones), before any check that could throw on one rank alone.
-  const Index q_offset = options.attention.q_offset.value_or(len - q.seq);
+  const Index q_offset = options.attention.q_offset.value_or(
+      len >= 0 && q.seq >= 0 ? len - q.seq : 0);  // no overflow; bad values fail in step 2
   std::vector<Agreed> fields;
   agree_on_view(fields, "q", q, true);
   agree_on_view(fields, "k", k);
