@@ -12,9 +12,10 @@
 // reference, the same bits on every rank. Bad input on one rank is the same Error on every
 // rank, not a hang; so are ranks that disagree on a field the call depends on (a policy by
 // its tag, a storage type, a size, kv_len, the layout, the linear spec), each such case under
-// a 60 s watchdog (a hang fails fast). A rank with an empty shard returns normally. Also the layout helpers (dist/layout.hpp) and the collective checks
-// (dist/collective.hpp). Comparisons use CHECK, never REQUIRE: a rank that left a case early
-// would leave the others waiting.
+// a 60 s watchdog (a hang fails fast). A rank with an empty shard returns normally. Also the
+// layout helpers (dist/layout.hpp) and the collective checks (dist/collective.hpp).
+// Comparisons use CHECK, never REQUIRE: a rank that left a case early would leave the others
+// waiting.
 #include <mpi.h>
 
 #include <algorithm>
