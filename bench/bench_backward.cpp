@@ -77,7 +77,7 @@ ak::Options options_for(const Spec&, Buffers& buf, int threads) {
   if constexpr (ak::detail::row_stat_kind<typename Spec::Normalizer>() == ak::RowStat::None)
     return o;
   else
-    return o.with_lse(buf.lse.data());
+    return o.with_lse(buf.lse);
 }
 
 // fwd_<variant> and bwd_<variant> of `spec` on shape s.
@@ -123,7 +123,7 @@ void add_unfused(const Shape& s) {
     Buffers buf(s);
     const auto spec = ak::make_spec(ak::Causal{});
     ak::attention(spec, buf.in.in(buf.in.q), buf.in.in(buf.in.k), buf.in.in(buf.in.v), buf.in.out(),
-                  ak::Options{}.with_lse(buf.lse.data()));
+                  ak::Options{}.with_lse(buf.lse));
     std::vector<RowMatrix> p(static_cast<std::size_t>(s.threads), RowMatrix(s.len, s.len));
     std::vector<RowMatrix> dp = p;
     const float scale = 1.f / std::sqrt(float(s.dim));

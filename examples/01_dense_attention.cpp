@@ -49,13 +49,13 @@ int main() {
   //    query offset, threads, and optional statistics such as the log-sum-exp per row,
   //    laid out [batch, q_heads, q_len].
   std::vector<float> lse(batch * q_heads * q_len);
-  ak::attention(spec, Q, K, V, O, ak::Options{}.with_lse(lse.data()));
+  ak::attention(spec, Q, K, V, O, ak::Options{}.with_lse(lse));
 
   // 4. The reference computes the same spec the obvious way, in double precision.
   std::vector<double> expected(o.size());
   const auto E = ak::bshd(expected.data(), batch, q_len, q_heads, dim);
   std::vector<float> expected_lse(lse.size());
-  ak::reference::attention(spec, Q, K, V, E, ak::Options{}.with_lse(expected_lse.data()));
+  ak::reference::attention(spec, Q, K, V, E, ak::Options{}.with_lse(expected_lse));
 
   double worst = 0.0, worst_lse = 0.0;
   for (std::size_t i = 0; i < o.size(); ++i) worst = std::max(worst, std::abs(o[i] - expected[i]));

@@ -32,8 +32,8 @@ int main() {
 
   // The LSE of a row is bounded by its largest logit plus log(number of keys).
   std::vector<float> lse_capped(heads * len), lse_plain(heads * len);
-  ak::attention(plain, Q, K, V, O, ak::Options{}.with_lse(lse_plain.data()));
-  ak::attention(capped, Q, K, V, O, ak::Options{}.with_lse(lse_capped.data()));
+  ak::attention(plain, Q, K, V, O, ak::Options{}.with_lse(lse_plain));
+  ak::attention(capped, Q, K, V, O, ak::Options{}.with_lse(lse_capped));
 
   // With the cap, every logit lies in (-cap, cap), so LSE <= cap + log(number of keys).
   float worst_lse = -INFINITY;

@@ -82,17 +82,17 @@ int main() {
   // 3. The BlockMask is a mask policy like any other.
   std::vector<float> o(len * q_heads * dim), lse(q_heads * len);
   const auto O = ak::bshd(o.data(), 1, len, q_heads, dim);
-  ak::attention(ak::make_spec(block_mask), Q, K, V, O, ak::Options{}.with_lse(lse.data()));
+  ak::attention(ak::make_spec(block_mask), Q, K, V, O, ak::Options{}.with_lse(lse));
 
   // 4. The reference, in double, with the element rule alone and with the BlockMask.
   std::vector<double> by_rule(o.size()), by_blocks(o.size());
   std::vector<float> lse_rule(lse.size()), lse_blocks(lse.size());
   ak::reference::attention(ak::make_spec(docs), Q, K, V,
                            ak::bshd(by_rule.data(), 1, len, q_heads, dim),
-                           ak::Options{}.with_lse(lse_rule.data()));
+                           ak::Options{}.with_lse(lse_rule));
   ak::reference::attention(ak::make_spec(block_mask), Q, K, V,
                            ak::bshd(by_blocks.data(), 1, len, q_heads, dim),
-                           ak::Options{}.with_lse(lse_blocks.data()));
+                           ak::Options{}.with_lse(lse_blocks));
 
   // Largest |a - b|; a NaN anywhere makes it NaN, which fails the check below.
   const auto worst = [](const auto& a, const auto& b) {

@@ -42,7 +42,7 @@ float library_logit(const Spec& spec, const std::vector<float>& q, const std::ve
   float out = 0.f, lse = 0.f;
   ak::attention(spec, ak::bhsd(q.data(), 1, 1, 1, kDim), ak::bhsd(k.data(), 1, 1, 1, kDim),
                 ak::bhsd(&one, 1, 1, 1, 1), ak::bhsd(&out, 1, 1, 1, 1),
-                ak::Options{}.with_q_offset(t).with_lse(&lse));
+                ak::Options{}.with_q_offset(t).with_lse(&lse, 1));
   return lse;
 }
 

@@ -99,7 +99,7 @@ struct Dense {
     const auto serial = ak::Options{}.with_threads(1);  // scale: the normalizer's default
     if (!has_stat) return serial;
     stat.resize(std::size_t(n * kLen));
-    return serial.with_lse(stat.data());
+    return serial.with_lse(stat);
   }
   void forward(View q, View k, View v, View o) {
     ak::attention(spec, q, k, v, o, options(q.batch));

@@ -6,6 +6,7 @@
 
 #include <optional>
 
+#include "attnkit/span.hpp"
 #include "attnkit/tensor.hpp"
 
 namespace attnkit {
@@ -30,10 +31,11 @@ struct Options {
   Products products = Products::Exact;
   // Optional [batch, q_heads, q_len] row statistic of the normalizer: the log-sum-exp
   // (natural log) for Softmax, the row sum of the weights for l1 normalizers (ReluPower);
-  // a normalizer without one (Sigmoid) refuses a buffer.
-  float* lse = nullptr;
+  // a normalizer without one (Sigmoid) refuses a buffer. Its size must be the call's
+  // batch * q_heads * q_len (an Error otherwise, before anything is written).
+  Span<float> lse;
 
-  // Setters return a modified copy, so `const auto& o = Options{}.with_lse(p);` is safe.
+  // Setters return a modified copy, so `const auto& o = Options{}.with_lse(lse);` is safe.
   Options with_scale(float s) const {
     Options o = *this;
     o.scale = s;
@@ -54,11 +56,12 @@ struct Options {
     o.products = how;
     return o;
   }
-  Options with_lse(float* out) const {
+  Options with_lse(Span<float> out) const {
     Options o = *this;
     o.lse = out;
     return o;
   }
+  Options with_lse(float* out, Index size) const { return with_lse(Span<float>(out, size)); }
 };
 
 }  // namespace attnkit

@@ -1,6 +1,10 @@
 // ParamGrads: where attention_backward() writes the gradients of the policies' own trained
-// parameters, beside dQ, dK and dV. Every pointer is optional (nullptr: not computed).
+// parameters, beside dQ, dK and dV. Every buffer is optional (empty: not computed) and
+// carries its size, checked against what the call writes before anything is written.
 #pragma once
+
+#include "attnkit/span.hpp"
+#include "attnkit/tensor.hpp"
 
 namespace attnkit {
 
@@ -8,22 +12,28 @@ struct ParamGrads {
   // [q_heads]: the gradient of the normalizer's per-head parameter (its kTrainedParam):
   // Softmax's sink logits, Sigmoid's or ReluPower's bias. A bias shared by every head has
   // the sum over heads as its gradient. A normalizer without one refuses a buffer.
-  float* normalizer = nullptr;
+  Span<float> normalizer;
 
   // [the Position's param_count()]: the gradient of the Position's trained parameters (Fope:
   // per KV head its C coefficients [F, d/2], then its S coefficients). A Position without
   // them refuses a buffer.
-  float* position = nullptr;
+  Span<float> position;
 
-  ParamGrads with_position(float* out) const {
+  ParamGrads with_position(Span<float> out) const {
     ParamGrads g = *this;
     g.position = out;
     return g;
   }
-  ParamGrads with_normalizer(float* out) const {
+  ParamGrads with_position(float* out, Index size) const {
+    return with_position(Span<float>(out, size));
+  }
+  ParamGrads with_normalizer(Span<float> out) const {
     ParamGrads g = *this;
     g.normalizer = out;
     return g;
+  }
+  ParamGrads with_normalizer(float* out, Index size) const {
+    return with_normalizer(Span<float>(out, size));
   }
 };
 

@@ -79,16 +79,18 @@ void require_dim(Index actual, Index expected, const What& what, const Source& s
 // too: it would hold only while every kernel reads a query row before writing it.
 template <class Q, class K, class V, class O>
 void check_outputs_disjoint(const View<Q>& q, const View<K>& k, const View<V>& v, const View<O>& o,
-                            const float* lse) {
+                            Span<float> lse) {
   const ByteSpan out = byte_span(o);
   const ByteSpan in[3] = {byte_span(q), byte_span(k), byte_span(v)};
   const char* in_names[3] = {"q", "k", "v"};
   for (int i = 0; i < 3; ++i) require_disjoint(out, "o", in[i], in_names[i]);
-  if (lse == nullptr) return;
+  if (lse.empty()) return;
   Index rows = 0;
   require(checked_product({q.batch, q.heads, q.seq}, &rows) && rows <= kMaxLseRows, "lse",
           "a buffer of batch * q_heads * q_len floats that fits in memory", "an overflow");
-  const auto begin = reinterpret_cast<std::uintptr_t>(lse);
+  require(lse.size() == rows, "Options.lse.size()",
+          cat(rows, " (q.batch * q.heads * q.seq: one statistic per query row)"), lse.size());
+  const auto begin = reinterpret_cast<std::uintptr_t>(lse.data());
   const ByteSpan stats{begin, begin + static_cast<std::uintptr_t>(rows) * sizeof(float)};
   require_disjoint(stats, "lse", out, "o");
   for (int i = 0; i < 3; ++i) require_disjoint(stats, "lse", in[i], in_names[i]);
@@ -165,7 +167,7 @@ template <class Spec>
 void validate_policies(const Spec& spec, const Problem& p, const Options& options) {
   using Normalizer = typename Spec::Normalizer;
   if constexpr (detail::row_stat_kind<Normalizer>() == RowStat::None)
-    detail::require(options.lse == nullptr, "lse", "nullptr (this normalizer has no row statistic)",
+    detail::require(options.lse.empty(), "lse", "nullptr (this normalizer has no row statistic)",
                     "a buffer");
   if constexpr (detail::owns_product<typename Spec::Position>())
     detail::require(!options.scale, "Options.scale",

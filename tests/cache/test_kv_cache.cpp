@@ -13,10 +13,12 @@
 #include <attnkit/mask/causal.hpp>
 #include <attnkit/position/apply.hpp>
 #include <attnkit/position/rope.hpp>
+#include <attnkit/quant/quantize.hpp>
 #include <attnkit/reference/attention.hpp>
 #include <attnkit/spec.hpp>
 #include <catch2/catch_template_test_macros.hpp>
 #include <catch2/catch_test_macros.hpp>
+#include <cmath>
 #include <cstdint>
 #include <new>
 #include <vector>
@@ -211,6 +213,33 @@ TEST_CASE("KvCache: bad appends throw before anything is written", "[cache][kv_c
                     ak::Error);
   }
   unchanged();
+}
+
+TEST_CASE("KvCache<BlockQ8_0>: keys are checked as stored, after the Position turns them",
+          "[cache][kv_cache][quant][errors]") {
+  // Every key value 7e6 is below q8_0's bound (65520 * 127 = 8.3e6), but RoPE at position 1
+  // turns pair (7e6, 7e6) by 1 radian to (-2.1e6, 9.7e6): that block's half scale would
+  // overflow to inf and the row decode to +-inf. An Error, with nothing written.
+  constexpr Index kD = 32;
+  const ak::Rope rope{ak::RopeTable(kD, 10000.0, 16)};
+  ak::KvCache<ak::BlockQ8_0> cache(1, 1, 8, kD, kD);
+  std::vector<float> k(2 * kD, 7e6f), v(2 * kD, 1.f);
+  const auto k_view = ak::bhsd(static_cast<const float*>(k.data()), 1, 1, 2, kD);
+  const auto v_view = ak::bhsd(static_cast<const float*>(v.data()), 1, 1, 2, kD);
+  ak::test::check_error([&] { cache.append(k_view, v_view, rope); },
+                        {"k_new (turned by the Position) row (0, 0, 1)", "8.32", "quantized"});
+  CHECK(cache.length() == 0);
+  // Stored as given (no Position), the same keys encode.
+  cache.append(k_view, v_view);
+  std::vector<float> row(kD);
+  ak::dequantize_row(cache.keys().row(0, 0, 1), kD, row.data());
+  for (const float x : row) CHECK(std::isfinite(x));
+  // Turned keys that stay below the bound after the turn are accepted and decode finite.
+  std::fill(k.begin(), k.end(), 5e6f);  // turned: at most 5e6 * sqrt 2 = 7.1e6
+  cache.clear();
+  cache.append(k_view, v_view, rope);
+  ak::dequantize_row(cache.keys().row(0, 0, 1), kD, row.data());
+  for (const float x : row) CHECK(std::isfinite(x));
 }
 
 TEST_CASE("KvCache: bad sizes throw", "[cache][kv_cache][errors]") {

@@ -28,6 +28,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -92,7 +93,7 @@ Result paged_result(const Spec& spec, const Tensor<float>& q, const PagedKv<P>& 
   Result r;
   r.stat.assign(static_cast<std::size_t>(B * kHq * Lq), 42.f);
   ak::Options options = ak::Options{}.with_threads(threads);
-  if constexpr (has_stat<typename Spec::Normalizer>()) options = options.with_lse(r.stat.data());
+  if constexpr (has_stat<typename Spec::Normalizer>()) options = options.with_lse(r.stat);
   ak::attention_paged(spec, q.cview(), paged, o.view, options);
   r.out = o.memory;
   return r;
@@ -120,7 +121,7 @@ Result contiguous_result(const Spec& spec, const Tensor<float>& q, const Sequenc
       continue;
     }
     ak::Options options = ak::Options{}.with_threads(1);
-    if constexpr (has_stat<typename Spec::Normalizer>()) options = options.with_lse(sb);
+    if constexpr (has_stat<typename Spec::Normalizer>()) options = options.with_lse(sb, kHq * Lq);
     ak::attention(spec, qb, seqs.keys(b), seqs.values(b), ak::bhsd(ob, 1, kHq, Lq, kDv), options);
   }
   return r;
@@ -254,7 +255,7 @@ TEST_CASE("paged: equal-length sequences equal a KvCache", "[paged]") {
     Tensor<float> o(Layout::Bhsd, B, kHq, lq, kDv);
     std::vector<float> lse(static_cast<std::size_t>(B * kHq * lq));
     ak::attention(spec, q.cview(), cache.keys(), cache.values(), o.view,
-                  ak::Options{}.with_lse(lse.data()));
+                  ak::Options{}.with_lse(lse));
     const Result got = paged_result(spec, q, paged, 2);
     INFO("Lq " << lq);
     CHECK(worst_diff(got.out, o.memory) <= 4 * tol::kF32);
@@ -299,7 +300,7 @@ TEST_CASE("paged: softmax decode with pages of whole key blocks equals decode() 
           ak::strided(q.view.row(b, 0, 0), {1, kHq, 2, kD},
                       {q.view.batch_stride, q.view.head_stride, q.view.seq_stride});
       ak::decode(spec, qb, seqs.keys(b), seqs.values(b), ak::bhsd(out.data(), 1, kHq, 2, kDv),
-                 ak::Options{}.with_lse(stat.data()));
+                 ak::Options{}.with_lse(stat));
       CHECK(std::memcmp(out.data(), got.out.data() + b * kHq * 2 * kDv,
                         out.size() * sizeof(float)) == 0);
       CHECK(std::memcmp(stat.data(), got.stat.data() + b * kHq * 2, stat.size() * sizeof(float)) ==
@@ -322,6 +323,10 @@ TEST_CASE("paged: bad inputs throw before anything is written", "[paged]") {
     check_error([&] { paged.assign(s, {4, 4}, 20); }, {"listed once"});
     check_error([&] { paged.assign(s, {3}, 3); }, {"sequence 1"});
     check_error([&] { paged.assign(s, {4}, 17); }, {"ceil(length / page_size)"});
+    // A length near INT64_MAX: no signed overflow in the page count (UBSan), a clear Error.
+    check_error(
+        [&] { paged.assign(s, {0}, std::numeric_limits<Index>::max()); },
+        {"PagedKv::assign: length: expected in [0, 1099511627776]", "got 9223372036854775807"});
     CHECK(paged.length(s) == 0);
     CHECK(paged.free_pages() == 1);
     CHECK_THROWS_AS(paged.key_page(5), ak::Error);

@@ -329,10 +329,12 @@ TEST_CASE("Problem: outputs that share memory with an input or each other are re
     for (const auto& [offset, name] : cases) {
       INFO("lse at " << offset);
       check_error(
-          [&, off = offset] { ak::make_problem(q, k, v, o, ak::Options{}.with_lse(base + off)); },
+          [&, off = offset] {
+            ak::make_problem(q, k, v, o, ak::Options{}.with_lse(base + off, 10));
+          },
           std::string("attnkit: lse: expected memory disjoint from ") + name);
     }
-    CHECK_NOTHROW(ak::make_problem(q, k, v, o, ak::Options{}.with_lse(base + 3000)));
+    CHECK_NOTHROW(ak::make_problem(q, k, v, o, ak::Options{}.with_lse(base + 3000, 10)));
   }
 }
 

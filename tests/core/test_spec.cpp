@@ -108,7 +108,7 @@ TEST_CASE("Options: defaults leave scale and q_offset unset", "[options]") {
   CHECK_FALSE(o.scale.has_value());
   CHECK_FALSE(o.q_offset.has_value());
   CHECK(o.threads == 0);
-  CHECK(o.lse == nullptr);
+  CHECK(o.lse.empty());
 }
 
 TEST_CASE("Options: setters chain, set each field and leave the original alone", "[options]") {
@@ -116,13 +116,14 @@ TEST_CASE("Options: setters chain, set each field and leave the original alone",
   const ak::Options base;
   const ak::Options o = base.with_scale(0.25f).with_q_offset(-7).with_threads(3).with_lse(lse);
   CHECK_FALSE(base.scale.has_value());  // setters return a modified copy
-  CHECK(base.lse == nullptr);
+  CHECK(base.lse.empty());
   REQUIRE(o.scale.has_value());
   CHECK_THAT(*o.scale, WithinULP(0.25f, 0));
   REQUIRE(o.q_offset.has_value());
   CHECK(*o.q_offset == -7);
   CHECK(o.threads == 3);
-  CHECK(o.lse == lse);
+  CHECK(o.lse.data() == lse);
+  CHECK(o.lse.size() == 4);  // the array's size travels with it
   // A chain on a temporary copies out whole, the usual way to pass Options to a call.
   const ak::Options copy = ak::Options{}.with_threads(1).with_q_offset(0);
   CHECK(copy.threads == 1);

@@ -841,11 +841,12 @@ void run(const Case& c, const Spec& spec) {
   };
 
   const bool fast_ok = returns([&] {
-    ak::attention(spec, q.view(), k.view(), v.view(), out_view(), options.with_lse(lse_ptr));
+    ak::attention(spec, q.view(), k.view(), v.view(), out_view(),
+                  options.with_lse(lse_ptr, lse_rows));
   });
   const bool ref_ok = returns([&] {
     ak::reference::attention(spec, q.view(), k.view(), v.view(), ref.view(),
-                             options.with_lse(ref_lse_ptr));
+                             options.with_lse(ref_lse_ptr, lse_rows));
   });
 
   if (aliasing) {  // decode() keeps these only under the aliasing contract
@@ -882,8 +883,9 @@ void run(const Case& c, const Spec& spec) {
     Memory<O> again(c.o, true);
     std::vector<float> lse_again = lse_before;
     const int threads = c.threads == 1 ? 2 : 1;
-    ak::attention(spec, q.view(), k.view(), v.view(), again.view(),
-                  options.with_threads(threads).with_lse(c.with_lse ? lse_again.data() : nullptr));
+    ak::attention(
+        spec, q.view(), k.view(), v.view(), again.view(),
+        options.with_threads(threads).with_lse(c.with_lse ? lse_again.data() : nullptr, lse_rows));
     if (std::memcmp(again.data.data(), o.data.data(), o.data.size() * sizeof(O)) != 0 ||
         std::memcmp(lse_again.data(), lse.data(), lse.size() * sizeof(float)) != 0)
       violated(c, "the result depends on the thread count (" + std::to_string(c.threads) + " vs " +

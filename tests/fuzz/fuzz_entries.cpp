@@ -422,7 +422,7 @@ void merge_one(const Case& c0, const Whole& whole, const Part& part_norm,
     const bool ok = returns([&] {
       ak::attention(ak::make_spec(mask, part_norm), q.view(), seq_rows(k.view(), k0, nk),
                     seq_rows(v.view(), k0, nk), part_out[p].view(),
-                    opt.with_q_offset(off - k0).with_lse(kStat ? part_stat[p].x.data() : nullptr));
+                    opt.with_q_offset(off - k0).with_lse(part_stat[p].ptr(kStat)));
     });
     if (!ok) violated(c, "merge: a part's attention() call was rejected");
     parts.push_back(part_out[p].view());

@@ -89,11 +89,13 @@ ak::View<T> batch_of(const ak::View<T>& x, Index b) {
 // Row statistics [rows] plus a guard, starting as all-ones bytes.
 struct Stats {
   std::vector<float> x, before;
-  explicit Stats(Index rows = 0) : x(static_cast<std::size_t>(rows + kGuard)) {
+  Index rows = 0;
+  explicit Stats(Index n = 0) : x(static_cast<std::size_t>(n + kGuard)), rows(n) {
     std::memset(x.data(), 0xff, x.size() * sizeof(float));
     before = x;
   }
-  float* ptr(bool on) { return on ? x.data() : nullptr; }
+  // The buffer as a call takes it: its rows, the guard after them not part of it.
+  ak::Span<float> ptr(bool on) { return on ? ak::Span<float>(x.data(), rows) : nullptr; }
   bool unchanged() const { return std::memcmp(x.data(), before.data(), x.size() * 4) == 0; }
   bool guard_intact(Index rows) const {
     return std::memcmp(x.data() + rows, before.data() + rows, kGuard * sizeof(float)) == 0;

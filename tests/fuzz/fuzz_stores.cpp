@@ -166,12 +166,14 @@ void paged_one(const Case& c0, const Spec& spec) {
   Index need = 1;
   for (Index b = 0; b < B; ++b) {
     const Index n = len[static_cast<std::size_t>(b)], off = c.q_offset.value_or(n - c.Lq);
-    ref_ok = ref_ok && returns([&] {
-               ak::reference::attention(
-                   spec, batch_of(q.view(), b), ks[static_cast<std::size_t>(b)].view(),
-                   vs[static_cast<std::size_t>(b)].view(), batch_of(ref.view(), b),
-                   opt.with_lse(c.lse ? ref_lse.x.data() + b * c.Hq * c.Lq : nullptr));
-             });
+    ref_ok =
+        ref_ok && returns([&] {
+          ak::reference::attention(
+              spec, batch_of(q.view(), b), ks[static_cast<std::size_t>(b)].view(),
+              vs[static_cast<std::size_t>(b)].view(), batch_of(ref.view(), b),
+              opt.with_lse(c.lse ? ak::Span<float>(ref_lse.x.data() + b * c.Hq * c.Lq, c.Hq * c.Lq)
+                                 : nullptr));
+        });
     if (ref_ok && c.norm == Norm::Sigmoid)
       ak::reference::attention(spec, batch_of(q.view(), b), ks[static_cast<std::size_t>(b)].view(),
                                ones_like(vs[static_cast<std::size_t>(b)]).view(),

@@ -141,7 +141,7 @@ TEST_CASE("attention: a row with no visible key gives 0 and LSE -inf", "[attenti
   Tensor<float> o(Layout::Bhsd, 1, 1, 10, 32);
   std::vector<float> lse(10);
   ak::attention(kCausal, q.cview(), k.cview(), v.cview(), o.view,
-                ak::Options{}.with_q_offset(-3).with_lse(lse.data()));
+                ak::Options{}.with_q_offset(-3).with_lse(lse));
   for (Index r = 0; r < 3; ++r) {
     CHECK(lse[r] == -std::numeric_limits<float>::infinity());
     for (Index c = 0; c < 32; ++c) CHECK(o.view.row(0, 0, r)[c] == 0.f);
@@ -155,7 +155,7 @@ TEST_CASE("attention: no keys at all gives 0 and LSE -inf", "[attention][edge]")
   q.randomize(1);
   o.fill(42.f);
   std::vector<float> lse(10, 1.f);
-  ak::attention(kFull, q.cview(), k.cview(), v.cview(), o.view, ak::Options{}.with_lse(lse.data()));
+  ak::attention(kFull, q.cview(), k.cview(), v.cview(), o.view, ak::Options{}.with_lse(lse));
   o.for_each([](float& x) { CHECK(x == 0.f); });
   for (float x : lse) CHECK(x == -std::numeric_limits<float>::infinity());
 }
@@ -176,13 +176,13 @@ TEST_CASE("attention: huge logits (+-1e4) neither overflow nor lose the referenc
   const auto opts = ak::Options{}.with_scale(1.f);
   for (const bool causal : {false, true}) {
     if (causal) {
-      ak::attention(kCausal, q.cview(), k.cview(), v.cview(), o.view, opts.with_lse(lse.data()));
+      ak::attention(kCausal, q.cview(), k.cview(), v.cview(), o.view, opts.with_lse(lse));
       ak::reference::attention(kCausal, q.cview(), k.cview(), v.cview(), expected.view,
-                               opts.with_lse(lse_expected.data()));
+                               opts.with_lse(lse_expected));
     } else {
-      ak::attention(kFull, q.cview(), k.cview(), v.cview(), o.view, opts.with_lse(lse.data()));
+      ak::attention(kFull, q.cview(), k.cview(), v.cview(), o.view, opts.with_lse(lse));
       ak::reference::attention(kFull, q.cview(), k.cview(), v.cview(), expected.view,
-                               opts.with_lse(lse_expected.data()));
+                               opts.with_lse(lse_expected));
     }
     CHECK(ak::test::max_abs_diff(o.view, expected.view) <= tol::kF32);
     // LSE of order 1e4: compare relative to its magnitude (f32 has 24 bits).
@@ -310,7 +310,7 @@ TEST_CASE("attention: invalid arguments throw attnkit::Error and leave the outpu
     ak::test::check_refused(
         [&] {
           ak::attention(kFull, q.cview(), k_bad_dim.cview(), V, o.view,
-                        ak::Options{}.with_lse(lse.data()));
+                        ak::Options{}.with_lse(lse));
         },
         {"k.dim"}, {&lse}, 7.f);
   }
@@ -348,6 +348,13 @@ TEST_CASE("attention: invalid arguments throw attnkit::Error and leave the outpu
   check_throws(
       [&] { ak::attention(kFull, q.cview(), K, V, o.view, ak::Options{}.with_threads(100000)); },
       "threads: expected 0 (all) to 1024, got 100000", o);
+  {  // the row statistic carries its size: one float short is an Error, nothing written
+    std::vector<float> short_lse(2 * 4 * 8 - 1, 7.f);
+    check_throws(
+        [&] { ak::attention(kFull, q.cview(), K, V, o.view, ak::Options{}.with_lse(short_lse)); },
+        "Options.lse.size(): expected 64 (q.batch * q.heads * q.seq", o);
+    CHECK(std::all_of(short_lse.begin(), short_lse.end(), [](float x) { return x == 7.f; }));
+  }
   {  // in place over q is refused: o and q are the same memory
     auto in_place = q.view;
     check_throws([&] { ak::attention(kFull, q.cview(), K, V, in_place); },
@@ -355,7 +362,8 @@ TEST_CASE("attention: invalid arguments throw attnkit::Error and leave the outpu
     std::vector<float> lse(64, 7.f);
     check_throws(
         [&] {
-          ak::attention(kFull, q.cview(), K, V, o.view, ak::Options{}.with_lse(o.view.data + 8));
+          ak::attention(kFull, q.cview(), K, V, o.view,
+                        ak::Options{}.with_lse(o.view.data + 8, 64));
         },
         "lse: expected memory disjoint from o", o);
   }

@@ -5,6 +5,7 @@
 // The engine under test: kernel/backward_tiles.hpp with kernel/backward_stages.hpp and (TAPA)
 // kernel/owned_products.hpp; the parameter gradients go through param_grads.hpp (ParamGrads).
 #include <Eigen/Core>
+#include <algorithm>
 #include <attnkit/mask/block_mask.hpp>
 #include <attnkit/mask/causal.hpp>
 #include <attnkit/mask/chunked.hpp>
@@ -22,7 +23,9 @@
 #include <attnkit/score/alibi.hpp>
 #include <attnkit/score/softcap.hpp>
 #include <catch2/catch_test_macros.hpp>
+#include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/backward_check.hpp"
@@ -240,6 +243,68 @@ TEST_CASE(
   });
 }
 
+TEST_CASE("attention_backward: a NaN or inf row of dO reaches only the keys its query sees",
+          "[backward][nonfinite]") {
+  // Causal: query row 2 sees keys 0..2. With dO row 2 poisoned, the gradients of keys 3..99
+  // (which row 2 does not see) and dQ of every other row must be those of a dO whose row 2
+  // is 0 (a masked pair's gradient is exactly zero, whatever dO holds), bit for bit.
+  const Case c = Case{}.lengths(100, 100).heads(1, 1).dims(32);
+  for (const float poison : {ak::test::kNaN, ak::test::kInf}) {
+    for_each_normalizer(1, [&](const char* name, const auto& n) {
+      const auto spec = ak::make_spec(Causal{}, n);
+      ak::test::BackwardCase<> in(spec, c);
+      ak::test::Grads<float> zero_row(c, c.layout), poisoned(c, c.layout);
+      for (Index x = 0; x < 32; ++x) in.d_o.view.row(0, 0, 2)[x] = 0.f;
+      ak::test::run_backward(spec, in, zero_row);
+      for (Index x = 0; x < 32; ++x) in.d_o.view.row(0, 0, 2)[x] = x % 3 ? 0.5f : poison;
+      ak::test::run_backward(spec, in, poisoned);
+      INFO(name << ", dO row 2 holds " << poison);
+      bool unseen_same = true, others_same = true;
+      for (Index j = 3; j < 100; ++j)
+        for (Index x = 0; x < 32; ++x)
+          unseen_same = unseen_same &&
+                        poisoned.dk.view.row(0, 0, j)[x] == zero_row.dk.view.row(0, 0, j)[x] &&
+                        poisoned.dv.view.row(0, 0, j)[x] == zero_row.dv.view.row(0, 0, j)[x];
+      for (Index i = 0; i < 100; ++i)
+        for (Index x = 0; i != 2 && x < 32; ++x)
+          others_same =
+              others_same && poisoned.dq.view.row(0, 0, i)[x] == zero_row.dq.view.row(0, 0, i)[x];
+      CHECK(unseen_same);
+      CHECK(others_same);
+      CHECK_FALSE(std::isfinite(poisoned.dv.view.row(0, 0, 0)[0]));  // a key row 2 sees
+    });
+  }
+}
+
+TEST_CASE("attention_backward: an empty batch or no query takes the forward's Options",
+          "[backward]") {
+  // A training loop's empty batch: the forward accepts Options without a statistic buffer for
+  // zero rows, so the backward must too (nothing to read or write).
+  constexpr std::size_t kFloats = 2 * 2 * 8 * 16;  // [batch 2, heads 2, seq 8, dim 16]
+  std::vector<float> x(kFloats, 1.f), o(kFloats, 0.f), d_o(kFloats, 1.f), dq(kFloats, 42.f),
+      dk(kFloats, 42.f), dv(kFloats, 42.f);
+  const auto in = [&](Index b, Index s) {
+    return ak::bhsd(static_cast<const float*>(x.data()), b, 2, s, 16);
+  };
+  const auto out = [](std::vector<float>& y, Index b, Index s) {
+    return ak::bhsd(y.data(), b, 2, s, 16);
+  };
+  const auto spec = ak::make_spec(Causal{});
+  for (const auto& [batch, q_len] : {std::pair<Index, Index>{0, 8}, {2, 0}}) {
+    INFO("batch " << batch << ", q_len " << q_len);
+    const ak::Options options;  // as the forward took them: no row statistic
+    ak::attention(spec, in(batch, q_len), in(batch, 8), in(batch, 8), out(o, batch, q_len),
+                  options);
+    CHECK_NOTHROW(ak::attention_backward(
+        spec, in(batch, q_len), in(batch, 8), in(batch, 8),
+        ak::bhsd(static_cast<const float*>(o.data()), batch, 2, q_len, 16),
+        ak::bhsd(static_cast<const float*>(d_o.data()), batch, 2, q_len, 16), out(dq, batch, q_len),
+        out(dk, batch, 8), out(dv, batch, 8), options));
+  }
+  // Keys with no query: their gradients are zero (written), dq has no row.
+  CHECK(std::all_of(dk.begin(), dk.end(), [](float y) { return y == 0.f; }));
+}
+
 TEST_CASE("attention_backward: rows that see no key get zero gradients", "[backward]") {
   // Queries 0..19 at positions -20..-1 (q_offset -20) see no key under Causal.
   check_backward("Causal, q_offset -20", ak::make_spec(Causal{}),
@@ -317,15 +382,29 @@ TEST_CASE("attention_backward: bad input throws Error naming it, before any writ
   refused(
       [&] {
         ak::attention_backward(spec, Q, K, V, O, dO, g.dq.view, g.dk.view, g.dv.view, with_stat,
-                               ak::ParamGrads{}.with_normalizer(in.stat.data()));
+                               ak::ParamGrads{}.with_normalizer(in.stat.data() + 3, 1));
       },
       {"ParamGrads.normalizer: expected memory disjoint from lse"});
+  // A statistic or gradient buffer carries its size: one float short (or long) is refused.
+  std::vector<float> short_stat(in.stat.begin(), in.stat.end() - 1), two_heads(2);
+  refused(
+      [&] {
+        ak::attention_backward(spec, Q, K, V, O, dO, g.dq.view, g.dk.view, g.dv.view,
+                               with_stat.with_lse(short_stat));
+      },
+      {"Options.lse.size(): expected 20", "got 19"});
+  refused(
+      [&] {
+        ak::attention_backward(spec, Q, K, V, O, dO, g.dq.view, g.dk.view, g.dv.view, with_stat,
+                               ak::ParamGrads{}.with_normalizer(two_heads));
+      },
+      {"ParamGrads.normalizer.size(): expected 1 (q.heads), got 2"});
   refused(
       [&] {
         std::vector<float> d(1);
         const auto lssa = ak::make_spec(Causal{}, ak::SoftplusL1{});
         ak::attention_backward(lssa, Q, K, V, O, dO, g.dq.view, g.dk.view, g.dv.view, with_stat,
-                               ak::ParamGrads{}.with_normalizer(d.data()));
+                               ak::ParamGrads{}.with_normalizer(d));
       },
       {"ParamGrads.normalizer: expected nullptr (this normalizer has no trained parameter)"});
   refused(

@@ -451,3 +451,34 @@ TEST_CASE("bf16 products: a masked key's infinite value reaches only the rows th
   CHECK(reached);
   CHECK(worst <= kU * v_max + ak::test::tol::kF32);
 }
+
+TEST_CASE("bf16 products: a masked key's f32 value that rounds to inf reaches no other row",
+          "[attention][bf16][nonfinite]") {
+  // 3.4e38 is finite in f32 and +inf once rounded to bf16: the guard must judge the values as
+  // the products see them. Causal, f32 inputs, key 40's first value poisoned: rows 0..39 do not
+  // see it and must equal the same call on the clean value (up to the order of f32 sums).
+  const Bf16Kernel kernel = kernel_here();
+  const UsingKernel using_kernel(kernel);
+  INFO(name_of(kernel));
+  const Case c = Case{}.lengths(100, 100).heads(1, 1).dims(32).laid_out(Layout::Bhsd);
+  ak::test::Inputs<float> in(c, 9);
+  const auto spec = ak::make_spec(Causal{});
+  ak::test::Tensor<float> clean(Layout::Bhsd, 1, 1, 100, 32), poisoned(Layout::Bhsd, 1, 1, 100, 32);
+  in.v.view.row(0, 0, 40)[0] = 0.f;
+  ak::attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), clean.view,
+                c.options().with_products(Products::Bf16));
+  in.v.view.row(0, 0, 40)[0] = 3.4e38f;
+  ak::attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), poisoned.view,
+                c.options().with_products(Products::Bf16));
+  double worst = 0.0;
+  bool finite = true;
+  for (Index r = 0; r < 40; ++r)
+    for (Index x = 0; x < 32; ++x) {
+      const float got = poisoned.view.row(0, 0, r)[x];
+      finite = finite && std::isfinite(got);
+      worst = std::max(worst, std::abs(double(got) - double(clean.view.row(0, 0, r)[x])));
+    }
+  INFO("rows before the key: max |poisoned - clean| " << worst);
+  CHECK(finite);
+  CHECK(worst <= ak::test::tol::kF32);
+}

@@ -332,7 +332,7 @@ TEST_CASE("attention with BlockMask: a mask laid out for another call throws and
     ak::test::check_refused(
         [&] {
           ak::attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view,
-                        options.with_lse(lse.data()));
+                        options.with_lse(lse));
         },
         {message}, {&o.memory, &lse}, 42.f);
     Tensor<double> ref(Layout::Bhsd, 2, 4, 40, 32);

@@ -103,10 +103,9 @@ template <class Spec>
 void run_both(const Spec& spec, const Tensor<float>& q, const Tensor<float>& k,
               const Tensor<float>& v, Run& run, int threads) {
   const auto options = ak::Options{}.with_threads(threads);
-  ak::attention(spec, q.cview(), k.cview(), v.cview(), run.o.view,
-                options.with_lse(run.lse.data()));
+  ak::attention(spec, q.cview(), k.cview(), v.cview(), run.o.view, options.with_lse(run.lse));
   ak::reference::attention(spec, q.cview(), k.cview(), v.cview(), run.ref.view,
-                           options.with_lse(run.lse_ref.data()));
+                           options.with_lse(run.lse_ref));
 }
 
 }  // namespace
@@ -240,7 +239,7 @@ TEST_CASE("attention: logits that overflow f32 give NaN, never LSE -inf",
   for (Index c = 0; c < D; ++c) k.view.row(0, 0, 9)[c] = 1e20f;
   std::vector<float> lse(L);
   ak::attention(ak::make_spec(ak::Full{}), q.cview(), k.cview(), v.cview(), o.view,
-                ak::Options{}.with_scale(1.f).with_lse(lse.data()));
+                ak::Options{}.with_scale(1.f).with_lse(lse));
   CHECK(std::isnan(lse[row]));
   for (Index c = 0; c < D; ++c) CHECK(std::isnan(o.view.row(0, 0, row)[c]));
   for (Index r = 0; r < L; ++r)
@@ -344,11 +343,11 @@ TEST_CASE("decode: logits that all overflow to -inf give NaN; chunks that do giv
         k.view.row(0, 0, j)[c] = j < overflowing ? -1e20f : k.view.row(0, 0, j)[c] * 1e-20f;
     std::vector<float> lse(q_len), lse_attention(q_len), lse_ref(q_len);
     const auto spec = ak::make_spec(ak::Causal{});
-    ak::decode(spec, q.cview(), k.cview(), v.cview(), o.view, ak::Options{}.with_lse(lse.data()));
+    ak::decode(spec, q.cview(), k.cview(), v.cview(), o.view, ak::Options{}.with_lse(lse));
     ak::attention(spec, q.cview(), k.cview(), v.cview(), o_attention.view,
-                  ak::Options{}.with_lse(lse_attention.data()));
+                  ak::Options{}.with_lse(lse_attention));
     ak::reference::attention(spec, q.cview(), k.cview(), v.cview(), ref.view,
-                             ak::Options{}.with_lse(lse_ref.data()));
+                             ak::Options{}.with_lse(lse_ref));
     if (overflowing == L) {
       CHECK(row_all_nan(o.view, 0));
       CHECK(row_all_nan(o_attention.view, 0));
@@ -378,11 +377,11 @@ TEST_CASE("merge: parts that all saw keys they could not weigh give NaN, not an 
   float merged = 0.f;
   using Parts = std::vector<ak::View<const float>>;
   ak::merge(ak::Softmax{}, Parts{part(zero_row), part(nan_row)}, {stat.data(), stat.data()},
-            ak::bhsd(out.data(), 1, 1, 1, D), &merged);
+            ak::bhsd(out.data(), 1, 1, 1, D), ak::Span<float>(&merged, 1));
   for (const float x : out) CHECK(std::isnan(x));
   CHECK(merged == -kInf);
   ak::merge(ak::Softmax{}, Parts{part(zero_row), part(zero_row)}, {stat.data(), stat.data()},
-            ak::bhsd(out.data(), 1, 1, 1, D), &merged);
+            ak::bhsd(out.data(), 1, 1, 1, D), ak::Span<float>(&merged, 1));
   for (const float x : out) CHECK(x == 0.f);
   CHECK(merged == -kInf);
 }

@@ -215,13 +215,13 @@ TEST_CASE("normalizers: an lse buffer with Sigmoid throws and writes nothing",
   ak::test::check_error(
       [&] {
         ak::attention(ak::make_spec(ak::Sigmoid{}), in.q.cview(), in.k.cview(), in.v.cview(),
-                      o.view, ak::Options{}.with_lse(lse.data()));
+                      o.view, ak::Options{}.with_lse(lse));
       },
       {"lse", "no row statistic"});
   ak::test::check_refused(
       [&] {
         ak::reference::attention(ak::make_spec(ak::Sigmoid{}), in.q.cview(), in.k.cview(),
-                                 in.v.cview(), o.view, ak::Options{}.with_lse(lse.data()));
+                                 in.v.cview(), o.view, ak::Options{}.with_lse(lse));
       },
       {"lse", "no row statistic"}, {&lse}, 7.f);
   CHECK(o.holds(42.f));

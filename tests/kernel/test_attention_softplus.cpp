@@ -69,7 +69,7 @@ Result run(const Spec& spec, const Inputs& in, ak::Options options) {
   Result r;
   r.dv = v.dim;
   r.stat.assign(static_cast<std::size_t>(q.heads * q.seq), 42.f);
-  ak::attention(spec, q, in.k.cview(), v, o.view, options.with_lse(r.stat.data()));
+  ak::attention(spec, q, in.k.cview(), v, o.view, options.with_lse(r.stat));
   r.out = std::move(o.memory);
   return r;
 }
@@ -283,7 +283,7 @@ TEST_CASE("softplus: LSSAR zero query rows report statistic -inf (kernel and ref
   Tensor<double> want(Layout::Bhsd, 1, 1, len, 4);
   std::vector<float> stat(static_cast<std::size_t>(len));
   ak::reference::attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), want.view,
-                           ak::Options{}.with_lse(stat.data()));
+                           ak::Options{}.with_lse(stat));
   Index kernel_finite = 0, reference_finite = 0;
   for (std::size_t r = 0; r < stat.size(); ++r) {
     kernel_finite += got.stat[r] == kNegInf ? 0 : 1;
@@ -337,13 +337,13 @@ TEST_CASE("softplus: bad arguments throw attnkit::Error naming the field and wri
         },
         {field});
   };
-  const auto scaled = ak::Options{}.with_scale(0.5f).with_lse(stat.data());
+  const auto scaled = ak::Options{}.with_scale(0.5f).with_lse(stat);
   expect_error(ak::make_spec(ak::SoftplusL1{}), scaled, "Options.scale");
   expect_error(ak::make_spec(Causal{}, ak::SoftplusL1Reweighted{}), scaled, "Options.scale");
   expect_error(
       ak::make_spec(Causal{}, ak::SoftplusL1Reweighted{}.second_round(std::vector<float>(40, 1.f))),
       scaled, "Options.scale");
-  const auto plain = ak::Options{}.with_lse(stat.data());
+  const auto plain = ak::Options{}.with_lse(stat);
   for (const std::size_t n : {std::size_t{39}, std::size_t{41}, std::size_t{20}}) {
     INFO(n << " key counts for 40 rows");
     const std::vector<float> counts(n, 5.f);

@@ -300,7 +300,7 @@ TEST_CASE("decode: q_len > 16 is an Error before anything is written", "[decode]
   ak::test::check_refused(
       [&] {
         ak::decode(ak::make_spec(Causal{}), in.q.cview(), in.k.cview(), in.v.cview(), o.view,
-                   c.options().with_lse(lse.data()));
+                   c.options().with_lse(lse));
       },
       {"q_len"}, {&o.memory, &lse});
   // attention() takes the same shape (tiled path) and agrees with the reference.

@@ -102,8 +102,8 @@ void check_against_reference(const std::string& what, const Spec& spec, const Sh
   Tensor<double> want(Layout::Bhsd, s.batch, s.q_heads, s.q_len, s.value_dim);
   const auto rows = static_cast<std::size_t>(s.rows());
   std::vector<float> lse(rows, 42.f), lse_want(rows, 42.f);
-  decode_and_reference(spec, in, o, want, s.options().with_lse(lse.data()),
-                       s.options().with_lse(lse_want.data()));
+  decode_and_reference(spec, in, o, want, s.options().with_lse(lse),
+                       s.options().with_lse(lse_want));
   double worst = 0, worst_lse = 0;
   Index nan_rows = 0, empty_rows = 0, bad_nan = 0, bad_empty = 0;
   for (Index b = 0; b < s.batch; ++b)
@@ -510,7 +510,7 @@ PagedResult run_paged(const Spec& spec, const PagedCase<T>& c, ak::Options optio
   r.out.assign(static_cast<std::size_t>(B * kHq * lq * c.dv), kNaN);
   r.lse.assign(static_cast<std::size_t>(B * kHq * lq), 42.f);
   ak::attention_paged(spec, c.q.cview(), c.paged, ak::bhsd(r.out.data(), B, kHq, lq, c.dv),
-                      options.with_lse(r.lse.data()));
+                      options.with_lse(r.lse));
   return r;
 }
 
@@ -526,10 +526,9 @@ void run_contiguous(const Spec& spec, const PagedCase<T>& c, Index b, ak::Option
   ref.assign(out.size(), 0.0);
   ref_lse.assign(lse.size(), 42.f);
   ak::decode(spec, c.query(b), c.keys(b), c.values(b), ak::bhsd(out.data(), 1, kHq, lq, c.dv),
-             options.with_lse(lse.data()));
+             options.with_lse(lse));
   ak::reference::attention(spec, c.query(b), c.keys(b), c.values(b),
-                           ak::bhsd(ref.data(), 1, kHq, lq, c.dv),
-                           options.with_lse(ref_lse.data()));
+                           ak::bhsd(ref.data(), 1, kHq, lq, c.dv), options.with_lse(ref_lse));
 }
 
 // The spec sequence b runs with on its own (batch 0): `spec` itself, unless its mask reads

@@ -46,7 +46,7 @@ void check_merge(const Mask& mask, const Whole& whole, const Partial& partial, i
   const Index q_offset = kLk - kLq;
   const auto base = ak::Options{}.with_q_offset(q_offset).with_threads(2);
   ak::attention(ak::make_spec(mask, whole), q.cview(), k.cview(), v.cview(), expected.view,
-                stat ? base.with_lse(lse.data()) : base);
+                stat ? base.with_lse(lse) : base);
 
   const std::vector<Index> c = cuts(parts, 40u + static_cast<std::uint32_t>(parts));
   std::deque<Tensor<float>> outs;  // Tensor is not movable: its view points into it
@@ -61,13 +61,13 @@ void check_merge(const Mask& mask, const Whole& whole, const Partial& partial, i
     outs.emplace_back(Layout::Bhsd, kB, kH, kLq, kD);
     // Positions shift with the slice: query i sees key j = j' + c_p where it saw j before.
     const auto options = base.with_q_offset(q_offset - c[p]);
-    float* s = stats[static_cast<std::size_t>(p)].data();
+    std::vector<float>& s = stats[static_cast<std::size_t>(p)];
     ak::attention(ak::make_spec(mask, partial), q.cview(), ks, vs, outs.back().view,
                   stat ? options.with_lse(s) : options);
     views.push_back(outs.back().cview());
-    stat_ptrs.push_back(s);
+    stat_ptrs.push_back(s.data());
   }
-  ak::merge(whole, views, stat_ptrs, merged.view, stat ? lse_merged.data() : nullptr);
+  ak::merge(whole, views, stat_ptrs, merged.view, stat ? ak::Span<float>(lse_merged) : nullptr);
   INFO(parts << " parts");
   CHECK(ak::test::max_abs_diff(merged.view, expected.view) <= 4 * tol::kF32);
   if (!stat) return;
@@ -113,7 +113,7 @@ TEST_CASE("merge: a NaN statistic makes that row NaN only", "[merge][nonfinite]"
   b.randomize(2);
   std::vector<float> la{0.f, NAN, -INFINITY}, lb{1.f, 0.f, -INFINITY}, merged(3);
   ak::merge(ak::Softmax{}, std::vector<ak::View<const float>>{a.cview(), b.cview()},
-            {la.data(), lb.data()}, out.view, merged.data());
+            {la.data(), lb.data()}, out.view, merged);
   CHECK(std::isfinite(merged[0]));
   CHECK(std::isnan(merged[1]));
   CHECK(merged[2] == -INFINITY);  // no key in any part: 0 and -inf
@@ -142,9 +142,12 @@ TEST_CASE("merge: bad arguments throw attnkit::Error and write nothing", "[merge
       ak::Error, MessageMatches(ContainsSubstring("parts[1]: expected the shape")));
   CHECK_THROWS_MATCHES(ak::merge(ak::Softmax{}, Parts{a.cview()}, {nullptr}, out.view), ak::Error,
                        MessageMatches(ContainsSubstring("stats[0]: expected non-null")));
-  CHECK_THROWS_MATCHES(
-      ak::merge(ak::Sigmoid{-1.f}, Parts{a.cview()}, {}, out.view, stat_out.data()), ak::Error,
-      MessageMatches(ContainsSubstring("out_stat: expected nullptr")));
+  CHECK_THROWS_MATCHES(ak::merge(ak::Sigmoid{-1.f}, Parts{a.cview()}, {}, out.view, stat_out),
+                       ak::Error, MessageMatches(ContainsSubstring("out_stat: expected nullptr")));
+  CHECK_THROWS_MATCHES(  // the merged statistic carries its size: one float short
+      ak::merge(ak::Softmax{}, Parts{a.cview()}, {s.data()}, out.view,
+                ak::Span<float>(stat_out.data(), 5)),
+      ak::Error, MessageMatches(ContainsSubstring("out_stat.size(): expected 6")));
   CHECK_THROWS_MATCHES(
       ak::merge(ak::Softmax{}, Parts{out.cview()}, {s.data()}, out.view), ak::Error,
       MessageMatches(ContainsSubstring("out: expected memory disjoint from parts[0]")));

@@ -66,7 +66,7 @@ Result run_varlen(const Spec& spec, const Packed& in) {
   Result r;
   r.lse.assign(static_cast<std::size_t>(kHq * in.total_q()), 42.f);
   ak::attention_varlen(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view, in.cu_q, in.cu_k,
-                       ak::Options{}.with_threads(2).with_lse(r.lse.data()));
+                       ak::Options{}.with_threads(2).with_lse(r.lse));
   r.out = std::move(o.memory);
   return r;
 }
@@ -96,7 +96,7 @@ Result run_per_sequence(const Spec& spec, const Packed& in) {
     copy_rows(in.v, k0, nk, v);
     std::vector<float> lse(static_cast<std::size_t>(kHq * nq));
     ak::attention(spec, q.cview(), k.cview(), v.cview(), o.view,
-                  ak::Options{}.with_threads(2).with_lse(lse.data()));
+                  ak::Options{}.with_threads(2).with_lse(lse));
     std::copy(o.memory.begin(), o.memory.end(), r.out.begin() + q0 * kHq * kDv);
     for (Index h = 0; h < kHq; ++h)
       std::copy_n(lse.data() + h * nq, nq, r.lse.begin() + h * total + q0);
@@ -185,7 +185,7 @@ TEST_CASE("attention_varlen: bad cu_seqlens and shapes throw before writing",
   std::vector<float> lse(static_cast<std::size_t>(kHq * kCuQ.back()), 42.f);
   const auto call = [&](const std::vector<Index>& cu_q, const std::vector<Index>& cu_k) {
     ak::attention_varlen(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view, cu_q, cu_k,
-                         ak::Options{}.with_lse(lse.data()));
+                         ak::Options{}.with_lse(lse));
   };
   const Index tq = kCuQ.back(), tk = kCuK.back();
   CHECK_THROWS_AS(call({1, 5, tq}, {0, 9, tk}), ak::Error);           // does not start at 0

@@ -15,6 +15,7 @@
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -216,6 +217,63 @@ TEST_CASE("linear_attention: the thread count changes no bit", "[linear]") {
   CHECK(std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * sizeof(float)) == 0);
 }
 
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+TEST_CASE("feature maps: the SIMD form gives element()'s value on NaN, inf and the kink",
+          "[linear][feature_map][nonfinite]") {
+  // x86's min / max return their second operand for a NaN first one: a map written with
+  // min(x, 0) gave phi(NaN) = 1 where element() (the reference's rule) gives NaN.
+  // NaN where element() gives NaN, the same infinity, else within f32's exp2 (kLinearF32).
+  const auto same = [](float got, double want) {
+    if (std::isnan(want)) return std::isnan(got);
+    if (std::isinf(want)) return double(got) == want;
+    return std::abs(double(got) - want) <= kLinearF32 * std::max(1.0, std::abs(want));
+  };
+  const auto lanes_agree = [&same](const auto& map, const char* name) {
+    const float xs[] = {kNaN, -kNaN, kInf, -kInf, 0.f, -0.f, -3.f, 2.5f};
+    for (const float x : xs) {
+      INFO(name << " at " << x);
+      const float vec = ak::simd::reduce_add(map.vec(ak::simd::Vec(x))) / ak::simd::kWidth;
+      const double want = map.element(double(x));
+      CHECK(same(vec, want));
+      const float dvec =
+          ak::simd::reduce_add(map.derivative_vec(ak::simd::Vec(x))) / ak::simd::kWidth;
+      const double dwant = map.derivative(double(x));
+      CHECK(same(dvec, dwant));
+    }
+  };
+  lanes_agree(ak::EluPlusOne{}, "EluPlusOne");
+  lanes_agree(ak::Relu{}, "Relu");
+  lanes_agree(ak::Identity{}, "Identity");
+}
+
+TEST_CASE("linear_attention: a NaN in q gives that row NaN on the SIMD path, as the reference",
+          "[linear][nonfinite]") {
+  // D 16 (the SIMD path; D 4 runs the scalar tail): EluPlusOne, causal, q[row 5][3] = NaN.
+  Shape s;
+  s.batch = 1, s.q_heads = s.kv_heads = 1, s.q_len = s.kv_len = 12, s.dim = 16, s.value_dim = 8;
+  s.layout = ak::test::Layout::Bhsd;
+  Inputs<float> in(s);
+  in.q.view.row(0, 0, 5)[3] = kNaN;
+  Tensor<float> o(s.layout, 1, 1, 12, 8);
+  Tensor<double> want(s.layout, 1, 1, 12, 8);
+  const auto spec = ak::linear_spec(ak::EluPlusOne{});
+  ak::linear_attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view);
+  ak::reference::linear_attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), want.view);
+  for (Index i = 0; i < 12; ++i)
+    for (Index c = 0; c < 8; ++c) {
+      INFO("row " << i << ", column " << c);
+      const double w = want.view.row(0, 0, i)[c];
+      const float got = o.view.row(0, 0, i)[c];
+      CHECK(std::isnan(w) == (i == 5));
+      if (std::isnan(w))
+        CHECK(std::isnan(got));
+      else
+        CHECK(std::abs(double(got) - w) <= kLinearF32 * std::max(1.0, std::abs(w)));
+    }
+}
+
 TEST_CASE("Taylor2: phi(q) . phi(k) is 1 + q.k + (q.k)^2 / 2", "[linear][feature_map]") {
   const double q[3] = {0.5, -1.25, 2}, k[3] = {1.5, 0.25, -0.75};
   const ak::Taylor2 map;
@@ -265,9 +323,8 @@ TEST_CASE("linear_attention: bad inputs throw Error before anything is written",
   expect_error([&] { ak::linear_attention(spec, q, k, v, o.view, ak::Options{}.with_q_offset(3)); },
                "q_offset");
   std::vector<float> lse(std::size_t(s.batch * s.q_heads * s.q_len));
-  expect_error(
-      [&] { ak::linear_attention(spec, q, k, v, o.view, ak::Options{}.with_lse(lse.data())); },
-      "lse");
+  expect_error([&] { ak::linear_attention(spec, q, k, v, o.view, ak::Options{}.with_lse(lse)); },
+               "lse");
   auto short_q = q;
   short_q.seq = 10;
   auto short_o = o.view;
@@ -280,6 +337,21 @@ TEST_CASE("linear_attention: bad inputs throw Error before anything is written",
   expect_error([&] { ak::linear_attention(spec, q, k3.cview(), v3.cview(), o.view); }, "q_heads");
   // Non-causal: Lq != Lk is legal.
   CHECK_NOTHROW(ak::linear_attention(spec.with_causal(false), short_q, k, v, short_o));
+  {  // an output view inside the state it updates: refused, state and output untouched
+    Tensor<float> q1(ak::test::Layout::Bhsd, 1, 1, 2, s.dim),
+        k1(ak::test::Layout::Bhsd, 1, 1, 5, s.dim),
+        v1(ak::test::Layout::Bhsd, 1, 1, 5, s.value_dim);
+    ak::LinearState state = ak::make_linear_state(spec, q1.cview(), v1.cview());
+    state.s(0, 0, 0, 0) = 3.f;
+    const ak::LinearState before = state;
+    const auto in_state = ak::bhsd(state.head(0, 0), 1, 1, 2, s.value_dim);
+    CHECK_THROWS_MATCHES(ak::linear_attention(spec.with_causal(false), q1.cview(), k1.cview(),
+                                              v1.cview(), in_state, state),
+                         ak::Error,
+                         Catch::Matchers::MessageMatches(
+                             ContainsSubstring("o: expected memory disjoint from state")));
+    CHECK(before.floats() == state.floats());
+  }
 }
 
 TEST_CASE("linear_attention: one token, no token, and a non-causal call that only reads keys",

@@ -435,6 +435,10 @@ TEST_CASE("linear_attention_backward: bad inputs throw Error before anything is 
     refused([&] { ak::linear_attention_backward(spec, q, k, v, short_d_o, dq, dk, dv); },
             {"d_o.seq", "30 (q.seq)", "10"});
   }
+  SECTION("an Options::products value that is no mode, as every other entry point refuses") {
+    refused(with(spec, dq, dk, dv, ak::Options{}.with_products(static_cast<ak::Products>(5))),
+            {"products: expected Products::Exact or Products::Bf16", "got 5"});
+  }
   SECTION("aliasing") {
     refused(with(spec, run.q.view, dk, dv), {"dq", "memory disjoint from q"});
     auto dq_over_d_o = dq;
@@ -488,7 +492,7 @@ TEST_CASE("linear_attention_backward: bad inputs throw Error before anything is 
     refused(with(spec.with_normalize(true, -1.f), dq, dk, dv), {"eps", ">= 0", "-1"});
     refused(with(spec, dq, dk, dv, ak::Options{}.with_q_offset(3)), {"Options.q_offset", "3"});
     std::vector<float> lse(std::size_t(c.rows()));
-    refused(with(spec, dq, dk, dv, ak::Options{}.with_lse(lse.data())), {"lse", "nullptr"});
+    refused(with(spec, dq, dk, dv, ak::Options{}.with_lse(lse)), {"lse", "nullptr"});
     refused(with(spec, dq, dk, dv, ak::Options{}.with_scale(0.f)), {"scale", "non-zero"});
     auto short_q = q;
     short_q.seq = 10;

@@ -213,7 +213,7 @@ TEST_CASE("Tapa: the logit is a function of |i - j| for fixed q and k vectors",
                   ak::bhsd(std::as_const(k).data(), 1, 1, kLen, kDim),
                   ak::bhsd(std::as_const(v).data(), 1, 1, kLen, kLen),
                   ak::bhsd(o.data(), 1, 1, lq, kLen),
-                  ak::Options{}.with_q_offset(offset).with_lse(lse.data()));
+                  ak::Options{}.with_q_offset(offset).with_lse(lse));
 
     // logit_by_distance[t]: the first logit seen at distance t; every other one must match.
     std::vector<double> logit_by_distance(std::size_t(offset + lq + kLen), HUGE_VAL);
@@ -314,7 +314,7 @@ TEST_CASE("Tapa: Options::scale is refused, naming it, and nothing is written",
   o.fill(42.f);
   std::vector<float> lse(10, 42.f);
   const auto spec = ak::make_spec(Tapa{}, Causal{});
-  const ak::Options options = ak::Options{}.with_scale(0.25f).with_lse(lse.data());
+  const ak::Options options = ak::Options{}.with_scale(0.25f).with_lse(lse);
   ak::test::check_refused(
       [&] { ak::attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view, options); },
       {"Options.scale"}, {&o.memory, &lse});
@@ -327,5 +327,5 @@ TEST_CASE("Tapa: Options::scale is refused, naming it, and nothing is written",
       {"Options.scale"});
   // Without the scale the same call runs.
   CHECK_NOTHROW(ak::attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view,
-                              ak::Options{}.with_lse(lse.data())));
+                              ak::Options{}.with_lse(lse)));
 }

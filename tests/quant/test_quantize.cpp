@@ -314,6 +314,9 @@ TEMPLATE_TEST_CASE("quantize: errors name the argument and write nothing", "[qua
   const std::vector<TestType> before = blocks;
   check_error([&] { ak::quantize_row(x.data(), 48, blocks.data()); },
               {"quantize_row(): n", "a multiple of 32", "48"});
+  // A negative multiple of 32 is no row either (it was a silent no-op).
+  check_error([&] { ak::quantize_row(x.data(), -32, blocks.data()); },
+              {"quantize_row(): n", ">= 0", "got -32"});
   x[37] = ak::test::kNaN;
   check_error([&] { ak::quantize_row(x.data(), 64, blocks.data()); },
               {"quantize_row(): x[37]", "a finite value", "nan"});
@@ -339,6 +342,9 @@ TEMPLATE_TEST_CASE("quantize: errors name the argument and write nothing", "[qua
   check_error(
       [&] { ak::dequantize_row(static_cast<const TestType*>(blocks.data()), 40, out.data()); },
       {"dequantize_row(): n", "a multiple of 32", "40"});
+  check_error(
+      [&] { ak::dequantize_row(static_cast<const TestType*>(blocks.data()), -32, out.data()); },
+      {"dequantize_row(): n", ">= 0", "got -32"});
   CHECK(ak::test::all_equal_to(out, 42.f));
   check_error([&] { (void)ak::bshd(blocks.data(), 1, 1, 1, 48); }, {"bshd: D", "a multiple of 32"});
   check_error([&] { (void)ak::bhsd(blocks.data(), 1, 1, 1, 48); }, {"bhsd: D", "a multiple of 32"});
@@ -432,8 +438,8 @@ TEST_CASE("PagedKv<BlockQ8_0>: softmax decode over pages equals decode() on a Kv
       q.randomize(6);
       std::vector<float> lse_want(kB * kHq * lq), lse_got(lse_want.size());
       ak::decode(spec, q.cview(), cache.keys(), cache.values(), want.view,
-                 ak::Options{}.with_lse(lse_want.data()));
-      ak::attention_paged(spec, q.cview(), paged, got.view, ak::Options{}.with_lse(lse_got.data()));
+                 ak::Options{}.with_lse(lse_want));
+      ak::attention_paged(spec, q.cview(), paged, got.view, ak::Options{}.with_lse(lse_got));
       if (page_size % ak::detail::kDecodeBlock == 0) {  // the same key blocks: the same bits
         CHECK(std::memcmp(got.memory.data(), want.memory.data(),
                           want.memory.size() * sizeof(float)) == 0);

@@ -56,7 +56,7 @@ TEST_CASE("reference::attention: one query, two keys, weights are softmax by han
   Dense o(1, 1, 1, 1);
   float lse = 0.f;
   ak::reference::attention(kFull, q.cview(), k.cview(), v.cview(), o.view,
-                           ak::Options{}.with_scale(1.f).with_lse(&lse));
+                           ak::Options{}.with_scale(1.f).with_lse(&lse, 1));
   CHECK_THAT(o.at(0, 0, 0, 0), WithinAbs(7.0, kHand));
   CHECK_THAT(lse, WithinAbs(std::log(4.0), kLseStored));
 }
@@ -146,7 +146,7 @@ TEST_CASE("reference::attention: no keys at all gives 0 and LSE -inf", "[referen
   Dense o(1, 2, 3, 2, std::vector<double>(12, 9.0));
   std::vector<float> lse(6, 1.f);
   ak::reference::attention(kFull, q.cview(), k.cview(), v.cview(), o.view,
-                           ak::Options{}.with_lse(lse.data()));
+                           ak::Options{}.with_lse(lse));
   for (const double x : o.data) CHECK(x == 0.0);  // exact
   for (const float x : lse) CHECK(x == kNegInf);  // exact
 }
@@ -160,7 +160,7 @@ TEST_CASE("reference::attention: softcap bends the logits before the softmax",
   float lse = 0.f;
   const double e = std::exp(1.0);
   ak::reference::attention(ak::make_spec(ak::Softcap{1.f}), q.cview(), k.cview(), v.cview(), o.view,
-                           ak::Options{}.with_scale(1.f).with_lse(&lse));
+                           ak::Options{}.with_scale(1.f).with_lse(&lse, 1));
   CHECK_THAT(o.at(0, 0, 0, 0), WithinAbs(e / (1 + e), kHand));
   CHECK_THAT(lse, WithinAbs(std::log(1 + e), kLseStored));
 }
@@ -200,7 +200,7 @@ TEST_CASE("reference::attention: the LSE output is laid out [batch, q_heads, q_l
       for (Index r = 0; r < L; ++r) q.view.row(b, h, r)[0] = double(10 * b + 3 * h + r);
   std::vector<float> lse(B * H * L);
   ak::reference::attention(kFull, q.cview(), k.cview(), v.cview(), o.view,
-                           ak::Options{}.with_scale(1.f).with_lse(lse.data()));
+                           ak::Options{}.with_scale(1.f).with_lse(lse));
   for (Index b = 0; b < B; ++b)
     for (Index h = 0; h < H; ++h)
       for (Index r = 0; r < L; ++r) {
@@ -250,7 +250,7 @@ TEST_CASE("reference::attention: logits beyond f32's range are infinite, as in t
       v1(1, 1, 1, 2, {4.0, 8.0}), v2(1, 1, 2, 2, {4.0, 8.0, 1.0, 2.0});
   Dense o(1, 1, 1, 2);
   float lse = 0.f;
-  const auto options = ak::Options{}.with_scale(1.f).with_lse(&lse);
+  const auto options = ak::Options{}.with_scale(1.f).with_lse(&lse, 1);
   ak::reference::attention(kFull, q.cview(), far.cview(), v1.cview(), o.view, options);
   CHECK(std::isnan(o.at(0, 0, 0, 0)));
   CHECK(std::isnan(o.at(0, 0, 0, 1)));

@@ -81,7 +81,7 @@ void check_reference(const std::string& name, const Spec& spec, const Case& c) {
   std::vector<float> stat(static_cast<std::size_t>(c.rows()));
   ak::Options options = c.options();
   if constexpr (ak::detail::row_stat_kind<typename Spec::Normalizer>() != ak::RowStat::None)
-    options = options.with_lse(stat.data());
+    options = options.with_lse(stat);
   ak::reference::attention_backward(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.cview(),
                                     in.d_o.cview(), g.dq.view, g.dk.view, g.dv.view, options);
   check_by_differences("dq", spec, c, in, in.q, g.dq);
@@ -135,10 +135,10 @@ TEST_CASE("reference::attention_backward: per-head parameter gradients match fin
     ak::Options options = kSmall.options();
     if constexpr (ak::detail::row_stat_kind<typename decltype(spec)::Normalizer>() !=
                   ak::RowStat::None)
-      options = options.with_lse(stat.data());
+      options = options.with_lse(stat);
     ak::reference::attention_backward(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.cview(),
                                       in.d_o.cview(), g.dq.view, g.dk.view, g.dv.view, options,
-                                      ak::ParamGrads{}.with_normalizer(param.data()));
+                                      ak::ParamGrads{}.with_normalizer(param));
     for (std::size_t h = 0; h < 2; ++h) {
       // f32 parameters: a step of 2^-8 keeps them exact; the difference is then exact to h^2.
       const float step = 1.f / 256;
@@ -182,8 +182,8 @@ TEST_CASE("reference::attention_backward: FoPE rows and coefficients match finit
   std::vector<float> stat(10), coef_grad(static_cast<std::size_t>(fope.param_count()));
   ak::reference::attention_backward(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.cview(),
                                     in.d_o.cview(), g.dq.view, g.dk.view, g.dv.view,
-                                    kSmall.options().with_lse(stat.data()),
-                                    ak::ParamGrads{}.with_position(coef_grad.data()));
+                                    kSmall.options().with_lse(stat),
+                                    ak::ParamGrads{}.with_position(coef_grad));
   const std::size_t per = table.cos_coef().size();  // one set: C then S
   REQUIRE(coef_grad.size() == 2 * per);
   for (std::size_t e = 0; e < 2 * per; ++e) {

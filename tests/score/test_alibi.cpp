@@ -201,8 +201,7 @@ TEST_CASE("Alibi: with q = 0 the softmax weights depend only on i - j",
   for (const int threads : {1, 2}) {
     ak::attention(
         ak::make_spec(Causal{} & ak::SlidingWindow{kWindow, 0}, Alibi::standard(c.q_heads)),
-        q.cview(), k.cview(), v.cview(), o.view,
-        ak::Options{}.with_threads(threads).with_lse(lse.data()));
+        q.cview(), k.cview(), v.cview(), o.view, ak::Options{}.with_threads(threads).with_lse(lse));
     for (Index h = 0; h < c.q_heads; ++h) {
       double sum = 0.0;
       for (Index d = 0; d <= kWindow; ++d) sum += std::exp(-slopes[std::size_t(h)] * double(d));
@@ -241,7 +240,7 @@ TEST_CASE("Alibi: slopes of the wrong size or not finite throw, and nothing is w
   Tensor<float> o(c.layout, c.batch, c.q_heads, c.q_len, c.dim);
   o.fill(42.f);
   std::vector<float> lse(static_cast<std::size_t>(c.rows()), 7.f);
-  const auto options = ak::Options{}.with_lse(lse.data());
+  const auto options = ak::Options{}.with_lse(lse);
   for (const Index heads : {Index{2}, Index{8}}) {
     const auto spec = ak::make_spec(Causal{}, Alibi::standard(heads));
     INFO("slopes for " << heads << " heads, 4 query heads");

@@ -476,9 +476,9 @@ TEST_CASE("Remapped: a gathered attention call equals the reference at true posi
   std::vector<float> lse(static_cast<std::size_t>(nq)), lse_expected(lse.size());
   const auto options = ak::Options{}.with_q_offset(0).with_threads(2);
   ak::attention(ak::make_spec(ak::remap(inner, qp.data(), kp.data(), nk)), q.cview(), k.cview(),
-                v.cview(), o.view, options.with_lse(lse.data()));
+                v.cview(), o.view, options.with_lse(lse));
   ak::reference::attention(ak::make_spec(AtTrue{&qp, &kp}), q.cview(), k.cview(), v.cview(),
-                           expected.view, options.with_lse(lse_expected.data()));
+                           expected.view, options.with_lse(lse_expected));
   CHECK(ak::test::max_abs_diff(o.view, expected.view) <= tol::kF32);
   CHECK(ak::test::max_lse_diff(lse, lse_expected) <= tol::kLseF32);
 }

@@ -144,9 +144,9 @@ TEST_CASE("moba_attention: equals the reference under each row's own chosen bloc
   std::vector<float> lse(static_cast<std::size_t>(c.hq * c.lq)), lse_ref(lse.size());
   const auto options = options_for(c);
   ak::moba_attention(ak::make_spec(), in.q.cview(), in.k.cview(), in.v.cview(), o.view, routes,
-                     c.block, options.with_lse(lse.data()));
+                     c.block, options.with_lse(lse));
   ak::reference::attention(ak::make_spec(routed_mask(&routes)), in.q.cview(), in.k.cview(),
-                           in.v.cview(), reference_out, options.with_lse(lse_ref.data()));
+                           in.v.cview(), reference_out, options.with_lse(lse_ref));
   CHECK_THAT(ak::test::max_abs_diff(o.cview(), reference_out), WithinAbs(0.0, tol::kF32));
   CHECK_THAT(ak::test::max_lse_diff(lse, lse_ref), WithinAbs(0.0, tol::kLseF32));
 }
@@ -178,9 +178,9 @@ TEST_CASE("moba_attention: top-k at least the block count is dense causal", "[se
   std::vector<float> lse(static_cast<std::size_t>(c.hq * c.lq)), lse_dense(lse.size());
   const auto options = options_for(c);
   ak::moba_attention(ak::make_spec(), in.q.cview(), in.k.cview(), in.v.cview(), o.view, routes,
-                     c.block, options.with_lse(lse.data()));
+                     c.block, options.with_lse(lse));
   ak::attention(ak::make_spec(ak::Causal{}), in.q.cview(), in.k.cview(), in.v.cview(), dense.view,
-                options.with_lse(lse_dense.data()));
+                options.with_lse(lse_dense));
   CHECK_THAT(ak::test::max_abs_diff(o.cview(), dense.cview()), WithinAbs(0.0, tol::kF32));
   CHECK_THAT(ak::test::max_lse_diff(lse, lse_dense), WithinAbs(0.0, tol::kLseF32));
 }
@@ -192,9 +192,9 @@ TEST_CASE("moba_attention: 1 and 2 threads give the same bits", "[select][moba]"
   Tensor<float> one(Layout::Bhsd, 1, c.hq, c.lq, c.d), two(Layout::Bhsd, 1, c.hq, c.lq, c.d);
   std::vector<float> lse_one(static_cast<std::size_t>(c.hq * c.lq)), lse_two(lse_one.size());
   ak::moba_attention(ak::make_spec(), in.q.cview(), in.k.cview(), in.v.cview(), one.view, routes,
-                     c.block, ak::Options{}.with_threads(1).with_lse(lse_one.data()));
+                     c.block, ak::Options{}.with_threads(1).with_lse(lse_one));
   ak::moba_attention(ak::make_spec(), in.q.cview(), in.k.cview(), in.v.cview(), two.view, routes,
-                     c.block, ak::Options{}.with_threads(2).with_lse(lse_two.data()));
+                     c.block, ak::Options{}.with_threads(2).with_lse(lse_two));
   const auto bytes = [](const std::vector<float>& x) { return x.size() * sizeof(float); };
   CHECK(std::memcmp(one.memory.data(), two.memory.data(), bytes(one.memory)) == 0);
   CHECK(std::memcmp(lse_one.data(), lse_two.data(), bytes(lse_one)) == 0);
@@ -210,7 +210,7 @@ TEST_CASE("moba_attention: bad arguments throw before anything is written", "[se
   const auto run = [&](const ak::BlockRoutes& r, Index block, const ak::Options& opt,
                        ak::Softmax normalizer = {}) {
     ak::moba_attention(ak::make_spec(normalizer), in.q.cview(), in.k.cview(), in.v.cview(), o.view,
-                       r, block, opt.with_lse(lse.data()));
+                       r, block, opt.with_lse(lse));
   };
   CHECK_THROWS_AS(ak::route_topk_blocks(in.q.cview(), in.k.cview(), 0, 3), ak::Error);
   CHECK_THROWS_AS(ak::route_topk_blocks(in.q.cview(), in.k.cview(), 8, 0), ak::Error);

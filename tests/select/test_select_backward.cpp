@@ -60,7 +60,7 @@ struct Io {
     if constexpr (ak::detail::row_stat_kind<typename Spec::Normalizer>() == ak::RowStat::None)
       return c.options();
     else
-      return c.options().with_lse(stat.data());
+      return c.options().with_lse(stat);
   }
 };
 
@@ -84,14 +84,14 @@ void check_driver(const std::string& name, const Case& c, Io<T>& io, const RefSp
   const ak::Options options = io.template options<RefSpec>(c);
   forward(io.o.view, options);
   Grads<G> got(c, c.layout);
-  backward(got, options, with_param ? got.param.data() : nullptr);
+  backward(got, options, with_param ? ak::Span<float>(got.param) : nullptr);
   Grads<double> want(c, Layout::Bhsd);
   std::vector<double> want_param(static_cast<std::size_t>(c.q_heads), 0.0);
   std::vector<float> want_param_f(want_param.size(), 0.f);
   ak::reference::attention_backward(
       ref_spec, io.q.cview(), io.k.cview(), io.v.cview(), io.o.cview(), io.d_o.cview(),
       want.dq.view, want.dk.view, want.dv.view, options,
-      with_param ? ak::ParamGrads{}.with_normalizer(want_param_f.data()) : ak::ParamGrads{});
+      with_param ? ak::ParamGrads{}.with_normalizer(want_param_f) : ak::ParamGrads{});
   const double allowed = ak::test::grad_tolerance<G>();
   CHECK(relative_error(got.dq.view, want.dq.view) <= allowed);
   CHECK(relative_error(got.dk.view, want.dk.view) <= allowed);
@@ -156,7 +156,7 @@ void check_moba(const MobaCase& m, const Score& score, std::uint32_t seed) {
       [&](const ak::View<float>& o, const ak::Options& opt) {
         ak::moba_attention(spec, io.q.cview(), io.k.cview(), io.v.cview(), o, routes, m.block, opt);
       },
-      [&](Grads<G>& g, const ak::Options& opt, float*) {
+      [&](Grads<G>& g, const ak::Options& opt, ak::Span<float>) {
         ak::moba_attention_backward(spec, io.q.cview(), io.k.cview(), io.v.cview(), io.o.cview(),
                                     io.d_o.cview(), g.dq.view, g.dk.view, g.dv.view, routes,
                                     m.block, opt);
@@ -195,7 +195,7 @@ void check_aha(const std::string& name, const Case& c, const Score& score, const
       [&](const ak::View<float>& o, const ak::Options& opt) {
         ak::all_or_here(spec, io.q.cview(), io.k.cview(), io.v.cview(), o, routes, window, opt);
       },
-      [&](Grads<G>& g, const ak::Options& opt, float* param) {
+      [&](Grads<G>& g, const ak::Options& opt, ak::Span<float> param) {
         ak::all_or_here_backward(spec, io.q.cview(), io.k.cview(), io.v.cview(), io.o.cview(),
                                  io.d_o.cview(), g.dq.view, g.dk.view, g.dv.view, routes, window,
                                  opt, ak::ParamGrads{}.with_normalizer(param));
@@ -242,7 +242,7 @@ void check_stripes(const std::string& name, const Case& c, const Score& score, c
       [&](const ak::View<float>& o, const ak::Options& opt) {
         ak::stripe_attention(spec, io.q.cview(), io.k.cview(), io.v.cview(), o, sel, opt);
       },
-      [&](Grads<float>& g, const ak::Options& opt, float* param) {
+      [&](Grads<float>& g, const ak::Options& opt, ak::Span<float> param) {
         ak::stripe_attention_backward(spec, io.q.cview(), io.k.cview(), io.v.cview(), io.o.cview(),
                                       io.d_o.cview(), g.dq.view, g.dk.view, g.dv.view, sel, opt,
                                       ak::ParamGrads{}.with_normalizer(param));
@@ -279,7 +279,7 @@ void check_superlinear(const Case& c, const Score& score, const ak::SuperlinearP
       [&](const ak::View<float>& o, const ak::Options& opt) {
         ak::superlinear_attention(spec, io.q.cview(), io.k.cview(), io.v.cview(), o, sel, opt);
       },
-      [&](Grads<float>& g, const ak::Options& opt, float*) {
+      [&](Grads<float>& g, const ak::Options& opt, ak::Span<float>) {
         ak::superlinear_attention_backward(spec, io.q.cview(), io.k.cview(), io.v.cview(),
                                            io.o.cview(), io.d_o.cview(), g.dq.view, g.dk.view,
                                            g.dv.view, sel, opt);

@@ -200,10 +200,10 @@ TEST_CASE("stripe_attention: equals the reference under the selection's mask",
       lse_want(lse.size());
   const auto options = ak::Options{}.with_threads(threads);
   ak::stripe_attention(ak::make_spec(), in.q.cview(), in.k.cview(), in.v.cview(), o.view, sel,
-                       options.with_lse(lse.data()));
+                       options.with_lse(lse));
   const auto masked = ak::AttentionSpec<ak::Dot, TestStripeMask>{{}, stripe_mask(&sel), {}, {}};
   ak::reference::attention(masked, in.q.cview(), in.k.cview(), in.v.cview(), want,
-                           options.with_lse(lse_want.data()));
+                           options.with_lse(lse_want));
   CHECK(ak::test::max_abs_diff(o.cview(), ak::View<const double>(want)) < ak::test::tol::kF32);
   CHECK(ak::test::max_lse_diff(lse, lse_want) < ak::test::tol::kLseF32);
 }

@@ -145,9 +145,9 @@ TEST_CASE("superlinear_attention: equals the reference under each row's own span
   const auto reference_out = ak::bhsd(expected.data(), 1, c.hq, c.lq, c.d);
   std::vector<float> lse(static_cast<std::size_t>(c.hq * c.lq)), lse_ref(lse.size());
   ak::superlinear_attention(ak::make_spec(), in.q.cview(), in.k.cview(), in.v.cview(), o.view, sel,
-                            options.with_lse(lse.data()));
+                            options.with_lse(lse));
   ak::reference::attention(ak::make_spec(span_mask(&sel)), in.q.cview(), in.k.cview(), in.v.cview(),
-                           reference_out, options.with_lse(lse_ref.data()));
+                           reference_out, options.with_lse(lse_ref));
   CHECK_THAT(ak::test::max_abs_diff(o.cview(), reference_out), WithinAbs(0.0, tol::kF32));
   CHECK_THAT(ak::test::max_lse_diff(lse, lse_ref), WithinAbs(0.0, tol::kLseF32));
 }
@@ -183,9 +183,9 @@ TEST_CASE("superlinear_attention: spans that cover every past key are dense caus
   Tensor<float> o(Layout::Bhsd, 1, c.hq, c.lq, c.d), dense(Layout::Bhsd, 1, c.hq, c.lq, c.d);
   std::vector<float> lse(static_cast<std::size_t>(c.hq * c.lq)), lse_dense(lse.size());
   ak::superlinear_attention(ak::make_spec(), in.q.cview(), in.k.cview(), in.v.cview(), o.view, sel,
-                            options.with_lse(lse.data()));
+                            options.with_lse(lse));
   ak::attention(ak::make_spec(ak::Causal{}), in.q.cview(), in.k.cview(), in.v.cview(), dense.view,
-                options.with_lse(lse_dense.data()));
+                options.with_lse(lse_dense));
   CHECK_THAT(ak::test::max_abs_diff(o.cview(), dense.cview()), WithinAbs(0.0, tol::kF32));
   CHECK_THAT(ak::test::max_lse_diff(lse, lse_dense), WithinAbs(0.0, tol::kLseF32));
 }
@@ -203,9 +203,9 @@ TEST_CASE("superlinear_attention: 1 and 2 threads give the same bits", "[select]
   Tensor<float> one(Layout::Bhsd, 1, c.hq, c.lq, c.d), two(Layout::Bhsd, 1, c.hq, c.lq, c.d);
   std::vector<float> lse_one(static_cast<std::size_t>(c.hq * c.lq)), lse_two(lse_one.size());
   ak::superlinear_attention(ak::make_spec(), in.q.cview(), in.k.cview(), in.v.cview(), one.view,
-                            sel, ak::Options{}.with_threads(1).with_lse(lse_one.data()));
+                            sel, ak::Options{}.with_threads(1).with_lse(lse_one));
   ak::superlinear_attention(ak::make_spec(), in.q.cview(), in.k.cview(), in.v.cview(), two.view,
-                            sel, ak::Options{}.with_threads(2).with_lse(lse_two.data()));
+                            sel, ak::Options{}.with_threads(2).with_lse(lse_two));
   const auto bytes = [](const std::vector<float>& x) { return x.size() * sizeof(float); };
   CHECK(std::memcmp(one.memory.data(), two.memory.data(), bytes(one.memory)) == 0);
   CHECK(std::memcmp(lse_one.data(), lse_two.data(), bytes(lse_one)) == 0);
@@ -222,7 +222,7 @@ TEST_CASE("superlinear_attention: bad arguments throw before anything is written
   const auto run = [&](const ak::SpanSelection& s, const ak::Options& opt,
                        ak::Softmax normalizer = {}) {
     ak::superlinear_attention(ak::make_spec(normalizer), in.q.cview(), in.k.cview(), in.v.cview(),
-                              o.view, s, opt.with_lse(lse.data()));
+                              o.view, s, opt.with_lse(lse));
   };
   const auto spans = [&](ak::SuperlinearParams p) {
     return ak::superlinear_spans(in.r.cview(), in.k.cview(), p);

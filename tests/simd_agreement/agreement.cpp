@@ -68,7 +68,7 @@ void run(const Spec& spec, const Case& c, std::uint32_t seed, std::vector<float>
                 ak::bhsd(ck, c.batch, c.kv_heads, c.kv_len, c.dim),
                 ak::bhsd(cv, c.batch, c.kv_heads, c.kv_len, c.value_dim),
                 ak::bhsd(o.data(), c.batch, c.q_heads, c.q_len, c.value_dim),
-                ak::Options{}.with_threads(1).with_lse(lse.data()));
+                ak::Options{}.with_threads(1).with_lse(lse));
   out.insert(out.end(), o.begin(), o.end());
   out.insert(out.end(), lse.begin(), lse.end());
 }

@@ -35,9 +35,9 @@ Outcome run_case(const Spec& spec, const Case& c, std::uint32_t seed = 7) {
   std::vector<float> lse(rows), lse_expected(rows);
 
   const Options options = c.options();
-  attention(spec, q.cview(), k.cview(), v.cview(), o.view, options.with_lse(lse.data()));
+  attention(spec, q.cview(), k.cview(), v.cview(), o.view, options.with_lse(lse));
   reference::attention(spec, q.cview(), k.cview(), v.cview(), expected.view,
-                       options.with_lse(lse_expected.data()));
+                       options.with_lse(lse_expected));
 
   Outcome r;
   r.out_err = max_abs_diff(o.view, expected.view);
@@ -69,7 +69,7 @@ KernelResult run_into(const Case& c, Call&& call) {
   Options options = c.options();
   if constexpr (detail::row_stat_kind<typename Spec::Normalizer>() != RowStat::None) {
     r.lse.assign(static_cast<std::size_t>(c.rows()), 42.f);
-    options = options.with_lse(r.lse.data());
+    options = options.with_lse(r.lse);
   }
   call(o.view, options);
   r.out = std::move(o.memory);

@@ -85,7 +85,7 @@ struct BackwardCase {
     if constexpr (detail::row_stat_kind<typename Spec::Normalizer>() == RowStat::None)
       return c.options();
     else
-      return c.options().with_lse(stat.data());
+      return c.options().with_lse(stat);
   }
 };
 
@@ -99,7 +99,7 @@ struct Grads {
         dk(layout, c.batch, c.kv_heads, c.kv_len, c.dim),
         dv(layout, c.batch, c.kv_heads, c.kv_len, c.dv()),
         param(static_cast<std::size_t>(c.q_heads), 42.f) {}
-  ParamGrads param_grads() { return ParamGrads{}.with_normalizer(param.data()); }
+  ParamGrads param_grads() { return ParamGrads{}.with_normalizer(param); }
 };
 
 template <class Spec>
@@ -112,7 +112,7 @@ template <class Spec, class G>
 ParamGrads param_grads_for(const Spec& spec, Grads<G>& g) {
   ParamGrads pg = trains_param<Spec>() ? g.param_grads() : ParamGrads{};
   g.position.assign(static_cast<std::size_t>(detail::position_param_count(spec.position)), 42.f);
-  if (!g.position.empty()) pg = pg.with_position(g.position.data());
+  if (!g.position.empty()) pg = pg.with_position(g.position);
   return pg;
 }
 

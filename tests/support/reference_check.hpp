@@ -98,8 +98,8 @@ Agreement agreement(const RefSpec& ref, const Case& c, const Inputs<T, TQ, TV>& 
   std::vector<float> stat(rows, 42.f), stat_expected(rows, 42.f);
   Options options = c.options(), ref_options = c.options();
   if constexpr (kStat != RowStat::None) {
-    options = options.with_lse(stat.data());
-    ref_options = ref_options.with_lse(stat_expected.data());
+    options = options.with_lse(stat);
+    ref_options = ref_options.with_lse(stat_expected);
   }
   run(o.view, options);
   reference::attention(ref, in.q.cview(), in.k.cview(), in.v.cview(), expected.view, ref_options);

@@ -152,10 +152,14 @@ void attention_paged(const Spec& spec, const View<Q>& q, const PagedKv<T>& paged
                                "the pool");
     }
   constexpr bool kStat = detail::row_stat_kind<Normalizer>() != RowStat::None;
-  require(kStat || options.lse == nullptr, "lse", "nullptr (this normalizer has no row statistic)",
+  require(kStat || options.lse.empty(), "lse", "nullptr (this normalizer has no row statistic)",
           "a buffer");
-  if (options.lse != nullptr && B * Hq * Lq > 0) {
-    const auto begin = reinterpret_cast<std::uintptr_t>(options.lse);
+  if (!options.lse.empty())
+    require(options.lse.size() == B * Hq * Lq, "Options.lse.size()",
+            detail::cat(B * Hq * Lq, " (q.batch * q.heads * q.seq: one statistic per query row)"),
+            options.lse.size());
+  if (!options.lse.empty() && B * Hq * Lq > 0) {
+    const auto begin = reinterpret_cast<std::uintptr_t>(options.lse.data());
     const detail::ByteSpan lse_span{
         begin, begin + static_cast<std::uintptr_t>(B * Hq * Lq) * sizeof(float)};
     detail::require_disjoint(out_span, "o", lse_span, "options.lse");
@@ -237,7 +241,7 @@ void attention_paged(const Spec& spec, const View<Q>& q, const PagedKv<T>& paged
                                      {q.batch_stride, q.head_stride, q.seq_stride});
     float* out = part_out.data() + it.slot * part_rows * Dv;
     Options call = options.with_q_offset(0).with_threads(parallel ? 1 : options.threads);
-    call.lse = kStat ? part_stat.data() + it.slot * part_rows : nullptr;
+    call.lse = kStat ? Span<float>(part_stat.data() + it.slot * part_rows, part_rows) : nullptr;
     attention(call_spec, qb, k, v, bhsd(out, 1, Hq, Lq, Dv), call);
   };
 

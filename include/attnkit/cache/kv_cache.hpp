@@ -86,23 +86,36 @@ class KvCache {
                       detail::is_storage<V>() || std::is_same_v<std::remove_const_t<V>, T>),
                   "KvCache::append(): rows of float, Eigen::bfloat16, Eigen::half or the "
                   "cache's own storage type");
-    const Index n = check_new(k_new, v_new);
+    const Index n = check_new(k_new, v_new, !kTurns);
+    const Index d = head_dim();
+    // The keys as stored [batch, kv_heads, n, head_dim], when the Position turns them: turned
+    // (and, for quantized storage, checked: a turn moves a pair by up to sqrt 2 of its
+    // largest value) before anything is written.
+    std::vector<float> turned;
     if constexpr (kTurns) {
       if constexpr (detail::has_validate<Position>::value)
         position.validate(0, length_ + n, 0, batch_, kv_heads());
       detail::validate_head_dim_of(position, head_dim());
+      turned.resize(static_cast<std::size_t>(batch_ * kv_heads() * n * d));
+      for (Index b = 0; b < batch_; ++b)
+        for (Index h = 0; h < kv_heads(); ++h)
+          for (Index s = 0; s < n; ++s) {
+            float* row = turned.data() + ((b * kv_heads() + h) * n + s) * d;
+            detail::row_to_f32(k_new.row(b, h, s), d, row);
+            const Index at = length_ + s;
+            position.apply(row, d, RowAt{b, h, at, length_ + n, at, Role::Key});
+          }
+      detail::KvStorage<T>::require_encodable_rows(
+          bhsd(static_cast<const float*>(turned.data()), batch_, kv_heads(), n, d),
+          "k_new (turned by the Position)");
     }
-    const Index d = head_dim();
-    std::vector<float> row(static_cast<std::size_t>(d));  // [head_dim]
     for (Index b = 0; b < batch_; ++b)
       for (Index h = 0; h < kv_heads(); ++h)
         for (Index s = 0; s < n; ++s) {
           const Index at = length_ + s;
           storage_.put_value(b, h, at, v_new.row(b, h, s));
           if constexpr (kTurns) {
-            detail::row_to_f32(k_new.row(b, h, s), d, row.data());
-            position.apply(row.data(), d, RowAt{b, h, at, length_ + n, at, Role::Key});
-            storage_.put_key(b, h, at, row.data());
+            storage_.put_key(b, h, at, turned.data() + ((b * kv_heads() + h) * n + s) * d);
           } else {
             storage_.put_key(b, h, at, k_new.row(b, h, s));
           }
@@ -113,8 +126,8 @@ class KvCache {
  private:
   // Every check of append(); returns n, the number of new positions.
   template <class K, class V>
-  Index check_new(const View<K>& k, const View<V>& v) const {
-    storage_.check_new(k, v, "the cache's storage");
+  Index check_new(const View<K>& k, const View<V>& v, bool keys_as_given) const {
+    storage_.check_new(k, v, "the cache's storage", keys_as_given);
     detail::require_dim(k.batch, batch_, "k_new.batch", "KvCache.batch");
     detail::require_dim(v.batch, batch_, "v_new.batch", "KvCache.batch");
     detail::require(

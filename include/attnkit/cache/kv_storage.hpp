@@ -87,9 +87,12 @@ class KvStorage {
 
   /// The checks of rows to append that do not depend on the owner's batch or length: valid
   /// views, kv_heads, head_dim, value_dim and n alike, and no memory shared with the storage
-  /// (named `storage` in the message).
+  /// (named `storage` in the message). Quantized storage: values it can encode, the keys
+  /// only when they are stored as given (`keys_as_given`; turned keys are checked as turned,
+  /// require_encodable_rows()).
   template <class K, class V>
-  void check_new(const View<K>& k, const View<V>& v, const char* storage) const {
+  void check_new(const View<K>& k, const View<V>& v, const char* storage,
+                 bool keys_as_given = true) const {
     check_view(k, "k_new");
     check_view(v, "v_new");
     require_dim(k.heads, heads_, "k_new.heads", cat(owner_, ".kv_heads"));
@@ -102,7 +105,7 @@ class KvStorage {
       require_disjoint(byte_span(v), "v_new", s, storage);
     }
     if constexpr (is_block_quantized<T>()) {  // quantizing needs values it can encode
-      require_encodable_rows(k, "k_new");
+      if (keys_as_given) require_encodable_rows(k, "k_new");
       require_encodable_rows(v, "v_new");
     }
   }
@@ -154,9 +157,11 @@ class KvStorage {
   }
 
   // Throws Error naming the first row of x holding a value T cannot encode (not finite, or
-  // too large for the block's half scale: quant/quantize.hpp).
+  // too large for the block's half scale: quant/quantize.hpp). Nothing for other storage.
+ public:
   template <class S>
   static void require_encodable_rows(const View<S>& x, const char* name) {
+    if constexpr (!is_block_quantized<T>()) return;
     std::vector<float> row(static_cast<std::size_t>(x.dim));
     for (Index b = 0; b < x.batch; ++b)
       for (Index h = 0; h < x.heads; ++h)
@@ -171,6 +176,7 @@ class KvStorage {
         }
   }
 
+ private:
   static ByteSpan span_of(const AlignedVector<T>& data) {
     const auto begin = reinterpret_cast<std::uintptr_t>(data.data());
     return {begin, begin + data.size() * sizeof(T)};

@@ -36,7 +36,7 @@ namespace detail {
 template <class N, class O>
 void merge_sequences(const N& normalizer, const std::vector<float>& part_out,
                      const std::vector<float>& part_stat, const std::vector<Index>& first_slot,
-                     const View<O>& o, float* lse) {
+                     const View<O>& o, Span<float> lse) {
   const Index Hq = o.heads, Lq = o.seq, Dv = o.dim, rows = Hq * Lq;
   for (std::size_t b = 0; b + 1 < first_slot.size(); ++b) {
     std::vector<View<const float>> parts;
@@ -48,7 +48,8 @@ void merge_sequences(const N& normalizer, const std::vector<float>& part_out,
     const Index bi = static_cast<Index>(b);
     const View<O> ob =
         strided(o.row(bi, 0, 0), {1, Hq, Lq, Dv}, {o.batch_stride, o.head_stride, o.seq_stride});
-    merge(normalizer, parts, stats, ob, lse != nullptr ? lse + bi * rows : nullptr);
+    merge(normalizer, parts, stats, ob,
+          lse.empty() ? Span<float>() : Span<float>(lse.data() + bi * rows, rows));
   }
 }
 

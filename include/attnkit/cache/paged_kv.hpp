@@ -125,7 +125,8 @@ class PagedKv {
   void assign(Index seq, const std::vector<Index>& pages, Index length) {
     using detail::require;
     check_seq(seq);
-    require(length >= 0, "PagedKv::assign: length", ">= 0", length);
+    require(length >= 0 && length <= kMaxLength, "PagedKv::assign: length",
+            detail::cat("in [0, ", kMaxLength, "]"), length);
     require(static_cast<Index>(pages.size()) == pages_for(length), "PagedKv::assign: pages.size()",
             detail::cat("ceil(length / page_size) = ", pages_for(length)), pages.size());
     std::vector<char> seen(static_cast<std::size_t>(pages_), 0);
@@ -162,7 +163,10 @@ class PagedKv {
  private:
   static constexpr Index kMaxLength = Index{1} << 40;
 
-  Index pages_for(Index length) const { return (length + page_size_ - 1) / page_size_; }
+  // ceil(length / page_size), without the overflow of length + page_size - 1.
+  Index pages_for(Index length) const {
+    return length / page_size_ + (length % page_size_ != 0 ? 1 : 0);
+  }
 
   // The index checks of the accessors, which decode calls for every page (cat(): no message
   // is built unless a check fails).

@@ -26,9 +26,14 @@ void require_same_shape(const View<A>& a, const View<B>& b, const Name& name,
   require_dim(a.dim, b.dim, cat(name, ".dim"), cat(source, ".dim"));
 }
 
-inline ByteSpan float_span(const float* p, Index n) {
-  const auto begin = reinterpret_cast<std::uintptr_t>(p);
-  return {begin, p == nullptr ? begin : begin + static_cast<std::uintptr_t>(n) * sizeof(float)};
+inline ByteSpan float_span(Span<float> s) {
+  const auto begin = reinterpret_cast<std::uintptr_t>(s.data());
+  return {begin, begin + static_cast<std::uintptr_t>(s.size()) * sizeof(float)};
+}
+
+// A parameter gradient's buffer: empty, or exactly `count` floats (`source` says why).
+inline void require_grad_size(Span<float> g, Index count, const char* name, const char* source) {
+  if (!g.empty()) require(g.size() == count, name, cat(count, " (", source, ")"), g.size());
 }
 
 /// A named byte range, for the aliasing checks.
@@ -75,24 +80,27 @@ Problem make_backward_problem(const Spec& spec, const View<Q>& q, const View<K>&
   const Problem p = make_problem(q, k, v, o, options);
   check_view(d_o, "d_o");
   require_out_dims(d_o, q, v, "d_o");
+  // An empty batch reads no statistic: a training loop's empty batch passes the forward's
+  // Options (a null buffer for zero rows) to the backward as well.
   if constexpr (row_stat_kind<Normalizer>() != RowStat::None)
-    require(options.lse != nullptr, "Options.lse",
+    require(!options.lse.empty() || p.batch * p.q_heads * p.q_len == 0, "Options.lse",
             "the forward call's row statistic (Options::with_lse), read by the backward",
             "nullptr");
   if constexpr (!has_trained_param<Normalizer>::value)
-    require(grads.normalizer == nullptr, "ParamGrads.normalizer",
+    require(grads.normalizer.empty(), "ParamGrads.normalizer",
             "nullptr (this normalizer has no trained parameter)", "a buffer");
-  if (grads.position != nullptr)
+  if (!grads.position.empty())
     require(position_param_count(spec.position) > 0, "ParamGrads.position",
             "nullptr (this Position has no trained parameter)", "a buffer");
+  require_grad_size(grads.normalizer, p.q_heads, "ParamGrads.normalizer.size()", "q.heads");
+  require_grad_size(grads.position, position_param_count(spec.position),
+                    "ParamGrads.position.size()", "the Position's param_count()");
   validate_policies(spec, p, options);
 
-  const Index rows = p.batch * p.q_heads * p.q_len;  // checked by make_problem with lse
-  check_gradients(
-      q, k, v, dq, dk, dv,
-      {{byte_span(o), "o"}, {byte_span(d_o), "d_o"}, {float_span(options.lse, rows), "lse"}},
-      {{float_span(grads.normalizer, p.q_heads), "ParamGrads.normalizer"},
-       {float_span(grads.position, position_param_count(spec.position)), "ParamGrads.position"}});
+  check_gradients(q, k, v, dq, dk, dv,
+                  {{byte_span(o), "o"}, {byte_span(d_o), "d_o"}, {float_span(options.lse), "lse"}},
+                  {{float_span(grads.normalizer), "ParamGrads.normalizer"},
+                   {float_span(grads.position), "ParamGrads.position"}});
   return p;
 }
 

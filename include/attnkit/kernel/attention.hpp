@@ -96,9 +96,9 @@ void run_with_keys(const Spec& spec, const Problem& p, const View<Q>& q, const V
   const View<V> values = tile_rows(v, p, split, v_copy);
   const auto run = [&](const auto& keys) {
     if constexpr (passes<typename Spec::Normalizer>() == 1) {
-      if (split) return run_split_kv(spec, p, q, keys, values, o, options.lse);
+      if (split) return run_split_kv(spec, p, q, keys, values, o, options.lse.data());
     }
-    run_tiles(spec, p, q, keys, values, o, options.lse);
+    run_tiles(spec, p, q, keys, values, o, options.lse.data());
   };
   if constexpr (transforms_rows<typename Spec::Position>()) {
     if (p.batch * p.q_heads * p.q_len == 0) return;

@@ -53,7 +53,7 @@ void run_backward(const Spec& spec, const Problem& p, const View<Q>& q, const Vi
   // [B, Hq] per-head parameter gradients of each batch, summed over batches in order below;
   // [items, count] the Position's parameter gradients of each item, summed in item order.
   std::vector<double> head_grads(static_cast<std::size_t>(p.batch * p.q_heads), 0.0);
-  const Index count = grads.position != nullptr ? position_param_count(spec.position) : 0;
+  const Index count = grads.position.empty() ? 0 : position_param_count(spec.position);
   std::vector<double> position_grads(static_cast<std::size_t>(items * count), 0.0);
   // per thread, allocated here (std::bad_alloc reaches the caller)
   Workers<Tiles> tiles(threads, spec, p, q, k, v, d_o, dq, dk, dv, k_raw, stat, delta,
@@ -63,18 +63,18 @@ void run_backward(const Spec& spec, const Problem& p, const View<Q>& q, const Vi
     worker.run(b, item % p.kv_heads, head_grads.data() + b * p.q_heads,
                count > 0 ? position_grads.data() + item * count : nullptr);
   });
-  if (grads.normalizer != nullptr)
+  if (!grads.normalizer.empty())
     for (Index h = 0; h < p.q_heads; ++h) {
       double sum = 0.0;
       for (Index b = 0; b < p.batch; ++b)
         sum += head_grads[static_cast<std::size_t>(b * p.q_heads + h)];
-      grads.normalizer[h] = static_cast<float>(sum);
+      grads.normalizer.data()[h] = static_cast<float>(sum);
     }
   for (Index c = 0; c < count; ++c) {
     double sum = 0.0;
     for (Index item = 0; item < items; ++item)
       sum += position_grads[static_cast<std::size_t>(item * count + c)];
-    grads.position[c] = static_cast<float>(sum);
+    grads.position.data()[c] = static_cast<float>(sum);
   }
 }
 
@@ -115,7 +115,7 @@ void attention_backward(const Spec& spec, const View<Q>& q, const View<K>& k, co
   const View<V> values = detail::tile_rows(v, p, false, v_copy);
   const View<GO> d_out = detail::tile_rows(d_o, p, false, d_o_copy);
   const auto run = [&](const auto& keys) {
-    detail::run_backward(spec, p, queries, keys, values, d_out, dq, dk, dv, k, options.lse,
+    detail::run_backward(spec, p, queries, keys, values, d_out, dq, dk, dv, k, options.lse.data(),
                          delta.data(), grads);
   };
   if constexpr (detail::transforms_rows<Position>()) {

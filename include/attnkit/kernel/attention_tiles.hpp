@@ -278,7 +278,10 @@ class AttentionTiles {
         pairs_.weighted_sum_packed(buf_.s, b, hk, k0, nk, nq, kind == TileKind::Full, buf_.acc))
       return;  // the call's V, packed once
     const F32Rows values = f32_rows(v_, v_direct_, b, hk, k0, nk, buf_.vp, dv_pad_);
-    if (bf16_ && !pairs_.on() && !is_bf16<V>())
+    // bf16 products: the guard below must see the values as the products will (a finite f32
+    // past bf16's largest rounds to inf), so a Partial tile's rows are rounded here also when
+    // the pair products would round them in their own packing (rounding twice is rounding once).
+    if (bf16_ && !is_bf16<V>() && (!pairs_.on() || kind != TileKind::Full))
       round_rows_to_bf16(buf_.vp, nk, p_.value_dim, dv_pad_);
     if (kind == TileKind::Full ||
         rows_finite_unseen<ScheduleMask>(values, nk, seen_.data(), dv_pad_)) {

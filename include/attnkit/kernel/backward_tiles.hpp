@@ -128,6 +128,7 @@ class BackwardTiles {
       owned_.split_queries(qrow_, nq, spec_.position.amplitude_dims(p_.head_dim));
     pack_q_transposed(d_o_, b, h, q0, nq, lanes, 1.f, dot_, kBq);  // dot_ [Dv, kBq]
     pack_rows(d_o_, b, h, q0, nq, dorow_, dv_pad_);                // dorow_ [nq, dv_pad]
+    set_aside_nonfinite_rows(nq);
     begin_rows(b, h, q0, nq, lanes, q_pos.begin);
     std::fill(dq_tile_, dq_tile_ + kBq * d_pad_, 0.f);
     std::fill(lane_grad_, lane_grad_ + kBq, 0.f);
@@ -209,6 +210,8 @@ class BackwardTiles {
                                                     dp_ + c, nk, kBq);
       simd::store(lane_grad_ + c, simd::load(lane_grad_ + c) + g);
     }
+    if (kind == TileKind::Partial && !bad_rows_.empty())
+      zero_unseen_grads(spec_.mask, bad_rows_, b, h, i0, k0, nk, dp_, kBq);
     if constexpr (kScoreTile)  // dS on the raw logit: times d(modified) / d(raw)
       for (Index jj = 0; jj < nk; ++jj)
         for (Index c = 0; c < lanes; c += simd::kWidth)
@@ -216,7 +219,10 @@ class BackwardTiles {
                       simd::load(dp_ + jj * kBq + c) * simd::load(g_ + jj * kBq + c));
     if constexpr (kCosine) scale_rows(dp_, kBq, key_norms(b, hk, k0), nk, lanes);
     gemm::gemm(nk, dv_pad_, nq, {s_, kBq, 1}, dorow_, dv_pad_, dv_acc_ + k0 * dv_pad_, dv_pad_,
-               true);              // dV += P^T dO
+               true);  // dV += P^T dO
+    if (!bad_rows_.empty())
+      add_rows_to_seen_keys(spec_.mask, kind == TileKind::Full, bad_rows_, bad_do_.data(), b, h, i0,
+                            k0, nk, s_, kBq, dv_acc_, dv_pad_);
     if constexpr (kOwnsProduct) {  // dS splits into the two products' gradients
       owned_.backward(spec_.position, dp_, nk, nq, lanes, i0, k0, p_.head_dim,
                       dk_acc_ + k0 * d_pad_);
@@ -248,6 +254,20 @@ class BackwardTiles {
       run = jj + 1;
     }
     if (nk > run) product(run, nk);
+  }
+
+  // dO rows that are not finite: listed, kept aside and zeroed in dorow_ (value_guard.hpp), so
+  // that they reach only the keys their query sees (masked pairs get exactly zero gradient).
+  void set_aside_nonfinite_rows(Index nq) {
+    bad_rows_.clear();
+    if (rows_finite(F32Rows{dorow_, dv_pad_}, 0, nq, dv_pad_)) return;
+    bad_do_.clear();
+    for (Index r = 0; r < nq; ++r) {
+      if (rows_finite(F32Rows{dorow_, dv_pad_}, r, r + 1, dv_pad_)) continue;
+      bad_rows_.push_back(r);
+      bad_do_.insert(bad_do_.end(), dorow_ + r * dv_pad_, dorow_ + (r + 1) * dv_pad_);
+      std::fill(dorow_ + r * dv_pad_, dorow_ + (r + 1) * dv_pad_, 0.f);
+    }
   }
 
   // The inverse norms of keys k0, k0 + 1, ... of KV head hk (cosine logits).
@@ -339,6 +359,8 @@ class BackwardTiles {
   float* lanes_;         // [kBq]          staging
   OwnedProducts owned_;  // a Position's own products (Tapa)
   std::vector<BackwardState> states_;  // [kBq / kWidth]
+  std::vector<Index> bad_rows_;        // the query tile's dO rows that are not finite
+  std::vector<float> bad_do_;          // their dO [bad rows, dv_pad]
 };
 
 }  // namespace attnkit::detail

@@ -21,6 +21,7 @@
 #include "attnkit/detail/view_checks.hpp"
 #include "attnkit/error.hpp"
 #include "attnkit/normalizer/row_context.hpp"
+#include "attnkit/span.hpp"
 #include "attnkit/tensor.hpp"
 
 namespace attnkit {
@@ -53,12 +54,13 @@ bool row_has_nan(const T* row, Index n) {
 
 /// out[B, H, Lq, Dv] = the merge of parts[k][B, H, Lq, Dv] with their row statistics
 /// stats[k][B * H * Lq] (as attention() wrote them through Options::lse; ignored for a
-/// normalizer without one). out_stat, when given, receives the merged statistic. With
+/// normalizer without one). out_stat, when given, receives the merged statistic
+/// [B * H * Lq] (its size is checked). With
 /// Softmax::with_sinks, compute the parts with plain Softmax: the sink is added here, once.
 /// Throws Error before writing anything when shapes, statistics or buffers disagree.
 template <class Normalizer, class P, class O>
 void merge(const Normalizer& normalizer, const std::vector<View<P>>& parts,
-           const std::vector<const float*>& stats, const View<O>& out, float* out_stat = nullptr) {
+           const std::vector<const float*>& stats, const View<O>& out, Span<float> out_stat = {}) {
   static_assert(!std::is_const_v<O>, "merge(): the output view must be writable");
   static_assert(detail::passes<Normalizer>() == 1,
                 "merge(): this normalizer makes more than one pass over the keys (LSSAR needs "
@@ -72,8 +74,11 @@ void merge(const Normalizer& normalizer, const std::vector<View<P>>& parts,
   require(!parts.empty(), "parts.size()", ">= 1", parts.size());
   require(kStat == RowStat::None || stats.size() == parts.size(), "stats.size()",
           detail::cat("parts.size() = ", parts.size()), stats.size());
-  require(kStat != RowStat::None || out_stat == nullptr, "out_stat",
+  require(kStat != RowStat::None || out_stat.empty(), "out_stat",
           "nullptr (this normalizer has no row statistic)", "a buffer");
+  require(out_stat.empty() || out_stat.size() == out.batch * out.heads * out.seq, "out_stat.size()",
+          detail::cat(out.batch * out.heads * out.seq, " (out.batch * out.heads * out.seq)"),
+          out_stat.size());
   const detail::ByteSpan out_span = detail::byte_span(out);
   for (std::size_t k = 0; k < parts.size(); ++k) {
     const auto name = detail::cat("parts[", k, "]");
@@ -120,7 +125,7 @@ void merge(const Normalizer& normalizer, const std::vector<View<P>>& parts,
           for (double& w : weight) w = 1.0;
         }
         O* dst = out.row(b, h, r);
-        if (out_stat != nullptr) out_stat[row] = static_cast<float>(total);
+        if (!out_stat.empty()) out_stat.data()[row] = static_cast<float>(total);
         if (parts.size() == 1 && weight[0] == 1.0) {  // one part, whole: the sum below, copied
           const P* in = parts[0].row(b, h, r);
           if constexpr (std::is_same_v<std::remove_const_t<P>, O>)

@@ -24,14 +24,17 @@ namespace attnkit {
 template <class P, class F, class O>
 void merge_reweighted(const SoftplusL1Reweighted::SecondRound& normalizer,
                       const std::vector<View<P>>& parts, const std::vector<const float*>& stats,
-                      const View<F>& lssa, const View<O>& out, float* out_stat = nullptr) {
+                      const View<F>& lssa, const View<O>& out, Span<float> out_stat = {}) {
   detail::check_view(lssa, "lssa");
   detail::require(lssa.batch == out.batch && lssa.heads == out.heads && lssa.seq == out.seq &&
                       lssa.dim == out.dim,
                   "lssa", "the shape of out", "another shape");
   detail::require_disjoint(detail::byte_span(out), "out", detail::byte_span(lssa), "lssa");
   std::vector<float> stat(static_cast<std::size_t>(out.batch * out.heads * out.seq));
-  merge(normalizer, parts, stats, out, stat.data());  // checks the rest, then writes
+  detail::require(out_stat.empty() || out_stat.size() == static_cast<Index>(stat.size()),
+                  "out_stat.size()", detail::cat(stat.size(), " (out.batch * out.heads * out.seq)"),
+                  out_stat.size());
+  merge(normalizer, parts, stats, out, stat);  // checks the rest, then writes
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   for (Index b = 0; b < out.batch; ++b)
     for (Index h = 0; h < out.heads; ++h)
@@ -40,7 +43,7 @@ void merge_reweighted(const SoftplusL1Reweighted::SecondRound& normalizer,
         if (stat[static_cast<std::size_t>(row)] == kNegInf)
           for (Index c = 0; c < out.dim; ++c)
             out.row(b, h, r)[c] = static_cast<O>(lssa.row(b, h, r)[c]);
-        if (out_stat != nullptr) out_stat[row] = stat[static_cast<std::size_t>(row)];
+        if (!out_stat.empty()) out_stat.data()[row] = stat[static_cast<std::size_t>(row)];
       }
 }
 

@@ -12,6 +12,7 @@
 #include <new>
 #include <vector>
 
+#include "attnkit/detail/bf16_round.hpp"
 #include "attnkit/detail/checked.hpp"
 #include "attnkit/detail/parallel.hpp"
 #include "attnkit/detail/storage_rows.hpp"
@@ -85,8 +86,11 @@ inline PairKv pack_pair_rows(Index batch, Index kv_heads, Index len, Index d, In
       for (Index r = 0; r < rows; ++r) {
         float* vr = row.data() + r * dv_pad;
         value(v, b, hk, j + r, vr);
-        bool ok = true;
-        for (Index c = 0; c < dv; ++c) ok = ok && vr[c] - vr[c] == 0.f;
+        bool ok = true;  // as rounded: a finite f32 past bf16's largest becomes inf
+        for (Index c = 0; c < dv; ++c) {
+          const float x = round_to_bf16(vr[c]);
+          ok = ok && x - x == 0.f;
+        }
         out.finite[static_cast<std::size_t>(bh * len + j + r)] = ok ? 1 : 0;
       }
       gemm::pack_bf16_pairs(row.data(), dv_pad, rows, dv_pad,

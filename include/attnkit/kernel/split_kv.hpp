@@ -121,7 +121,7 @@ void run_split_kv(const Spec& spec, const Problem& p, const View<Q>& q, const Vi
                          p.batch, p.q_heads, p.q_len, p.value_dim));
     if (kStat) stats.push_back(part_stat.get() + c * rows);
   }
-  merge(spec.normalizer, parts, stats, o, lse);
+  merge(spec.normalizer, parts, stats, o, Span<float>(lse, p.batch * p.q_heads * p.q_len));
 }
 
 }  // namespace detail

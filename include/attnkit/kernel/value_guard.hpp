@@ -4,6 +4,8 @@
 // find such rows and add each one only to the rows whose mask keeps it.
 #pragma once
 
+#include <vector>
+
 #include "attnkit/detail/pack.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/simd/simd.hpp"
@@ -67,6 +69,38 @@ void add_to_visible_rows(const Mask& mask, const F32Rows& values, Index b, Index
     const float w = s[jj * ld + r];
     float* acc = acc_rows + r * dv_pad;
     for (Index c = 0; c < dv_pad; ++c) acc[c] += w * value[c];
+  }
+}
+
+// The backward's guard for rows of dO that are not finite (a NaN or inf loss gradient): they
+// meet the zero weights and zero dS of the keys their query does not see. `rows` lists such
+// rows r < nq of a query tile (at positions i0 + r), `saved` their dO (dv_pad floats each),
+// zeroed in the tile's dO so the products leave them out.
+
+// dS[jj, r] (rows ld apart) = 0 for each listed row r at the keys k0 + jj it does not see.
+template <class Mask>
+void zero_unseen_grads(const Mask& mask, const std::vector<Index>& rows, Index b, Index h, Index i0,
+                       Index k0, Index nk, float* ds, Index ld) {
+  for (const Index r : rows)
+    for (Index jj = 0; jj < nk; ++jj)
+      if (!mask.keep(b, h, i0 + r, k0 + jj)) ds[jj * ld + r] = 0.f;
+}
+
+// dv_acc[k0 + jj] (rows dv_pad apart) += P[jj, r] saved[r] for each listed row r and each key
+// it sees (every key of a Full tile); P read from p [nk, ld].
+template <class Mask>
+void add_rows_to_seen_keys(const Mask& mask, bool full, const std::vector<Index>& rows,
+                           const float* saved, Index b, Index h, Index i0, Index k0, Index nk,
+                           const float* p, Index ld, float* dv_acc, Index dv_pad) {
+  for (std::size_t n = 0; n < rows.size(); ++n) {
+    const Index r = rows[n];
+    const float* d_o = saved + static_cast<Index>(n) * dv_pad;
+    for (Index jj = 0; jj < nk; ++jj) {
+      if (!full && !mask.keep(b, h, i0 + r, k0 + jj)) continue;
+      const float w = p[jj * ld + r];
+      float* acc = dv_acc + (k0 + jj) * dv_pad;
+      for (Index c = 0; c < dv_pad; ++c) acc[c] += w * d_o[c];
+    }
   }
 }
 

@@ -68,23 +68,26 @@ void attention_varlen(const Spec& spec, const View<Q>& q, const View<K>& k, cons
     const Index q0 = cu_seqlens_q[s], nq = cu_seqlens_q[s + 1] - q0;
     const Index k0 = cu_seqlens_k[s], nk = cu_seqlens_k[s + 1] - k0;
     longest_q = std::max(longest_q, nq);
+    // The sequence's statistic rows, checked here as the call below will see them.
+    part.lse =
+        options.lse.empty() ? Span<float>() : Span<float>(options.lse.data(), whole.q_heads * nq);
     const Problem p = make_problem(detail::seq_rows(q, q0, nq), detail::seq_rows(k, k0, nk),
                                    detail::seq_rows(v, k0, nk), detail::seq_rows(o, q0, nq), part);
     validate_policies(spec, p, part);
   }
 
   std::vector<float> lse_part;  // [Hq, longest_q]: one sequence's LSE, then scattered
-  if (options.lse != nullptr) lse_part.resize(static_cast<std::size_t>(whole.q_heads * longest_q));
+  if (!options.lse.empty()) lse_part.resize(static_cast<std::size_t>(whole.q_heads * longest_q));
   for (std::size_t s = 0; s < seqs; ++s) {
     const Index q0 = cu_seqlens_q[s], nq = cu_seqlens_q[s + 1] - q0;
     const Index k0 = cu_seqlens_k[s], nk = cu_seqlens_k[s + 1] - k0;
     if (nq == 0) continue;
-    if (options.lse != nullptr) part.lse = lse_part.data();
+    if (!options.lse.empty()) part.lse = Span<float>(lse_part.data(), whole.q_heads * nq);
     attention(spec, detail::seq_rows(q, q0, nq), detail::seq_rows(k, k0, nk),
               detail::seq_rows(v, k0, nk), detail::seq_rows(o, q0, nq), part);
-    if (options.lse == nullptr) continue;
+    if (options.lse.empty()) continue;
     for (Index h = 0; h < whole.q_heads; ++h)
-      std::copy_n(lse_part.data() + h * nq, nq, options.lse + h * whole.q_len + q0);
+      std::copy_n(lse_part.data() + h * nq, nq, options.lse.data() + h * whole.q_len + q0);
   }
 }
 

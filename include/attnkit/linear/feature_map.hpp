@@ -25,16 +25,19 @@ struct EluPlusOne {
   simd::Vec vec(simd::Vec x) const {
     constexpr float kLog2e = 1.4426950408889634f;
     const simd::Vec zero(0.f);
-    // exp2 of min(x, 0): the unused lanes of the select stay finite.
-    return simd::select(simd::greater(x, zero), x + simd::Vec(1.f),
-                        simd::exp2(simd::min(x, zero) * simd::Vec(kLog2e)));
+    const simd::Mask positive = simd::greater(x, zero);
+    // exp2 of x where x <= 0 or NaN, of 0 elsewhere (the select's unused lanes stay finite).
+    // Not min(x, 0): x86's min gives 0 for a NaN x, so phi(NaN) would be 1, not NaN.
+    return simd::select(positive, x + simd::Vec(1.f),
+                        simd::exp2(simd::select(positive, zero, x) * simd::Vec(kLog2e)));
   }
   double derivative(double x) const { return x > 0 ? 1 : std::exp(x); }
   simd::Vec derivative_vec(simd::Vec x) const {
     constexpr float kLog2e = 1.4426950408889634f;
     const simd::Vec zero(0.f);
-    return simd::select(simd::greater(x, zero), simd::Vec(1.f),
-                        simd::exp2(simd::min(x, zero) * simd::Vec(kLog2e)));
+    const simd::Mask positive = simd::greater(x, zero);
+    return simd::select(positive, simd::Vec(1.f),
+                        simd::exp2(simd::select(positive, zero, x) * simd::Vec(kLog2e)));
   }
 };
 

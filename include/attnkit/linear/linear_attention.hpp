@@ -21,11 +21,18 @@
 namespace attnkit {
 namespace detail {
 
+// The bytes of a state (empty for none), for the aliasing checks.
+inline ByteSpan state_span(const LinearState* s) {
+  if (s == nullptr) return {};
+  const auto begin = reinterpret_cast<std::uintptr_t>(s->floats().data());
+  return {begin, begin + s->floats().size() * sizeof(float)};
+}
+
 // The checks linear_attention() adds to make_problem()'s; the state's when one is given.
 template <class Map>
 void validate_linear(const LinearSpec<Map>& spec, const Problem& p, const Options& options,
                      const LinearState* state) {
-  require(options.lse == nullptr, "lse", "nullptr (linear attention has no row statistic)",
+  require(options.lse.empty(), "lse", "nullptr (linear attention has no row statistic)",
           "a buffer");
   require(!options.q_offset, "Options.q_offset",
           "unset (queries and keys of a linear_attention() call are the same positions)",
@@ -69,6 +76,13 @@ void linear_attention(const LinearSpec<Map>& spec, const View<Q>& q, const View<
                 "linear_attention(): storage must be float, Eigen::bfloat16 or Eigen::half");
   const Problem p = make_problem(q, k, v, o, options);
   detail::validate_linear(spec, p, options, &state);
+  // The state is read and written: no view may share its memory (an output inside it would
+  // overwrite the state other heads still read; an input would be read after it changed).
+  const detail::ByteSpan state_bytes = detail::state_span(&state);
+  detail::require_disjoint(detail::byte_span(o), "o", state_bytes, "state");
+  detail::require_disjoint(detail::byte_span(q), "q", state_bytes, "state");
+  detail::require_disjoint(detail::byte_span(k), "k", state_bytes, "state");
+  detail::require_disjoint(detail::byte_span(v), "v", state_bytes, "state");
   const float scale = options.scale.value_or(1.f);
 
   using Heads = detail::LinearHeads<Map, Q, K, V, O>;

@@ -40,7 +40,7 @@ Problem make_linear_backward_problem(const LinearSpec<Map>& spec, const View<Q>&
   require_out_dims(d_o, q, v, "d_o");
   check_gradients(q, k, v, dq, dk, dv, {{byte_span(d_o), "d_o"}});
   const Problem p = problem_of(q, k, v, options.scale.value_or(1.f), options.q_offset.value_or(0),
-                               options.threads);
+                               options.threads, options.products);
   validate_linear(spec, p, options, nullptr);
   return p;
 }
@@ -54,12 +54,6 @@ void check_linear_state(const LinearSpec<Map>& spec, const Problem& p, const Lin
   require_dim(s.features(), feature_count(spec.map, p.head_dim), cat(name, ".features"),
               "the feature map's count for q.dim");
   require_dim(s.value_dim(), p.value_dim, cat(name, ".value_dim"), "v.dim");
-}
-
-inline ByteSpan state_span(const LinearState* s) {
-  if (s == nullptr) return {};
-  const auto begin = reinterpret_cast<std::uintptr_t>(s->floats().data());
-  return {begin, begin + s->floats().size() * sizeof(float)};
 }
 
 }  // namespace detail

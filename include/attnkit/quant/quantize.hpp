@@ -85,15 +85,16 @@ inline float block_value(const BlockQ4_0& blk, Index j) {
   return static_cast<float>(q - 8) * half_bits_to_float(blk.d);
 }
 
-/// Throws Error unless n is a multiple of the block size.
+/// Throws Error unless n is a multiple of the block size, and not negative.
 inline void require_whole_blocks(const char* what, Index n) {
-  require(n % kQuantBlock == 0, what, cat("a multiple of ", kQuantBlock, " (quantized blocks)"), n);
+  require(n >= 0 && n % kQuantBlock == 0, what,
+          cat("a multiple of ", kQuantBlock, " (quantized blocks), >= 0"), n);
 }
 
 }  // namespace detail
 
-/// out[0, n / 32) = x[0, n) in blocks of 32. Throws Error when n is not a multiple of 32 or
-/// some x has no encoding (nothing is written then).
+/// out[0, n / 32) = x[0, n) in blocks of 32. Throws Error when n is negative or not a multiple of
+/// 32 or some x has no encoding (nothing is written then).
 template <class Block>
 void quantize_row(const float* x, Index n, Block* out) {
   static_assert(detail::is_block_quantized<Block>(), "quantize_row(): BlockQ8_0 or BlockQ4_0");

@@ -151,7 +151,7 @@ void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<
               for (Index c = 0; c < p.value_dim; ++c) out[c] += s[j] * double(v.row(b, hk, j)[c]);
           for (Index c = 0; c < p.value_dim; ++c)
             o.row(b, h, r)[c] = static_cast<std::remove_const_t<O>>(out[c]);
-          if (options.lse != nullptr) options.lse[row] = static_cast<float>(stat);
+          if (!options.lse.empty()) options.lse.data()[row] = static_cast<float>(stat);
         }
       }
   }

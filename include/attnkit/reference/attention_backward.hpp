@@ -60,7 +60,7 @@ void attention_backward(const Spec& spec, const View<Q>& q, const View<K>& k, co
   std::vector<double> position_grad(n(ad::position_param_count(spec.position)), 0.0);
   const auto position_share = [&](const auto* x, const double* g, const RowAt& at) {
     if constexpr (ad::has_position_param_grad<Position>::value)
-      if (grads.position != nullptr)
+      if (!grads.position.empty())
         spec.position.accumulate_param_grad(x, g, at, position_grad.data());
   };
   constexpr bool kCosine = ad::cosine_logits<Normalizer>();
@@ -156,11 +156,12 @@ void attention_backward(const Spec& spec, const View<Q>& q, const View<K>& k, co
         detail::store_row(dv.row(b, hk, j), dvt.data() + j * dvd, dvd);
       }
     }
-  if (grads.normalizer != nullptr)
-    for (Index h = 0; h < p.q_heads; ++h) grads.normalizer[h] = static_cast<float>(head_grad[n(h)]);
-  if (grads.position != nullptr)
+  if (!grads.normalizer.empty())
+    for (Index h = 0; h < p.q_heads; ++h)
+      grads.normalizer.data()[h] = static_cast<float>(head_grad[n(h)]);
+  if (!grads.position.empty())
     for (std::size_t c = 0; c < position_grad.size(); ++c)
-      grads.position[c] = static_cast<float>(position_grad[c]);
+      grads.position.data()[c] = static_cast<float>(position_grad[c]);
 }
 
 }  // namespace attnkit::reference

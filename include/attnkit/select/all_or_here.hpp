@@ -142,13 +142,13 @@ void all_or_here(const Spec& spec, const View<Q>& q, const View<K>& k, const Vie
         stat.assign(static_cast<std::size_t>(n), 0.f);
         const View<float> o_rows = bhsd(out.data(), 1, 1, n, p.value_dim);
         Options call = options.with_q_offset(0);
-        call.lse = options.lse != nullptr ? stat.data() : nullptr;
+        call.lse = options.lse.empty() ? Span<float>() : Span<float>(stat);
         attention(part, gathered.view(), select::head_view(k, b, hk), select::head_view(v, b, hk),
                   o_rows, call);
         select::scatter_rows(View<const float>(o_rows), rows, o, b, h);
-        if (options.lse != nullptr)
+        if (!options.lse.empty())
           for (std::size_t r = 0; r < rows.size(); ++r)
-            options.lse[(b * p.q_heads + h) * p.q_len + rows[r]] = stat[r];
+            options.lse.data()[(b * p.q_heads + h) * p.q_len + rows[r]] = stat[r];
       });
 }
 

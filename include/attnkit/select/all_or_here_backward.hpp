@@ -63,7 +63,7 @@ void all_or_here_backward(const Spec& spec, const View<Q>& q, const View<K>& k, 
         call.lse = select::gather_stats(options.lse, p, b, h, rows, stat);
         select::part_backward(part_spec, q_rows.view(), select::head_view(k, b, hk),
                               select::head_view(v, b, hk), o_rows.view(), do_rows.view(), call,
-                              grads.normalizer != nullptr, part);
+                              !grads.normalizer.empty(), part);
         sums.add(part, b, h, hk, rows.data(), 0, nullptr, 0);
       });
   sums.store(dq, dk, dv, grads.normalizer);

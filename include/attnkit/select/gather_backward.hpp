@@ -92,7 +92,7 @@ void part_backward(const Spec& spec, const View<Q>& q, const View<K>& k, const V
   out.dv = bhsd(out.dv_rows.data(), 1, 1, v.seq, v.dim);
   out.param = 0.f;
   attention_backward(spec, q, k, v, o, d_o, out.dq, out.dk, out.dv, call,
-                     with_param ? ParamGrads{}.with_normalizer(&out.param) : ParamGrads{});
+                     with_param ? ParamGrads{}.with_normalizer(&out.param, 1) : ParamGrads{});
 }
 
 /// The call's gradients as the parts add into them: dq, dk, dv in f32 (GradSum) and the
@@ -119,23 +119,23 @@ struct CallSums {
 
   /// The sums into dq, dk, dv and (when not null) the parameter gradient [Hq].
   template <class GQ, class GK, class GV>
-  void store(const View<GQ>& dq, const View<GK>& dk, const View<GV>& dv, float* param) const {
+  void store(const View<GQ>& dq, const View<GK>& dk, const View<GV>& dv, Span<float> param) const {
     q.store(dq);
     k.store(dk);
     v.store(dv);
-    if (param == nullptr) return;
-    for (std::size_t h = 0; h < heads.size(); ++h) param[h] = static_cast<float>(heads[h]);
+    if (param.empty()) return;
+    for (std::size_t h = 0; h < heads.size(); ++h) param.data()[h] = static_cast<float>(heads[h]);
   }
 };
 
 /// Row statistics rows[r] of head h in batch b (stat: [B, Hq, Lq]; null: none) into out.
-inline float* gather_stats(const float* stat, const Problem& p, Index b, Index h,
-                           const std::vector<Index>& rows, std::vector<float>& out) {
-  if (stat == nullptr) return nullptr;
+inline Span<float> gather_stats(Span<float> stat, const Problem& p, Index b, Index h,
+                                const std::vector<Index>& rows, std::vector<float>& out) {
+  if (stat.empty()) return {};
   out.resize(rows.size());
   for (std::size_t r = 0; r < rows.size(); ++r)
-    out[r] = stat[(b * p.q_heads + h) * p.q_len + rows[r]];
-  return out.data();
+    out[r] = stat.data()[(b * p.q_heads + h) * p.q_len + rows[r]];
+  return out;
 }
 
 }  // namespace attnkit::select

@@ -249,7 +249,7 @@ void moba_attention(const Spec& spec, const View<Q>& q, const View<K>& k, const 
   std::vector<float> own_lse(static_cast<std::size_t>(rows_all));       // [B, Hq, Lq]
   const View<float> own = bhsd(own_out.data(), p.batch, p.q_heads, p.q_len, dv);
   attention(select::moba_part(spec, Causal{} & Chunked{block}), q, k, v, own,
-            options.with_q_offset(p.q_offset).with_lse(own_lse.data()));
+            options.with_q_offset(p.q_offset).with_lse(own_lse));
 
   // 2. Per (batch, head): slot t of a row holds its t-th past block (ascending), -inf LSE
   // where it chose fewer; each block's choosers run in one gathered call over its keys.
@@ -265,8 +265,7 @@ void moba_attention(const Spec& spec, const View<Q>& q, const View<K>& k, const 
     part_out.resize(static_cast<std::size_t>(n * dv));
     part_lse.resize(static_cast<std::size_t>(n));
     attention(select::moba_part(spec, Full{}), gathered.view(), keys, values,
-              bhsd(part_out.data(), 1, 1, n, dv),
-              options.with_q_offset(0).with_lse(part_lse.data()));
+              bhsd(part_out.data(), 1, 1, n, dv), options.with_q_offset(0).with_lse(part_lse));
     for (Index r = 0; r < n; ++r) {  // row r of the call -> slot t of query rows[r]
       const Index t = slots[static_cast<std::size_t>(r)], i = rows[static_cast<std::size_t>(r)];
       std::copy_n(part_out.begin() + r * dv, dv, slot_out.begin() + (t * p.q_len + i) * dv);
@@ -286,7 +285,8 @@ void moba_attention(const Spec& spec, const View<Q>& q, const View<K>& k, const 
     parts.push_back(select::head_view(View<const float>(own), b, h));
     stats.push_back(own_lse.data() + routes.row(b, h, 0));
     merge(Softmax{}, parts, stats, select::head_view(o, b, h),
-          options.lse != nullptr ? options.lse + routes.row(b, h, 0) : nullptr);
+          options.lse.empty() ? Span<float>()
+                              : Span<float>(options.lse.data() + routes.row(b, h, 0), p.q_len));
     std::fill(slot_out.begin(), slot_out.end(), 0.f);  // the next head starts empty
     std::fill(slot_lse.begin(), slot_lse.end(), kNegInf);
   };

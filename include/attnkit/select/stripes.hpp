@@ -208,8 +208,9 @@ void for_each_stripe_part(const Spec& spec, const Problem& p, const StripeSelect
                  for_head(spec.normalizer, h),
                  {}};
         Options call = options.with_q_offset(0);
-        if (options.lse != nullptr)
-          call.lse = options.lse + (b * p.q_heads + h) * p.q_len + rows.begin;
+        if (!options.lse.empty())
+          call.lse = Span<float>(options.lse.data() + (b * p.q_heads + h) * p.q_len + rows.begin,
+                                 rows.end - rows.begin);
         visit(b, h, rows, cols, part, call);
       }
 }

@@ -63,7 +63,7 @@ void stripe_attention_backward(const Spec& spec, const View<Q>& q, const View<K>
                                                        keys.view(), values.view(),
                                                        select::block_rows(o, b, h, rows),
                                                        select::block_rows(d_o, b, h, rows), call,
-                                                       grads.normalizer != nullptr, part);
+                                                       !grads.normalizer.empty(), part);
                                  sums.add(part, b, h, hk, nullptr, rows.begin, cols.data(), 0);
                                });
   sums.store(dq, dk, dv, grads.normalizer);

@@ -136,7 +136,7 @@ void superlinear_attention(const Spec& spec, const View<Q>& q, const View<K>& k,
                                             p.value_dim, softcap, mine.rows, mine.out.data());
       O* dst = o.row(b, h, i);
       for (Index c = 0; c < p.value_dim; ++c) dst[c] = static_cast<O>(mine.out[std::size_t(c)]);
-      if (options.lse != nullptr) options.lse[sel.row(b, h, i)] = lse;
+      if (!options.lse.empty()) options.lse.data()[sel.row(b, h, i)] = lse;
     }
   };
   detail::for_each_item(scratch, items, run_item);

@@ -74,7 +74,7 @@ void superlinear_attention_backward(const Spec& spec, const View<Q>& q, const Vi
           return one;
         };
         Options call = options.with_q_offset(0);
-        call.lse = options.lse + sel.row(b, h, i);
+        call.lse = Span<float>(options.lse.data() + sel.row(b, h, i), 1);
         select::part_backward(row_spec, row_of(q), keys.view(), values.view(), row_of(o),
                               row_of(d_o), call, false, part);
         sums.add(part, b, h, hk, nullptr, i, cols.data(), 0);
