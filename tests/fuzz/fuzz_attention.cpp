@@ -4,7 +4,8 @@
 // message when a property that must always hold is violated:
 //   - invalid input throws attnkit::Error, from both entries alike, and writes nothing;
 //   - valid input leaves q, k, v and the output padding alone, writes every output element,
-//     gives the same bits for any thread count, and, with finite and moderate data, agrees
+//     gives the same bits for any thread count, and, on rows whose data are finite and moderate
+//     (masked keys excepted: they may hold anything), agrees
 //     with the f64 reference (a query that sees no key, by the mask's own keep(): output 0
 //     and row statistic -inf, the sink logit with sinks, 0 for ReluPower).
 // ASan and UBSan catch the rest. Inputs whose first byte is >= kEntriesTag (0xc0) go to
@@ -147,6 +148,7 @@ struct Case {
   std::optional<Index> q_offset;
   int threads = 1;
   bool with_lse = false;
+  bool bf16_products = false;  // Options::products = Products::Bf16 (basic specs only)
   float q_mag = 1.f, k_mag = 1.f, v_mag = 1.f;
   std::uint32_t seed = 0;
   std::vector<Special> specials;
@@ -172,7 +174,8 @@ const Index kHugeOffsets[] = {kMaxOffset, -kMaxOffset, kMaxOffset + 1, -kMaxOffs
 const int kThreads[] = {0, 1, 2, 3, 4, 1, 2, -1};
 const float kMags[] = {1.f, 1.f,  1.f,  1.f,  1.f,   1.f,  0.5f,  2.f,
                        3.f, 0.1f, 10.f, 30.f, 100.f, 1e4f, 1e20f, 3e38f};
-const float kSpecials[] = {kNaN, kInf, -kInf, 65504.f, -1e30f, 3e38f, 0.f, 1e-40f};
+// 3.4e38: finite in f32, +inf once rounded to bf16 (Products::Bf16, issue 40's W1).
+const float kSpecials[] = {kNaN, kInf, -kInf, 65504.f, -1e30f, 3e38f, 0.f, 1e-40f, 3.4e38f};
 const Index kHugeSizes[] = {Index{1} << 31, Index{1} << 40, Index{1} << 62, kIndexMax};
 const int kHugeThreads[] = {1 << 16, 1 << 20, 1 << 24, INT_MAX};
 const Index kHugeDims[] = {Index{1} << 21, Index{1} << 31, Index{1} << 40, Index{1} << 58};
@@ -262,6 +265,7 @@ Case decode(Bytes& in) {
   const std::uint8_t options = in.next();
   c.with_lse = (options & 1) != 0;
   c.threads = kThreads[(options >> 1) % std::size(kThreads)];
+  c.bf16_products = (options & 16) != 0;
   const std::uint8_t scale = in.next();
   if (scale >= 128) c.scale = kScales[scale % std::size(kScales)];
   const std::uint8_t offset = in.next();
@@ -422,6 +426,7 @@ Case decode(Bytes& in) {
     c.storage = Storage::F32;
     c.half_out = false;
     c.causal = c.softcap = false;
+    c.bf16_products = false;
     const std::uint8_t m = in.next(), n = in.next(), w = in.next(), sk = in.next(), ch = in.next(),
                        bl = in.next(), np = in.next(), sl = in.next();
     c.norm = static_cast<NormKind>(n % static_cast<int>(NormKind::kCount));
@@ -475,7 +480,8 @@ std::string describe(const Case& c) {
   shape("o", c.o);
   s << " scale=" << (c.scale ? std::to_string(*c.scale) : "default")
     << " q_offset=" << (c.q_offset ? std::to_string(*c.q_offset) : "default")
-    << " threads=" << c.threads << " lse=" << c.with_lse << " mags=" << c.q_mag << "/" << c.k_mag
+    << " threads=" << c.threads << " lse=" << c.with_lse
+    << " products=" << (c.bf16_products ? "bf16" : "exact") << " mags=" << c.q_mag << "/" << c.k_mag
     << "/" << c.v_mag << " specials=" << c.specials.size()
     << " defect=" << kDefectNames[static_cast<int>(c.defect)] << "@"
     << "qkvo"[c.target] << " must_reject=" << c.must_reject;
@@ -641,6 +647,7 @@ Grid to_grid(const ak::View<T>& v) {
 // Per row of an input: all finite? any NaN? And the largest finite |element|.
 struct RowFacts {
   std::vector<char> finite, nan;
+  std::vector<double> row_max;  // per row, the largest finite |element|
   double max_abs = 0.0;
   bool all_finite = true;
 };
@@ -650,6 +657,7 @@ RowFacts row_facts(const Grid& g) {
   const auto rows = static_cast<std::size_t>(g.batch * g.heads * g.seq);
   f.finite.assign(rows, 1);
   f.nan.assign(rows, 0);
+  f.row_max.assign(rows, 0.0);
   for (std::size_t i = 0; i < g.x.size(); ++i) {
     const double x = g.x[i];
     const std::size_t row = i / static_cast<std::size_t>(g.dim);
@@ -659,6 +667,7 @@ RowFacts row_facts(const Grid& g) {
       f.all_finite = false;
     } else {
       f.max_abs = std::max(f.max_abs, std::abs(x));
+      f.row_max[row] = std::max(f.row_max[row], std::abs(x));
     }
   }
   return f;
@@ -680,8 +689,9 @@ void check_values(const Case& c, const Results& r) {
   const float scale = c.scale ? *c.scale : 1.f / std::sqrt(static_cast<float>(r.q.dim));
   // |logit| <= scale * D * max|q| * max|k|; past 1e4 f32 logits lose absolute precision.
   const double logit_bound = std::abs(double(scale)) * double(r.q.dim) * qf.max_abs * kf.max_abs;
-  const bool moderate = logit_bound <= 1e4 && vf.max_abs <= 1e4;
-  const double out_tol = std::max(vf.max_abs, 1e-30) * (r.tolerance + 1e-5 * logit_bound);
+  // Bf16 products round q, k (2^-8 each) and P, V: 2^-7 of the output, 2^-6 of the logits.
+  const double bf16_out = c.bf16_products ? 0x1p-7 : 0.0,
+               bf16_logit = c.bf16_products ? 0x1p-6 : 0.0;
 
   for (Index b = 0; b < r.q.batch; ++b)
     for (Index h = 0; h < Hq; ++h)
@@ -691,9 +701,12 @@ void check_values(const Case& c, const Results& r) {
         const char* kept = r.kept.data() + row * static_cast<std::size_t>(Lk);
         Index visible = 0;
         bool keys_finite = true, key_nan = false;
+        double kmax = 0.0, vmax = 0.0;  // of the visible keys' finite elements
         for (Index j = 0; j < Lk; ++j) {
           if (!kept[j]) continue;
           ++visible;
+          kmax = std::max(kmax, kf.row_max[r.k.row(b, hk, j)]);
+          vmax = std::max(vmax, vf.row_max[r.v.row(b, hk, j)]);
           keys_finite = keys_finite && kf.finite[r.k.row(b, hk, j)] && vf.finite[r.v.row(b, hk, j)];
           key_nan = key_nan || kf.nan[r.k.row(b, hk, j)];
         }
@@ -719,6 +732,11 @@ void check_values(const Case& c, const Results& r) {
         }
 
         const bool row_clean = qf.finite[row] && keys_finite;
+        // The row's own magnitudes: what its keys cannot see (masked keys) never counts.
+        const double row_bound = std::abs(double(scale)) * double(r.q.dim) * qf.row_max[row] * kmax;
+        const bool moderate = row_bound <= 1e4 && vmax <= 1e4;
+        const double out_tol = std::max(vmax, 1e-30) *
+                               (r.tolerance + 1e-5 * row_bound + bf16_out + bf16_logit * row_bound);
         if (moderate && (all_finite || (g_contracts.masked_keys_inert && row_clean))) {
           // Sigmoid outputs are sums of up to `visible` values weighted <= 1 (sigmoid' <= 1/4).
           double row_tol = c.norm == NormKind::Sigmoid ? out_tol * double(visible) : out_tol;
@@ -740,7 +758,7 @@ void check_values(const Case& c, const Results& r) {
               spread += hi - lo;
             }
             if (!(lo_sum > 0.0)) continue;  // every weight may be 0: too ill-conditioned
-            row_tol += 2.0 * std::max(vf.max_abs, 1e-30) * spread / lo_sum;
+            row_tol += 2.0 * std::max(vmax, 1e-30) * spread / lo_sum;
             stat_tol = spread + 1e-4 * hi_sum;
           }
           for (Index d = 0; d < Dv; ++d) {
@@ -750,10 +768,10 @@ void check_values(const Case& c, const Results& r) {
                               std::to_string(slow) + " (tolerance " + std::to_string(row_tol) +
                               ")" + where() + " d=" + std::to_string(d));
           }
-          const double lse_tol =
-              stat_tol >= 0.0
-                  ? stat_tol
-                  : 1e-4 * std::max(1.0, std::abs(double(slow_lse))) + 1e-5 * logit_bound;
+          const double lse_tol = stat_tol >= 0.0
+                                     ? stat_tol
+                                     : 1e-4 * std::max(1.0, std::abs(double(slow_lse))) +
+                                           (1e-5 + bf16_logit) * row_bound;
           if (c.with_lse && !(std::abs(double(fast_lse) - double(slow_lse)) <= lse_tol))
             violated(c, "LSE " + std::to_string(fast_lse) + " vs reference " +
                             std::to_string(slow_lse) + where());
@@ -825,6 +843,7 @@ void run(const Case& c, const Spec& spec) {
   options.scale = c.scale;
   options.q_offset = c.q_offset;
   options.threads = c.threads;
+  if (c.bf16_products) options.products = ak::Products::Bf16;
   float* lse_ptr = c.with_lse ? lse.data() : nullptr;
   float* ref_lse_ptr = c.with_lse ? ref_lse.data() : nullptr;
   Memory<T>* inputs[3] = {&q, &k, &v};

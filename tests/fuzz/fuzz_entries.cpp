@@ -32,8 +32,9 @@
 namespace attnkit_fuzz {
 namespace {
 
-const char* const kEntryNames[] = {"attention", "decode", "merge", "varlen",
-                                   "paged",     "cache",  "moba",  "all_or_here"};
+const char* const kEntryNames[] = {"attention", "decode", "merge",  "varlen",
+                                   "paged",     "cache",  "moba",   "all_or_here",
+                                   "backward",  "quant",  "linear", "linear_backward"};
 const char* const kNormNames[] = {"softmax",    "softmax+sinks", "sigmoid",
                                   "relu-power", "softplus-l1",   "softplus-l1-reweighted"};
 const char* const kModNames[] = {"dot", "softcap", "alibi", "rope", "fope", "tapa"};
@@ -62,19 +63,23 @@ const float kPowers[] = {1.f, 2.f, 3.f, 1.5f};          // LSSAR (sharper: ill-c
 const float kTapaAlphas[] = {0.1f, 0.5f, 1.f, 0.25f};
 const float kTapaThetas[] = {0.5f, 1.f, 0.25f, 0.75f};
 
-const char* const kDefectNames[] = {
-    "none",         "decode-17-rows", "lse-without-stat", "scale-refused",  "policy-size",
-    "table-short",  "merge-shape",    "merge-stats",      "merge-alias",    "varlen-start",
-    "varlen-order", "varlen-total",   "varlen-count",     "varlen-batch",   "paged-batch",
-    "paged-dim",    "paged-alias",    "paged-exhausted",  "paged-repeated", "cache-full",
-    "cache-batch",  "routes-offset",  "routes-block",     "routes-list",    "window-zero"};
+const char* const kDefectNames[] = {"none",           "decode-17-rows",   "lse-without-stat",
+                                    "scale-refused",  "policy-size",      "table-short",
+                                    "merge-shape",    "merge-stats",      "merge-alias",
+                                    "varlen-start",   "varlen-order",     "varlen-total",
+                                    "varlen-count",   "varlen-batch",     "paged-batch",
+                                    "paged-dim",      "paged-alias",      "paged-exhausted",
+                                    "paged-repeated", "cache-full",       "cache-batch",
+                                    "routes-offset",  "routes-block",     "routes-list",
+                                    "window-zero",    "products-invalid", "linear-alias",
+                                    "quantize-count", "paged-huge-length"};
 static_assert(std::size(kDefectNames) == static_cast<std::size_t>(Defect::kCount));
 
 }  // namespace
 
 // The input format (after the tag byte), one byte per field:
 //   entry, normalizer, score/position, mask (left, right), profile, B, heads, Lq, Lk, D, Dv,
-//   layouts, options (lse, threads), scale, q_offset, magnitudes, seed (4 bytes),
+//   layouts, options (lse, threads, bf16 products), scale, q_offset, magnitudes, seed (4 bytes),
 //   policy parameters (4 bytes), entry parameters (8 bytes), defect (>= 128: 128 + the
 //   index of a Defect less one, kept when it applies to the entry and spec).
 // tests/fuzz/make_corpus.py writes seeds in this format (encode_entry()).
@@ -162,10 +167,17 @@ Case decode(Bytes& in) {
   c.partial_rope = (p1 & 2) != 0;
   c.fope_sigma = (p1 & 4) != 0 ? 0.1f : 0.f;
   c.fope_train = (p1 & 8) != 0 ? 64 : 0;
+  c.fope_reference_code = (p1 & 16) != 0;
   for (Index h = 0; h < c.Hq; ++h)
     c.sinks.push_back(kSinkLogits[(p2 + 3 * static_cast<int>(h)) % std::size(kSinkLogits)]);
   c.rope_scaling = p3 % 3;
   for (std::uint8_t& b : c.e) b = in.next();
+  if (grads_entry(c.entry)) shape_grads_case(c);
+  // Bf16 products: a permission of the softmax tile kernel; the error bound of its rounded
+  // operands (conditioning()) holds for the moderate data here.
+  c.bf16_products = (options & 8) != 0 && softmax_like(c.norm) && c.mod != Mod::Fope &&
+                    c.mod != Mod::Tapa && c.entry != Entry::Quant && c.entry != Entry::Linear &&
+                    c.entry != Entry::LinearBackward;
 
   const std::uint8_t defect = in.next();
   if (defect >= 128) {
@@ -195,6 +207,7 @@ Case decode(Bytes& in) {
         for (Defect d : {Defect::PagedBatch, Defect::PagedDim, Defect::PagedAlias,
                          Defect::PagedExhausted, Defect::PagedRepeated})
           add(d);
+        add(Defect::PagedHugeLength);
         break;
       case Entry::Cache:
         add(Defect::CacheFull);
@@ -212,6 +225,7 @@ Case decode(Bytes& in) {
       default:
         break;
     }
+    if (grads_entry(c.entry)) apply = grads_defects(c);
     const auto named =
         static_cast<Defect>(1 + (defect - 128) % (static_cast<int>(Defect::kCount) - 1));
     if (std::find(apply.begin(), apply.end(), named) != apply.end()) c.defect = named;
@@ -254,7 +268,9 @@ std::string describe(const Case& c) {
     << " sigmoid_bias=" << (c.sigmoid_default ? "default" : std::to_string(c.sigmoid_bias))
     << " alpha=" << c.alpha << " power=" << c.power << " tapa=" << c.tapa_alpha << "/"
     << c.tapa_theta << " rope=" << (c.gptj ? "gptj" : "neox") << (c.partial_rope ? "/partial" : "")
-    << "/scaling" << c.rope_scaling << " fope=" << c.fope_sigma << "/" << c.fope_train << " e=";
+    << "/scaling" << c.rope_scaling << " fope=" << c.fope_sigma << "/" << c.fope_train
+    << (c.fope_reference_code ? "/reference-code" : "")
+    << " products=" << (c.bf16_products ? "bf16" : "exact") << " e=";
   for (std::uint8_t b : c.e) s << int(b) << ",";
   s << " defect=" << kDefectNames[static_cast<int>(c.defect)];
   return s.str();
@@ -281,6 +297,8 @@ Conditioning conditioning(const Case& c, double qmax, double kmax, Index reach_)
   if (c.mod == Mod::Tapa)  // the phase's argument 2 pi |i - j|^alpha q_P . k_P / sqrt(d - a)
     bound *= 1.0 + 6.3 * std::pow(reach, double(c.tapa_alpha)) * std::sqrt(D) * qmax * kmax;
   if (cosine(c.norm)) bound = std::log(D + 1.0) * std::log(reach + 2.0) + 1.0;
+  // Bf16 products round q and k (2^-8 of each: 2^-7 of the logit's terms) and P and V.
+  if (c.bf16_products) return Conditioning{1e-5 * bound + 1e-6 + 0x1p-7 * bound, 0x1p-7};
   return Conditioning{1e-5 * bound + 1e-6};
 }
 
@@ -314,6 +332,7 @@ ak::Fope make_fope(const Case& c, Index need) {
   cfg.train_len = c.fope_train;
   cfg.kv_heads = c.Hkv;
   cfg.q_heads = c.Hq;
+  if (c.fope_reference_code) cfg.padding = ak::FopePadding::ReferenceCode;
   return ak::Fope::drawn(cfg, c.fope_sigma, c.seed);
 }
 
@@ -322,6 +341,7 @@ ak::Options options_of(const Case& c) {
   o.scale = c.scale;
   o.q_offset = c.q_offset;
   o.threads = c.threads;
+  if (c.bf16_products) o.products = ak::Products::Bf16;
   return o;
 }
 
@@ -616,6 +636,14 @@ void fuzz_entries(const std::uint8_t* data, std::size_t size) {
       return run_moba(c);
     case Entry::AllOrHere:
       return run_all_or_here(c);
+    case Entry::Backward:
+      return run_backward(c);
+    case Entry::Quant:
+      return run_quant(c);
+    case Entry::Linear:
+      return run_linear(c);
+    case Entry::LinearBackward:
+      return run_linear_backward(c);
     default:
       return;
   }

@@ -22,7 +22,21 @@ using f16 = Eigen::half;
 // ---------------------------------------------------------------------------------------
 // The decoded input.
 
-enum class Entry { Attention, Decode, Merge, Varlen, Paged, Cache, Moba, AllOrHere, kCount };
+enum class Entry {
+  Attention,
+  Decode,
+  Merge,
+  Varlen,
+  Paged,
+  Cache,
+  Moba,
+  AllOrHere,
+  Backward,
+  Quant,
+  Linear,
+  LinearBackward,  // fuzz_grads.cpp, fuzz_linear.cpp
+  kCount
+};
 enum class Norm { Softmax, Sinks, Sigmoid, ReluPower, SoftplusL1, Lssar, kCount };
 enum class Mod { Dot, Softcap, Alibi, Rope, Fope, Tapa, kCount };  // score or position
 // Storage of q, k, v and o. Mixed types run with Softmax and Dot only (fuzz_attention.cpp
@@ -60,6 +74,10 @@ enum class Defect {
   RoutesBlock,        // MoBA called with another block size
   RoutesList,         // MoBA: a row's own block dropped; AhA: routes for Lq + 1 rows
   WindowZero,         // all_or_here(): window 0
+  ProductsInvalid,    // Options::products = Products(5) (backward, linear)
+  LinearAlias,        // linear_attention(): o over the LinearState
+  QuantizeCount,      // quantize_row() with n = -32
+  PagedHugeLength,    // PagedKv::assign() of a length near INT64_MAX
   kCount
 };
 struct Case {
@@ -80,6 +98,8 @@ struct Case {
   float cap = 1.f, sigmoid_bias = 0.f, alpha = 1.f, power = 1.f, tapa_alpha = 0.1f,
         tapa_theta = 0.5f, fope_sigma = 0.f;
   bool sigmoid_default = true, gptj = false, partial_rope = false;
+  bool fope_reference_code = false;  // FopePadding::ReferenceCode
+  bool bf16_products = false;        // Options::products = Products::Bf16
   Index fope_train = 0;
   int rope_scaling = 0;      // none, linear 2, YaRN 4 over 32 positions
   std::vector<float> sinks;  // per query head
@@ -105,5 +125,14 @@ void run_paged(const Case& c);
 void run_cache(const Case& c);
 void run_moba(const Case& c);
 void run_all_or_here(const Case& c);
+// fuzz_grads.cpp: the case fitted to the entries below, and the defects they take.
+bool grads_entry(Entry e);
+void shape_grads_case(Case& c);
+std::vector<Defect> grads_defects(const Case& c);
+void run_backward(const Case& c);
+void run_quant(const Case& c);
+// fuzz_linear.cpp
+void run_linear(const Case& c);
+void run_linear_backward(const Case& c);
 
 }  // namespace attnkit_fuzz

@@ -108,6 +108,7 @@ struct Stats {
 // How far a logit may be from its f64 value, and where the conditioning needs more.
 struct Conditioning {
   double logit_err = 0.0;  // absolute error of one logit (f32 products, scores, positions)
+  double value_err = 0.0;  // relative error of P.V's operands (bf16 products: P and V rounded)
 };
 
 // Positions a call's queries (at offset + [0, Lq)) and keys ([0, Lk)) reach.
@@ -157,7 +158,7 @@ void compare(const Case& c, const std::string& what, Buf<O>& out, Buf<double>& r
         }
         // Relative weight error of the row: 2 eps for weights exp / softplus / ReLU^alpha
         // of the logits (the ReLU kept away from 0 by decode()); Sigmoid sums n weights.
-        double rel = tol + 2.0 * eps;
+        double rel = tol + cond.value_err + 2.0 * eps;
         if (c.norm == Norm::Sigmoid)  // a sum of weights <= 1, `mass` in all (else <= n)
           rel = (tol + 2.0 * eps) *
                 (mass.empty() ? double(n) : std::max(mass[static_cast<std::size_t>(row)], 1e-6));

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <iterator>
+#include <limits>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -52,9 +53,11 @@ void paged_one(const Case& c0, const Spec& spec) {
   const bool assign = (c.e[6] & 1) != 0;
   // The pool's defects need pages to miss, and a page table to repeat a page in.
   if ((c.defect == Defect::PagedExhausted && pages == 0) ||
-      (c.defect == Defect::PagedRepeated && (!assign || pages == 0)))
+      ((c.defect == Defect::PagedRepeated || c.defect == Defect::PagedHugeLength) &&
+       (!assign || pages == 0)))
     c.defect = Defect::None;
-  const bool pool_defect = c.defect == Defect::PagedExhausted || c.defect == Defect::PagedRepeated;
+  const bool pool_defect = c.defect == Defect::PagedExhausted ||
+                           c.defect == Defect::PagedRepeated || c.defect == Defect::PagedHugeLength;
   const Index spare = c.e[5] % 3;
   const Index pool = c.defect == Defect::PagedExhausted && !assign ? pages - 1 : pages + spare;
   ak::PagedKv<P> paged(pool, c.Hkv, ps, c.D, c.Dv);
@@ -71,6 +74,7 @@ void paged_one(const Case& c0, const Spec& spec) {
   }
   std::size_t next = 0;
   bool broken = false;  // the page table defect applied (to the first sequence with pages)
+  bool huge = false;    // PagedHugeLength: that sequence assigned a length near INT64_MAX
   for (Index b = 0; b < B; ++b) {
     ks.emplace_back(1, c.Hkv, len[static_cast<std::size_t>(b)], c.D);
     vs.emplace_back(1, c.Hkv, len[static_cast<std::size_t>(b)], c.Dv);
@@ -103,14 +107,18 @@ void paged_one(const Case& c0, const Spec& spec) {
     next += static_cast<std::size_t>(count);
     if (pool_defect && !broken && count > 0) {
       broken = true;
-      if (c.defect == Defect::PagedExhausted)
+      if (c.defect == Defect::PagedHugeLength)
+        huge = true;  // the length below, not the pages
+      else if (c.defect == Defect::PagedExhausted)
         mine.pop_back();  // one page short of the length
       else if (count >= 2)
         mine[1] = mine[0];
       else
         mine[0] = pool;  // out of range
     }
-    if (!attempt([&] { paged.assign(seq, mine, n); })) return;
+    // The huge length: its page count overflows a naive (n + ps - 1) / ps.
+    const Index length = huge ? std::numeric_limits<Index>::max() : n;
+    if (!attempt([&] { paged.assign(seq, mine, length); })) return;
     for (Index t = 0; t < n; ++t)
       for (Index h = 0; h < c.Hkv; ++h) {
         const Index page = mine[static_cast<std::size_t>(t / ps)];

@@ -13,7 +13,7 @@ SCALES = [1, 0.125, 0.5, 2, -1, 1e-3, 1e-30, 1e-45, 1e30, 'FLT_MAX', 'inf', '-in
 HUGE_OFFSETS = ['2^62', '-2^62', '2^62+1', '-2^62-1', 'max', 'min', '2^40', '-2^40']
 THREADS = [0, 1, 2, 3, 4, 1, 2, -1]
 MAGS = [1, 1, 1, 1, 1, 1, 0.5, 2, 3, 0.1, 10, 30, 100, 1e4, 1e20, 3e38]
-SPECIALS = ['nan', 'inf', '-inf', 65504, -1e30, 3e38, 0, 1e-40]
+SPECIALS = ['nan', 'inf', '-inf', 65504, -1e30, 3e38, 0, 1e-40, 3.4e38]
 HEADS = [(1, 1), (1, 2), (1, 3), (2, 2), (3, 3), (2, 4), (1, 4), (4, 4)]
 DEFECTS = ['none', 'negative-size', 'zero-dim', 'heads-not-multiple', 'size-mismatch',
            'negative-stride', 'overlapping-output', 'broadcast-input', 'overlapping-input',
@@ -33,7 +33,7 @@ def at_least(base, residue, modulus):
 def encode(storage='f32', out='f32', causal=False, softcap=None, B=1, heads=(1, 1), Lq=8,
            Lk=8, D=16, Dv=None, layouts=('bshd',) * 4, pad=1, lse=False, threads=1,
            scale=None, q_offset=None, mags=(1, 1, 1), seed=1, defect='none', p1=0, p2=0,
-           specials=()):
+           specials=(), products='exact'):
     Dv = D if Dv is None else Dv
     b = bytearray()
     b.append(STORAGE.index(storage) + 3 * (out == 'f16'))
@@ -50,7 +50,7 @@ def encode(storage='f32', out='f32', causal=False, softcap=None, B=1, heads=(1, 
     b += bytes([D - 1, Dv - 1])
     for layout in layouts:
         b.append(LAYOUTS.index(layout) | (pad - 1) << 2)
-    b.append(int(lse) | THREADS.index(threads) << 1)
+    b.append(int(lse) | THREADS.index(threads) << 1 | (products == 'bf16') << 4)
     b.append(0 if scale is None else at_least(128, SCALES.index(scale), len(SCALES)))
     if q_offset is None:
         b.append(0)
@@ -151,12 +151,22 @@ SEEDS = {
     'contract-overflowing-bhsd': dict(defect='overflowing-layout', p1=0, p2=0),
     'contract-overflowing-bshd': dict(defect='overflowing-layout', p1=3, p2=1),
     'contract-huge-head-dim-empty': dict(defect='huge-dims-of-empty', p1=1, p2=3),
+    # Bf16 products (Products::Bf16).
+    'bf16-products-causal-gqa': dict(products='bf16', causal=True, heads=(2, 4), Lq=40, Lk=70,
+                                     D=64, lse=True, threads=2),
+    'bf16-products-f16-softcap': dict(products='bf16', storage='f16', softcap=30, Lq=33, Lk=33,
+                                      D=40, Dv=24, layouts=('padded',) * 4, lse=True),
+    # Issue 40, W1: a value finite in f32 and +inf in bf16 behind the causal mask (key 40):
+    # rows 0-39, which cannot see it, stay the reference's.
+    'issue40-w1-bf16-masked-value': dict(products='bf16', causal=True, Lq=48, Lk=48, D=16,
+                                         specials=[('v', 40 * 16, 3.4e38)], lse=True),
 }
 
 
 # fuzz_entries.cpp's tables.
 ENTRIES_TAG = 0xc0
-ENTRIES = ['attention', 'decode', 'merge', 'varlen', 'paged', 'cache', 'moba', 'all_or_here']
+ENTRIES = ['attention', 'decode', 'merge', 'varlen', 'paged', 'cache', 'moba', 'all_or_here',
+           'backward', 'quant', 'linear', 'linear_backward']
 NORMS = ['softmax', 'sinks', 'sigmoid', 'relu-power', 'softplus-l1', 'lssar']
 MODS = ['dot', 'softcap', 'alibi', 'rope', 'fope', 'tapa']
 PROFILES = ['f32', 'bf16/f16/bf16->f32', 'f16/bf16/f32->f16', 'f32/bf16/bf16->f32']
@@ -169,16 +179,18 @@ ENTRY_DEFECTS = ['none', 'decode-17-rows', 'lse-without-stat', 'scale-refused', 
                  'table-short', 'merge-shape', 'merge-stats', 'merge-alias', 'varlen-start',
                  'varlen-order', 'varlen-total', 'varlen-count', 'varlen-batch', 'paged-batch',
                  'paged-dim', 'paged-alias', 'paged-exhausted', 'paged-repeated', 'cache-full',
-                 'cache-batch', 'routes-offset', 'routes-block', 'routes-list', 'window-zero']
+                 'cache-batch', 'routes-offset', 'routes-block', 'routes-list', 'window-zero',
+                 'products-invalid', 'linear-alias', 'quantize-count', 'paged-huge-length']
 
 
 def encode_entry(entry='attention', norm='softmax', mod='dot', left='max', right=0,
                  profile='f32', B=1, heads=(1, 1), Lq=4, Lk=16, D=16, Dv=None, bshd='0000',
                  lse=False, threads=1, scale=None, q_offset=None, mags=(1, 1, 1), seed=1,
-                 p=(0, 0, 0, 0), e=(0,) * 8, defect='none'):
-    """p: policy bytes (cap / sigmoid / alpha / power; tapa / rope / fope; sinks; rope
-    scaling), e: the entry's bytes (see fuzz_entries.cpp); the entry may override a few
-    fields (decode() there)."""
+                 p=(0, 0, 0, 0), e=(0,) * 8, defect='none', products='exact'):
+    """p: policy bytes (cap / sigmoid / alpha / power; tapa / rope / fope (4: sigma, 8:
+    train_len 64, 16: FopePadding::ReferenceCode); sinks; rope scaling), e: the entry's bytes
+    (see fuzz_entries.cpp, fuzz_grads.cpp, fuzz_linear.cpp); the entry may override a few
+    fields (decode() there, shape_grads_case())."""
     Dv = D if Dv is None else Dv
     b = bytearray([ENTRIES_TAG, ENTRIES.index(entry), NORMS.index(norm), MODS.index(mod),
                    LEFTS.index(left) | RIGHTS.index(right) << 3, PROFILES.index(profile),
@@ -191,7 +203,8 @@ def encode_entry(entry='attention', norm='softmax', mod='dot', left='max', right
     else:
         assert Lk <= 1220 and Lk % 4 == 0
         b.append(200 + (Lk - 1000) // 4)
-    b += bytes([D - 1, Dv - 1, int(bshd[::-1], 2), int(lse) | ENTRY_THREADS.index(threads) << 1])
+    b += bytes([D - 1, Dv - 1, int(bshd[::-1], 2),
+                int(lse) | ENTRY_THREADS.index(threads) << 1 | (products == 'bf16') << 3])
     b.append(0 if scale is None else 193 if scale == 0.5 else 192)
     if isinstance(q_offset, str):  # far: attention_paged only
         b.append(252 + ['2^40', '-2^40', '2^62', 'max'].index(q_offset))
@@ -340,19 +353,108 @@ ENTRY_SEEDS = {
     'decode-fope-table-short': E(entry='decode', mod='fope', D=8, Lq=1, Lk=10,
                                  defect='table-short'),
     'attention-sigmoid-stat': E(norm='sigmoid', lse=True, defect='lse-without-stat'),
+    # Bf16 products through the other entries.
+    'varlen-bf16-products': E(entry='varlen', products='bf16', lse=True,
+                              e=(2, 8 | 9 << 4, 5 | 12 << 4, 7 | 3 << 4, 0, 2, 0, 0)),
+    'paged-bf16-products': E(entry='paged', products='bf16', Lq=20, e=(1, 4, 40, 70, 0, 1, 0, 9),
+                             lse=True),
+    'merge-bf16-products': E(entry='merge', products='bf16', Lq=20, Lk=60,
+                             e=(2, 20, 40, 0, 0, 0, 0, 0), lse=True),
+    'attention-bf16-products-rope': E(mod='rope', products='bf16', heads=(2, 4), Lq=24, Lk=60,
+                                      D=32, lse=True),
+    # attention_backward() (e: d_o's non-finite element + 1 and its value; e[2] & 1: batch 0).
+    'backward-softmax-causal': E(entry='backward', heads=(2, 4), Lq=12, Lk=30, D=16, Dv=8),
+    'backward-sinks-window': E(entry='backward', norm='sinks', left=3, Lq=10, Lk=20, p=(0, 0, 2, 0),
+                               threads=2),
+    'backward-sigmoid': E(entry='backward', norm='sigmoid', right='max', Lq=8, Lk=24),
+    'backward-relu-power': E(entry='backward', norm='relu-power', Lq=9, Lk=17, p=(1, 0, 0, 0)),
+    'backward-softcap': E(entry='backward', mod='softcap', Lq=6, Lk=40, D=24, p=(1, 0, 0, 0)),
+    'backward-alibi': E(entry='backward', mod='alibi', heads=(1, 2), Lq=7, Lk=33),
+    'backward-rope-offset': E(entry='backward', mod='rope', Lq=8, Lk=20, D=16, q_offset=3,
+                              bshd='1010'),
+    'backward-fope': E(entry='backward', mod='fope', heads=(1, 2), Lq=6, Lk=18, D=16,
+                       p=(0, 4 | 8, 0, 0)),
+    'backward-products-invalid': E(entry='backward', Lq=4, Lk=8, defect='products-invalid'),
+    'backward-sigmoid-stat': E(entry='backward', norm='sigmoid', Lq=4, Lk=8,
+                               defect='lse-without-stat'),
+    # Issue 40, W3: NaN in row 2 of d_o under Causal: dK / dV of keys 3-7 stay finite.
+    'issue40-w3-backward-nan-d-o-row': E(entry='backward', Lq=8, Lk=8, D=16, e=(2 * 16 + 1, 0, 0,
+                                                                                 0, 0, 0, 0, 0)),
+    'issue40-w3-backward-inf-d-o-window': E(entry='backward', left=3, Lq=12, Lk=12, D=8, Dv=8,
+                                 e=(5 * 8 + 3, 1, 0, 0, 0, 0, 0, 0)),
+    # Issue 40, E2: the backward of an empty batch with the forward's options.
+    'issue40-e2-backward-empty-batch': E(entry='backward', Lq=4, Lk=8, e=(0, 0, 1, 0, 0, 0, 0, 0)),
+    # attention() / decode() on a q8_0 / q4_0 KvCache (e: spare capacity, cuts, e[3]: 1 q4_0,
+    # 4 decode(), 8 keys near q8_0's bound).
+    'quant-q8-attention': E(entry='quant', heads=(2, 4), Lq=12, Lk=60, e=(1, 20, 45, 0, 0, 0, 0, 0),
+                            lse=True),
+    'quant-q4-decode-rope': E(entry='quant', mod='rope', Lq=2, Lk=299,
+                              e=(0, 100, 200, 1 | 4, 0, 0, 0, 0), lse=True),
+    'quant-q8-softcap-sinks': E(entry='quant', norm='sinks', mod='softcap', heads=(1, 2), Lq=5,
+                                Lk=40, e=(2, 10, 30, 4, 0, 0, 0, 0), p=(1, 0, 3, 0)),
+    # Issue 40: quantize_row(x, -32, out) is an Error, not a silent no-op.
+    'issue40-quantize-row-negative-count': E(entry='quant', defect='quantize-count'),
+    # Issue 40, W2: keys of +-7e6 turned by RoPE as a q8_0 cache stores them: an Error, or
+    # finite rows.
+    'issue40-w2-q8-rope-huge-keys': E(entry='quant', mod='rope', Lq=1, Lk=40, D=32,
+                                      e=(0, 0, 0, 8, 0, 0, 0, 0)),
+    # linear_attention() (e[0], e[1]: a NaN query element + 1; e[4]: map (1 Relu, 2 Taylor2),
+    # 4 non-causal, 8 unnormalized, 16 recurrent, 32 decay; e[5]: the chunk; e[6]: gammas).
+    'linear-elu-causal': E(entry='linear', heads=(2, 4), Lk=40, D=16, Dv=8,
+                           e=(0, 0, 0, 0, 0, 3, 0, 0)),
+    'linear-relu-noncausal-decay': E(entry='linear', Lq=10, Lk=30, D=12,
+                                     e=(0, 0, 0, 0, 1 | 4 | 32, 4, 1, 0), threads=2),
+    'linear-taylor2-recurrent': E(entry='linear', Lk=20, D=4, e=(0, 0, 0, 0, 2 | 16, 0, 0, 0)),
+    'linear-elu-unnormalized-decay': E(entry='linear', Lk=50, D=8, e=(0, 0, 0, 0, 8 | 32, 2, 2, 0)),
+    'linear-products-invalid': E(entry='linear', Lk=8, defect='products-invalid'),
+    # Issue 40, W4: EluPlusOne, D 16, a NaN query: its row NaN, as the reference's.
+    'issue40-w4-linear-elu-nan-query': E(entry='linear', Lk=20, D=16,
+                                         e=(3 * 16 + 6, 0, 0, 0, 0, 0, 0, 0)),
+    # Issue 40, V3: the output inside the LinearState.
+    'issue40-v3-linear-output-in-state': E(entry='linear', Lk=8, D=8, defect='linear-alias'),
+    # linear_attention_backward().
+    'linear-backward-elu': E(entry='linear_backward', heads=(1, 2), Lk=24, D=8,
+                             e=(0, 0, 0, 0, 0, 3, 0, 0)),
+    'linear-backward-taylor2-noncausal': E(entry='linear_backward', Lq=6, Lk=12, D=3,
+                                           e=(0, 0, 0, 0, 2 | 4 | 32, 0, 1, 0)),
+    'linear-backward-elu-recurrent-unnormalized': E(entry='linear_backward', Lk=16, D=8,
+                                                    e=(0, 0, 0, 0, 8 | 16, 0, 0, 0)),
+    # Issue 40, V1: linear_attention_backward() with Products(5).
+    'issue40-v1-linear-backward-products': E(entry='linear_backward', Lk=8,
+                                             defect='products-invalid'),
+    # Issue 40, U1: PagedKv::assign() of a length near INT64_MAX (pages_for() overflowed).
+    'issue40-u1-paged-assign-huge-length': E(entry='paged', e=(0, 2, 9, 0, 0, 0, 1, 0),
+                                             defect='paged-huge-length'),
+    # Issue 40, FoPE: FopePadding::ReferenceCode at negative query positions (q_offset -25):
+    # the fast path as the reference.
+    'issue40-fope-reference-code-negative': E(mod='fope', Lq=24, Lk=3, D=16, q_offset=-4,
+                                              p=(0, 8 | 16, 0, 0)),
 }
+
+
+# Issue 40's inputs whose fix has not landed yet: the committed corpus must pass, so these
+# are written only with `--pending DIR` (into DIR), to be checked again as the fixes land.
+PENDING = set()  # seeds of defects not fixed yet (written by --pending DIR, not to corpus/)
 
 
 def main():
     out = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'corpus')
+    pending = sys.argv[2] if len(sys.argv) == 3 and sys.argv[1] == '--pending' else None
     os.makedirs(out, exist_ok=True)
-    for name, fields in SEEDS.items():
-        with open(os.path.join(out, 'seed-' + name), 'wb') as f:
-            f.write(encode(**fields))
-    for name, fields in ENTRY_SEEDS.items():
-        with open(os.path.join(out, 'seed-entry-' + name), 'wb') as f:
-            f.write(encode_entry(**fields))
-    print(f'{len(SEEDS) + len(ENTRY_SEEDS)} seeds in {out}', file=sys.stderr)
+    if pending:
+        os.makedirs(pending, exist_ok=True)
+    seeds = [('seed-' + n, encode(**f)) for n, f in SEEDS.items()]
+    seeds += [('seed-entry-' + n, encode_entry(**f)) for n, f in ENTRY_SEEDS.items()]
+    written = 0
+    for name, data in seeds:
+        where = pending if name in PENDING else out
+        if where:
+            with open(os.path.join(where, name), 'wb') as f:
+                f.write(data)
+            written += where == out
+    print(f'{written} seeds in {out}' + (f', {len(PENDING)} pending in {pending}' if pending
+                                         else f' ({len(PENDING)} pending left out)'),
+          file=sys.stderr)
 
 
 if __name__ == '__main__':
