@@ -1,6 +1,6 @@
 // Products::Bf16 (options.hpp): the tile kernel with its operands rounded to bfloat16
 // (detail/bf16_round.hpp) and f32 accumulation, against the f64 reference. Two comparisons,
-// each with the tolerance its rounding implies (u = 2^-9, bf16's relative rounding bound):
+// each with the tolerance its rounding implies (u = 2^-8, bf16's relative rounding bound):
 //  - on operands that are already bf16 (bf16 Q, K, V and a power-of-two scale) only the
 //    weights P are rounded: each output moves by at most u sum_j w_j |v_j| / l <= u max|v|;
 //  - on f32 inputs the logits move too, by at most delta, computed here in double from the
@@ -51,7 +51,7 @@ using bf16 = Eigen::bfloat16;
 
 namespace {
 
-constexpr double kU = ak::detail::kBf16Unit;  // 2^-9
+constexpr double kU = ak::detail::kBf16Unit;  // 2^-8
 
 // Forces the mode's kernel for the scope of a test (the process-wide choice, back to Auto).
 struct UsingKernel {
@@ -481,4 +481,35 @@ TEST_CASE("bf16 products: a masked key's f32 value that rounds to inf reaches no
   INFO("rows before the key: max |poisoned - clean| " << worst);
   CHECK(finite);
   CHECK(worst <= ak::test::tol::kF32);
+}
+
+TEST_CASE("bf16 products: subnormal values, within the bound's absolute term n 2^-126",
+          "[attention][bf16][nonfinite]") {
+  // The relative bound u max|v| holds for normal operands only: vdpbf16ps flushes subnormal
+  // operands and products to 0 (measured: V of 1e-39 moved outputs by 0.61 max|v|). On bf16
+  // operands (only P rounds) with every odd key's value subnormal, each output stays within
+  // u max|v| + n 2^-126 of the f64 reference, n the row's keys.
+  const Bf16Kernel kernel = kernel_here();
+  const UsingKernel using_kernel(kernel);
+  INFO(name_of(kernel));
+  const Case c = Case{}.lengths(64, 64).heads(1, 1).dims(64).laid_out(Layout::Bhsd);
+  ak::test::Inputs<bf16> in(c, 21);
+  for (Index j = 1; j < 64; j += 2)
+    for (Index x = 0; x < 64; ++x)
+      in.v.view.row(0, 0, j)[x] = bf16(1e-39f * float(in.v.view.row(0, 0, j)[x]));
+  const double v_max = max_abs(values_of(in.v));
+  const auto spec = ak::make_spec(Causal{});
+  ak::test::Tensor<float> o(Layout::Bhsd, 1, 1, 64, 64);
+  ak::test::Tensor<double> want(Layout::Bhsd, 1, 1, 64, 64);
+  ak::attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view,
+                c.options().with_products(Products::Bf16));
+  ak::reference::attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), want.view, c.options());
+  constexpr double kMinNormal = 0x1p-126;
+  bool within = true;
+  for (Index i = 0; i < 64; ++i)
+    for (Index x = 0; x < 64; ++x) {
+      const double err = std::abs(double(o.view.row(0, 0, i)[x]) - want.view.row(0, 0, i)[x]);
+      within = within && err <= kU * v_max + double(i + 1) * kMinNormal;  // NaN fails
+    }
+  CHECK(within);
 }

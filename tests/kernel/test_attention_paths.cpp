@@ -162,7 +162,7 @@ TEST_CASE("paths: q8_0 keys and q4_0 values match the reference in prefill and d
 TEST_CASE("paths: bf16 products in their portable form stay within their bound",
           "[attention][paths][bf16]") {
   // bf16 operands with d 64 (scale 1/8): the products are exact, only the weights P round,
-  // so each output moves by at most u max|v| (u = 2^-9; tests/kernel/ has the whole grid).
+  // so each output moves by at most u max|v| (u = 2^-8; tests/kernel/ has the whole grid).
   ak::gemm::bf16_kernel() = ak::gemm::Bf16Kernel::RoundedF32;
   const Case c = Case{}.lengths(100, 230).heads(4, 2).dims(64);
   const ak::test::Inputs<Eigen::bfloat16> in(c, 6);

@@ -158,9 +158,11 @@ TEST_CASE("Fope: clipped pairs pass through or take cos = sin = 1", "[position][
   const auto padding = GENERATE(ak::FopePadding::Identity, ak::FopePadding::ReferenceCode);
   const ak::Fope fope = ak::Fope::drawn(clipped_config(padding), 0.3, 5);
   const std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
-  for (const Index t : {0, 5, 40}) {
-    std::vector<float> y = x;
+  // Negative positions too: the padding is a constant, not odd in t (a kept pair's sin' is).
+  for (const Index t : {0, 5, 40, -5, -40}) {
+    std::vector<float> y = x, back = x;
     fope.apply(y.data(), 16, ak::RowAt{0, 1, t, 64, t, ak::Role::Key});
+    fope.apply_transpose(back.data(), 16, ak::RowAt{0, 1, t, 64, t, ak::Role::Key});
     for (Index p = 3; p < 8; ++p) {  // the clipped pairs (p, p + 8)
       const float a = x[std::size_t(p)], b = x[std::size_t(p + 8)];
       INFO("t " << t << " pair " << p);
@@ -170,9 +172,11 @@ TEST_CASE("Fope: clipped pairs pass through or take cos = sin = 1", "[position][
       } else {
         CHECK(y[std::size_t(p)] == a - b);  // exact in f32 for these small integers
         CHECK(y[std::size_t(p + 8)] == b + a);
+        CHECK(back[std::size_t(p)] == a + b);  // the transpose: sin' = 1 negated
+        CHECK(back[std::size_t(p + 8)] == b - a);
       }
     }
-    if (t > 0) CHECK(y[0] != x[0]);  // a kept pair turns
+    if (t != 0) CHECK(y[0] != x[0]);  // a kept pair turns
   }
 }
 
@@ -361,7 +365,12 @@ TEST_CASE("Fope: negative query positions (more queries than keys) match the f64
   ak::FopeConfig cfg{64, 128, 100};
   cfg.kv_heads = 2;
   cfg.q_heads = 4;
+  // ReferenceCode pads the clipped pairs with sin' = 1 at every position (it was -1 at
+  // negative ones on the fast path, where the reference kept +1).
+  cfg.padding = GENERATE(ak::FopePadding::Identity, ak::FopePadding::ReferenceCode);
+  INFO((cfg.padding == ak::FopePadding::Identity ? "Identity" : "ReferenceCode") << " padding");
   const ak::Fope fope = ak::Fope::drawn(cfg, 0.3, 12);
+  REQUIRE(fope.table->kept() < fope.table->pairs());  // some pairs are clipped
   ak::test::Case c;
   c.q_heads = 4;
   c.kv_heads = 2;

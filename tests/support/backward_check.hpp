@@ -26,7 +26,7 @@ namespace tol {
 // the same gradient: a few hundred f32 roundings per element (the recomputed logit, exp, the
 // sums over keys and queries).
 inline constexpr double kGradF32 = 2e-4;
-// The same with gradients stored in bf16 / f16: the storage rounding (2^-9, 2^-12 relative)
+// The same with gradients stored in bf16 / f16: the storage rounding (2^-8, 2^-11 relative)
 // of elements up to the largest one.
 inline constexpr double kGradBf16 = 8e-3;
 inline constexpr double kGradHalf = 1e-3;

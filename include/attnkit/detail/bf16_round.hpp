@@ -2,7 +2,10 @@
 // (options.hpp). Round to nearest, ties to even, as Eigen::bfloat16's conversion and the
 // AVX512-BF16 conversion instructions do; infinities stay, a NaN stays a (quiet) NaN, a
 // finite value past bf16's largest (3.3895e38) becomes an infinity. The relative error of
-// a rounded normal value is at most 2^-9 (bf16 keeps 8 significand bits).
+// a rounded normal value is at most u = 2^-8 (bf16 keeps 8 significand bits, the leading
+// one included: a tie such as 1 + 2^-8 moves by 2^-8 of itself). Values below bf16's
+// smallest normal (2^-126) keep an absolute error of up to 2^-134, and the vdpbf16ps kernel
+// flushes subnormal operands and products to 0: the README's bound adds an absolute term.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +16,7 @@
 namespace attnkit::detail {
 
 /// The relative rounding error bound of round_to_bf16() on normal values.
-inline constexpr double kBf16Unit = 1.0 / 512;
+inline constexpr double kBf16Unit = 1.0 / 256;
 
 /// x rounded to the nearest bfloat16 (ties to even), as an f32.
 inline float round_to_bf16(float x) {

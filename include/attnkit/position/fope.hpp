@@ -45,7 +45,8 @@ namespace attnkit {
 ///    fan_out)); to match it pass that value as sigma. Trained coefficients
 ///    (with_coefficients) make this moot.
 ///  - Positions: absolute (query row r at r + q_offset, key j at j) or ids per batch, in
-///    (-max_len, max_len), as Rope (position/position_ids.hpp): cos' is even in t, sin' odd.
+///    (-max_len, max_len), as Rope (position/position_ids.hpp): cos' is even in t, sin' odd,
+///    but a clipped pair's padding is the same constant at every position.
 /// The table is shared, so copying a Fope (or a spec) copies no table.
 struct Fope : PositionIds<Fope> {
   using slot = PositionSlot;
@@ -106,7 +107,8 @@ struct Fope : PositionIds<Fope> {
   void apply(float* x, Index /*dim*/, const RowAt& at) const {
     const Index h = coefficient_head(at);
     const TableRow t = table_row(position_of(at));
-    turn(x, table->pairs(), table->cos_at(h, t.at), table->sin_at(h, t.at), t.sign);
+    turn(x, table->pairs(), table->kept(), table->cos_at(h, t.at), table->sin_at(h, t.at), t.sign,
+         1.f);
   }
 
   /// The same in double: the series recomputed from C, S and omega, without the table.
@@ -115,14 +117,15 @@ struct Fope : PositionIds<Fope> {
     std::vector<double> basis(2 * std::size_t(table->kept())), row(2 * std::size_t(pairs));
     table->fill_basis(double(position_of(at)), basis.data());
     table->series(h, basis.data(), row.data());
-    turn(x, pairs, row.data(), row.data() + pairs, 1.0);
+    turn(x, pairs, table->kept(), row.data(), row.data() + pairs, 1.0, 1.0);
   }
 
   /// The transposed turn (attention_backward(): the gradient of a turned row turned back).
   void apply_transpose(float* x, Index /*dim*/, const RowAt& at) const {
     const Index h = coefficient_head(at);
     const TableRow t = table_row(position_of(at));
-    turn(x, table->pairs(), table->cos_at(h, t.at), table->sin_at(h, t.at), -t.sign);
+    turn(x, table->pairs(), table->kept(), table->cos_at(h, t.at), table->sin_at(h, t.at), -t.sign,
+         -1.f);
   }
 
   /// The same in double, from the series.
@@ -131,7 +134,7 @@ struct Fope : PositionIds<Fope> {
     std::vector<double> basis(2 * std::size_t(table->kept())), row(2 * std::size_t(pairs));
     table->fill_basis(double(position_of(at)), basis.data());
     table->series(h, basis.data(), row.data());
-    turn(x, pairs, row.data(), row.data() + pairs, -1.0);
+    turn(x, pairs, table->kept(), row.data(), row.data() + pairs, -1.0, -1.0);
   }
 
   /// Trained parameters: kv_heads * 2 * F * d/2 gradients (ParamGrads::position), per
@@ -209,11 +212,16 @@ struct Fope : PositionIds<Fope> {
 
  private:
   // x[m] = x_m c - x_{m+P} s, x[m+P] = x_{m+P} c + x_m s for the NeoX pairs (m, m + P), with
-  // s = sign * sin_p[m] (-1 for a negative position read from the table's row of -t).
+  // s = sign * sin_p[m] for the kept pairs m < kept (sign -1 for a negative position read
+  // from the table's row of -t: their series is odd in t) and pad_sign * sin_p[m] for the
+  // clipped ones, whose padding is a constant, the same at t and -t (pad_sign -1: the
+  // transposed turn).
   template <class T, class C>
-  static void turn(T* x, Index pairs, const C* cos_p, const C* sin_p, T sign) {
+  static void turn(T* x, Index pairs, Index kept, const C* cos_p, const C* sin_p, T sign,
+                   T pad_sign) {
     for (Index m = 0; m < pairs; ++m) {
-      const T c = static_cast<T>(cos_p[m]), s = sign * static_cast<T>(sin_p[m]);
+      const T c = static_cast<T>(cos_p[m]),
+              s = (m < kept ? sign : pad_sign) * static_cast<T>(sin_p[m]);
       const T xa = x[m], xb = x[m + pairs];
       x[m] = xa * c - xb * s;
       x[m + pairs] = xb * c + xa * s;
