@@ -4,17 +4,16 @@
 // hashed with TagHash (SlidingWindow's sizes, Softcap's cap, Softmax's sinks, a Rope table's
 // frequencies) -- else type_tag<P>(): a policy without such parameters is its type. Storage
 // types are told apart the same way (type_tag<Eigen::bfloat16>() != type_tag<Eigen::half>(),
-// though both are 2 bytes). Types hash by their typeid name: the ranks of one call run the
-// same binary. A parameter that legitimately differs by rank (SoftplusL1's key counts, given
-// for a rank's own rows) stays out of the tag. Equal tags do not prove equal policies (a
-// 64-bit hash), unequal tags prove different ones.
+// though both are 2 bytes). Types hash by the name the compiler spells them with (no RTTI needed):
+// the ranks of one call run the same binary. A parameter that legitimately differs by rank
+// (SoftplusL1's key counts, given for a rank's own rows) stays out of the tag. Equal tags do not
+// prove equal policies (a 64-bit hash), unequal tags prove different ones.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 #include <optional>
 #include <type_traits>
-#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -27,7 +26,7 @@ class TagHash {
   template <class T>
   static TagHash of() {
     TagHash h;
-    const char* name = typeid(T).name();
+    const char* name = name_of<T>();
     h.bytes(name, std::strlen(name));
     return h;
   }
@@ -60,6 +59,17 @@ class TagHash {
   std::uint64_t value() const { return h_; }
 
  private:
+  // The function's own name, which spells T out: a name per type without RTTI (typeid), so
+  // the policies' headers also build with -fno-rtti.
+  template <class T>
+  static const char* name_of() {
+#if defined(_MSC_VER) && !defined(__clang__)
+    return __FUNCSIG__;
+#else
+    return __PRETTY_FUNCTION__;
+#endif
+  }
+
   void bytes(const void* p, std::size_t n) {
     const auto* at = static_cast<const unsigned char*>(p);
     for (std::size_t i = 0; i < n; ++i) h_ = (h_ ^ at[i]) * 0x100000001b3ULL;
