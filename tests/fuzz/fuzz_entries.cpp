@@ -283,8 +283,10 @@ std::string describe(const Case& c) {
 }
 
 // Positions a call's queries (at offset + [0, Lq)) and keys ([0, Lk)) reach.
+// Positions run from offset to offset + Lq - 1 (queries) and 0 to Lk - 1 (keys); a table of
+// `reach` positions holds (-reach, reach), open at both ends: -offset needs reach 1 - offset.
 Index reach_of(Index Lq, Index Lk, Index offset) {
-  return std::max<Index>({Lk, offset + Lq, -offset, 1});
+  return std::max<Index>({Lk, offset + Lq, 1 - offset, 1});
 }
 
 // The logit error of a spec whose positions (and distances) stay below `reach`.
