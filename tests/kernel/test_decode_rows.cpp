@@ -634,3 +634,32 @@ TEST_CASE("paged decode: bf16 pairs over several KV groups, value dims with pair
                     ak::Options{}.with_threads(2), page % ak::detail::kDecodeBlock == 0);
       }
 }
+
+TEST_CASE("decode rows: the K/V prefetch is chosen per CPU and changes no bit",
+          "[decode_rows][prefetch]") {
+  // Auto prefetches on Intel CPUs only (a gain on the Xeon, 1.6-1.9x slower on Zen 4:
+  // detail/prefetch.hpp); the choice is read from the CPU at run time, not from the build.
+  CHECK(ak::detail::decode_prefetch_for_vendor(true));
+  CHECK_FALSE(ak::detail::decode_prefetch_for_vendor(false));
+  struct Restore {
+    ~Restore() { ak::decode_prefetch() = ak::DecodePrefetch::Auto; }
+  } restore;
+  REQUIRE(ak::decode_prefetch() == ak::DecodePrefetch::Auto);
+  CHECK(ak::detail::decode_prefetch_keys() ==
+        (ak::detail::cpu_is_intel() ? ak::detail::kDecodePrefetchAhead : 0));
+  ak::decode_prefetch() = ak::DecodePrefetch::Off;
+  CHECK(ak::detail::decode_prefetch_keys() == 0);
+  ak::decode_prefetch() = ak::DecodePrefetch::Ahead;
+  CHECK(ak::detail::decode_prefetch_keys() == ak::detail::kDecodePrefetchAhead);
+  // With and without the prefetch, decode gives the same bits (GQA, bf16 K/V, 300 keys).
+  const Shape s = Shape{}.lengths(3, 300).heads(8, 2).dims(64).laid_out(Layout::Bhsd);
+  Inputs<Eigen::bfloat16> in(s, 17);
+  const auto spec = ak::make_spec(Causal{});
+  Tensor<float> off(Layout::Bhsd, s.batch, s.q_heads, s.q_len, s.dv()),
+      ahead(Layout::Bhsd, s.batch, s.q_heads, s.q_len, s.dv());
+  ak::decode_prefetch() = ak::DecodePrefetch::Off;
+  ak::decode(spec, in.q.cview(), in.k.cview(), in.v.cview(), off.view, s.options());
+  ak::decode_prefetch() = ak::DecodePrefetch::Ahead;
+  ak::decode(spec, in.q.cview(), in.k.cview(), in.v.cview(), ahead.view, s.options());
+  CHECK(off.memory == ahead.memory);
+}

@@ -1,13 +1,67 @@
 // Software prefetch of rows into the cache, for reads the hardware prefetchers do not
-// foresee: split-KV decode's K and V rows a few blocks ahead (kernel/decode_rows.hpp), and the
-// gathered columns' K and V rows, a few scattered rows per query (PowerOfTwo's i - 2^k), asked
-// for a few queries ahead (kernel/tile_columns.hpp).
+// foresee: split-KV decode's K and V rows a few blocks ahead (kernel/decode_rows.hpp,
+// cache/paged_decode.hpp), and the gathered columns' K and V rows, a few scattered rows per
+// query (PowerOfTwo's i - 2^k), asked for a few queries ahead (kernel/tile_columns.hpp).
+//
+// Decode's prefetch is chosen per CPU at run time, not fixed at build time: it helps one
+// microarchitecture and hurts another. Measured on decode, Lk 32K, H 32, d 128, one thread,
+// in one process alternating the two choices call by call (docs/ledger.md has the rows):
+//  - Intel Xeon (Sapphire Rapids class, AVX-512): 3 blocks (48 keys) ahead was a gain, GQA
+//    (Hkv 8) f32 30-35 -> 24-29 ms, bf16 18-23 -> 16 ms, q8_0 17.5-18.7 -> 14 ms, MHA even;
+//  - AMD Zen 4: the same prefetch made decode 1.6-1.9x slower (f16 MHA 20.0 -> 37.9 ms, bf16
+//    19.5 -> 36.9, f16 GQA 10.4 -> 18.0; 1.3-1.7x on two threads): Zen's hardware prefetchers
+//    already stream the rows, and the extra requests compete with them.
+// So Auto prefetches on Intel CPUs only; elsewhere (AMD, Arm, unknown) decode runs without,
+// as it did before the prefetch (8640f62). decode_prefetch() forces a choice (benchmarks,
+// the alternating comparison, tests).
 #pragma once
+
+#include <atomic>
 
 #include "attnkit/detail/aligned.hpp"
 #include "attnkit/tensor.hpp"
 
-namespace attnkit::detail {
+namespace attnkit {
+
+/// Decode's software prefetch of K/V rows: Auto (per CPU, see detail/prefetch.hpp), or forced.
+enum class DecodePrefetch { Auto, Off, Ahead };
+
+/// The process-wide choice (default Auto).
+inline std::atomic<DecodePrefetch>& decode_prefetch() {
+  static std::atomic<DecodePrefetch> choice{DecodePrefetch::Auto};
+  return choice;
+}
+
+namespace detail {
+
+/// Keys decode asks for ahead of the block it computes, when it prefetches.
+inline constexpr Index kDecodePrefetchAhead = 48;
+
+/// Auto's choice for a CPU vendor: prefetch on Intel only (the measurements above).
+inline bool decode_prefetch_for_vendor(bool intel) { return intel; }
+
+/// Whether this CPU is an Intel one (x86 with GCC / Clang's cpu builtins; false elsewhere).
+inline bool cpu_is_intel() {
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+  return __builtin_cpu_is("intel") != 0;
+#else
+  return false;
+#endif
+}
+
+/// Keys decode prefetches ahead here and now: kDecodePrefetchAhead or 0.
+inline Index decode_prefetch_keys() {
+  switch (decode_prefetch().load(std::memory_order_relaxed)) {
+    case DecodePrefetch::Off:
+      return 0;
+    case DecodePrefetch::Ahead:
+      return kDecodePrefetchAhead;
+    case DecodePrefetch::Auto:
+      break;
+  }
+  static const bool here = decode_prefetch_for_vendor(cpu_is_intel());
+  return here ? kDecodePrefetchAhead : 0;
+}
 
 /// Every cache line of n rows of `bytes` bytes, ld elements apart, asked for to be read.
 template <class T>
@@ -19,4 +73,5 @@ void prefetch_rows(const T* rows, Index ld, Index n, Index bytes) {
   }
 }
 
-}  // namespace attnkit::detail
+}  // namespace detail
+}  // namespace attnkit

@@ -142,8 +142,8 @@ class DecodeRows {
     const Index v_bytes = row_elements<V>(p_.value_dim) * Index{sizeof(V)};
     for (Index j0 = 0; j0 < n; j0 += kBlock) {
       const Index nk = std::min(kBlock, n - j0), k0 = pos0 + j0, lanes = simd::round_up(nk);
-      const Index ahead = j0 + kPrefetchBlocks * kBlock;  // asked for now, used 3 blocks on
-      if (ahead < n) {
+      const Index ahead = j0 + prefetch_keys_;  // asked for now, used 3 blocks on
+      if (prefetch_keys_ > 0 && ahead < n) {
         prefetch_rows(keys + ahead * kld, kld, std::min(kBlock, n - ahead), k_bytes);
         prefetch_rows(values + ahead * vld, vld, std::min(kBlock, n - ahead), v_bytes);
       }
@@ -186,8 +186,10 @@ class DecodeRows {
     prefetch_rows(values, vld, n, row_elements<V>(p_.value_dim) * Index{sizeof(V)});
   }
 
-  /// Keys add_keys() prefetches ahead of the block it computes.
-  static constexpr Index kPrefetchKeys = 3 * kDecodeBlock;
+  /// Keys add_keys() prefetches ahead of the block it computes, where it prefetches
+  /// (decode_prefetch_keys(), detail/prefetch.hpp: chosen per CPU).
+  static constexpr Index kPrefetchKeys = kDecodePrefetchAhead;
+  static_assert(kPrefetchKeys % kDecodeBlock == 0, "whole blocks ahead");
 
   /// The rows' partial outputs acc / l (0 for a row that saw no key, NaN for one that saw
   /// keys whose logits were all -inf: f32 products that overflowed) and log-sum-exps.
@@ -203,13 +205,11 @@ class DecodeRows {
 
  private:
   static constexpr bool kPair = simd::kRegisters >= 32;
-  // Software prefetch of the K and V rows kPrefetchBlocks blocks ahead: the hardware's stream
-  // prefetchers alone left decode waiting on memory between blocks, the more so the more
-  // arithmetic a block holds. Measured (Lk 32K, H 32, d 128, 1 thread, AVX-512, best of
-  // alternating runs on a noisy VM): GQA (Hkv 8) f32 30-35 -> 24-29 ms, bf16 18-23 -> 16, q8_0
-  // 17.5-18.7 -> 13.9-14.1, q4_0 16.4-17.5 -> 13.5-13.9; MHA within noise or better; 1 block
-  // ahead gained less.
-  static constexpr Index kPrefetchBlocks = kPrefetchKeys / kBlock;
+  // Software prefetch of the K and V rows kPrefetchKeys ahead, on the CPUs where it pays
+  // (detail/prefetch.hpp: on the Intel Xeon the hardware's stream prefetchers alone left decode
+  // waiting on memory between blocks; on AMD Zen 4 the same prefetch made decode 1.6-1.9x
+  // slower). Read once per engine: 0 (none) or kPrefetchKeys.
+  Index prefetch_keys_ = decode_prefetch_keys();
 
   // The state the next steps work on: group g's slice (the only one when groups_ = 1).
   void select(Index g) {
