@@ -108,6 +108,11 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  for (const int r : rows)
+    if (r < 0 || r >= ab::kRowCount) {
+      std::fprintf(stderr, "ab_compare: row %d: expected 0 to %d\n", r, ab::kRowCount - 1);
+      return 2;
+    }
   if (rows.empty())
     for (int r = 0; r < ab::kRowCount; ++r) rows.push_back(r);
   if (smoke) reps = 1, rows = {1, 9};

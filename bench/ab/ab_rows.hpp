@@ -52,6 +52,10 @@ inline constexpr Row kRows[] = {
      32, 1, 32768, 128, false, 2},
     {"backward f32 causal d128 L1024 H4", Kind::Backward, Storage::F32, MaskKind::Causal, 4, 4,
      1024, 1024, 128, false, 1},
+    {"backward f32 MQA 8/1 causal d128 L2048", Kind::Backward, Storage::F32, MaskKind::Causal, 8,
+     1, 2048, 2048, 128, false, 1},
+    {"backward f32 MQA 8/1 causal d128 L2048, 2 threads", Kind::Backward, Storage::F32,
+     MaskKind::Causal, 8, 1, 2048, 2048, 128, false, 2},
 };
 inline constexpr int kRowCount = static_cast<int>(sizeof(kRows) / sizeof(kRows[0]));
 

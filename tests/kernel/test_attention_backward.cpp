@@ -243,6 +243,40 @@ TEST_CASE(
   });
 }
 
+TEST_CASE(
+    "attention_backward: one KV head, its query tiles in parts, as the reference and "
+    "bitwise over threads",
+    "[backward][threads]") {
+  // B * Hkv = 1 < kBackwardSplitBelow: the item's 11 query tiles run as 8 parts on
+  // any number of threads, their dK / dV summed in part order; Fope's coefficients and the
+  // sinks' gradients sum over the parts' slots.
+  const Case c = Case{}.lengths(700, 700).heads(4, 1).dims(32);
+  ak::Problem shape;
+  shape.batch = 1, shape.q_heads = 4, shape.kv_heads = 1, shape.q_len = shape.kv_len = 700;
+  shape.head_dim = shape.value_dim = 32;
+  REQUIRE(ak::detail::backward_parts(shape, 32, 32) == 8);
+  check_backward("MQA, Causal, sinks",
+                 ak::make_spec(Causal{}, ak::Softmax::with_sinks({0.5f, -1.f, 0.f, 2.f})), c);
+  ak::FopeConfig cfg{32, 1024, 300};
+  cfg.kv_heads = 1;
+  cfg.q_heads = 4;
+  const auto spec = ak::make_spec(Causal{}, ak::Fope::drawn(cfg, 0.3, 5));
+  check_backward("MQA, Causal, Fope", spec, c);
+  ak::test::BackwardCase<> in(spec, c);
+  ak::test::Grads<float> g(in.c, in.c.layout);
+  in.c.threads = 1;
+  ak::test::run_backward(spec, in, g);
+  const auto one = bytes_of(g);
+  const std::vector<float> position_one = g.position;
+  for (int t = 2; t <= 3; ++t) {
+    INFO("threads " << t);
+    in.c.threads = t;
+    ak::test::run_backward(spec, in, g);
+    CHECK(bytes_of(g) == one);
+    CHECK(g.position == position_one);
+  }
+}
+
 TEST_CASE("attention_backward: a NaN or inf row of dO reaches only the keys its query sees",
           "[backward][nonfinite]") {
   // Causal: query row 2 sees keys 0..2. With dO row 2 poisoned, the gradients of keys 3..99

@@ -2,13 +2,18 @@
 // per-head parameter -- for every spec whose policies have backward faces
 // (detail/backward_traits.hpp). FlashAttention-2's scheme on the forward's tiles
 // (kernel/backward_tiles.hpp): each logit tile is recomputed from Q, K and the forward's row
-// statistic, so no [Lq, Lk] buffer exists. Work is split by KV head (batch, hk): one thread
-// owns every gradient of an item, so results are bitwise identical for any thread count.
+// statistic, so no [Lq, Lk] buffer exists. Work is split by KV head (batch, hk) -- and, when
+// those are few (backward_parts()), each by ranges of query tiles whose partial dK / dV are
+// summed in a fixed order: the split follows the shape, not the thread count, so results are
+// bitwise identical for any thread count.
 #pragma once
 
+#include <algorithm>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
+#include "attnkit/detail/aligned.hpp"
 #include "attnkit/detail/backward_checks.hpp"
 #include "attnkit/detail/pack.hpp"
 #include "attnkit/detail/parallel.hpp"
@@ -40,6 +45,67 @@ std::vector<float> row_deltas(const Problem& p, const View<O>& o, const View<GO>
   return delta;
 }
 
+// How many parts the query tiles of each (batch, KV head) item are cut into. One item per
+// thread leaves cores idle when B * Hkv is small (an MQA model: Hkv 1), so below
+// kBackwardSplitBelow items each item's query tiles are cut into parts -- about
+// kBackwardWork units of work in all, at most one a query tile, their partial dK / dV within
+// kBackwardPartFloats -- each part's dK / dV summed in part order afterwards. The count comes
+// from the shape alone, never from the thread count: the gradients stay bitwise identical for
+// any thread count. (Not for 4 items and more: the parts' dK / dV cost a pass over memory
+// each, 37% of a 4-head L 1024 backward on one thread, measured on the Xeon.)
+inline constexpr Index kBackwardSplitBelow = 4;
+inline constexpr Index kBackwardWork = 8;
+inline constexpr Index kBackwardPartFloats = Index{1} << 26;  // 256 MiB of partial dK / dV
+inline Index backward_parts(const Problem& p, Index d_pad, Index dv_pad) {
+  const Index items = p.batch * p.kv_heads,
+              tiles = (p.q_len + TileConfig::kBlockQ - 1) / TileConfig::kBlockQ;
+  if (items >= kBackwardSplitBelow || tiles <= 1 || items == 0) return 1;
+  const Index parts = std::min((kBackwardWork + items - 1) / items, tiles);
+  const Index per_part = items * p.kv_len * (d_pad + dv_pad);  // floats of one part per item
+  return per_part == 0 ? parts
+                       : std::max<Index>(1, std::min(parts, kBackwardPartFloats / per_part));
+}
+
+// run_backward() with each item cut into `parts` (backward_parts() > 1): the parts' query
+// tiles, then each item's keys from its parts. head_grads [items * parts, group] and
+// position_grads [items * parts + items, count] get one slot per unit of work.
+template <class Tiles>
+void run_backward_parts(Workers<Tiles>& tiles, const Problem& p, Index parts, Index d_pad,
+                        Index dv_pad, std::vector<double>& head_grads,
+                        std::vector<double>& position_grads, Index count) {
+  const Index items = p.batch * p.kv_heads, work = items * parts;
+  const Index group = p.q_heads / p.kv_heads,
+              q_tiles = (p.q_len + TileConfig::kBlockQ - 1) / TileConfig::kBlockQ;
+  const Index nk = p.kv_len * d_pad, nv = p.kv_len * dv_pad;
+  // Uninitialized (run_part() zeroes the rows it reaches) and on huge pages from 2 MiB on
+  // (AlignedAllocator: fewer page faults on these fresh buffers); std::bad_alloc reaches the
+  // caller.
+  AlignedAllocator<float> alloc;
+  const auto floats = static_cast<std::size_t>(work * (nk + nv));
+  const auto release = [&alloc, floats](float* at) { alloc.deallocate(at, floats); };
+  const std::unique_ptr<float, decltype(release)> parts_kv(alloc.allocate(floats), release);
+  float* const part_k = parts_kv.get();
+  float* const part_v = part_k + work * nk;
+  std::vector<Index> written(static_cast<std::size_t>(work));
+  head_grads.assign(static_cast<std::size_t>(work * group), 0.0);
+  position_grads.assign(static_cast<std::size_t>((work + items) * count), 0.0);
+  const auto position_slot = [&](Index slot) {
+    return count > 0 ? position_grads.data() + slot * count : nullptr;
+  };
+  // The last parts first: under a causal mask they hold the most work (balance).
+  for_each_item(tiles, work, [&](Tiles& worker, Index n) {
+    const Index i = work - 1 - n, item = i / parts, s = i % parts;
+    written[static_cast<std::size_t>(i)] = worker.run_part(
+        item / p.kv_heads, item % p.kv_heads, s * q_tiles / parts, (s + 1) * q_tiles / parts,
+        head_grads.data() + i * group, position_slot(i), part_k + i * nk, part_v + i * nv);
+  });
+  for_each_item(tiles, items, [&](Tiles& worker, Index item) {
+    worker.finish_keys(item / p.kv_heads, item % p.kv_heads, part_k + item * parts * nk,
+                       part_v + item * parts * nv, parts, written.data() + item * parts,
+                       position_slot(work + item));
+  });
+}
+
 template <class Spec, class Q, class K, class V, class GO, class GQ, class GK, class GV, class KR>
 void run_backward(const Spec& spec, const Problem& p, const View<Q>& q, const View<K>& k,
                   const View<V>& v, const View<GO>& d_o, const View<GQ>& dq, const View<GK>& dk,
@@ -47,7 +113,9 @@ void run_backward(const Spec& spec, const Problem& p, const View<Q>& q, const Vi
                   const ParamGrads& grads) {
   using Tiles = BackwardTiles<Spec, Q, K, V, GO, GQ, GK, GV, KR>;
   const Index items = p.batch * p.kv_heads;
-  const int threads = threads_for(p.threads, items);
+  const Index d_pad = simd::round_up(p.head_dim), dv_pad = simd::round_up(p.value_dim);
+  const Index parts = backward_parts(p, d_pad, dv_pad);
+  const int threads = threads_for(p.threads, items * parts);
   std::vector<float> key_scale;
   if constexpr (cosine_logits<typename Spec::Normalizer>()) key_scale = inverse_row_norms(k);
   // [B, Hq] per-head parameter gradients of each batch, summed over batches in order below;
@@ -58,22 +126,38 @@ void run_backward(const Spec& spec, const Problem& p, const View<Q>& q, const Vi
   // per thread, allocated here (std::bad_alloc reaches the caller)
   Workers<Tiles> tiles(threads, spec, p, q, k, v, d_o, dq, dk, dv, k_raw, stat, delta,
                        key_scale.data());
-  for_each_item(tiles, items, [&](Tiles& worker, Index item) {
-    const Index b = item / p.kv_heads;
-    worker.run(b, item % p.kv_heads, head_grads.data() + b * p.q_heads,
-               count > 0 ? position_grads.data() + item * count : nullptr);
-  });
-  if (!grads.normalizer.empty())
-    for (Index h = 0; h < p.q_heads; ++h) {
-      double sum = 0.0;
-      for (Index b = 0; b < p.batch; ++b)
-        sum += head_grads[static_cast<std::size_t>(b * p.q_heads + h)];
-      grads.normalizer.data()[h] = static_cast<float>(sum);
-    }
+  if (parts > 1) {
+    // Slots per part: head h's gradient of batch b is the sum over its item's parts, in order.
+    run_backward_parts(tiles, p, parts, d_pad, dv_pad, head_grads, position_grads, count);
+    const Index group = p.q_heads / p.kv_heads;
+    if (!grads.normalizer.empty())
+      for (Index h = 0; h < p.q_heads; ++h) {
+        double sum = 0.0;
+        for (Index b = 0; b < p.batch; ++b)
+          for (Index s = 0; s < parts; ++s)
+            sum += head_grads[static_cast<std::size_t>(
+                ((b * p.kv_heads + h / group) * parts + s) * group + h % group)];
+        grads.normalizer.data()[h] = static_cast<float>(sum);
+      }
+  } else {
+    for_each_item(tiles, items, [&](Tiles& worker, Index item) {
+      const Index b = item / p.kv_heads;
+      worker.run(b, item % p.kv_heads, head_grads.data() + b * p.q_heads,
+                 count > 0 ? position_grads.data() + item * count : nullptr);
+    });
+    if (!grads.normalizer.empty())
+      for (Index h = 0; h < p.q_heads; ++h) {
+        double sum = 0.0;
+        for (Index b = 0; b < p.batch; ++b)
+          sum += head_grads[static_cast<std::size_t>(b * p.q_heads + h)];
+        grads.normalizer.data()[h] = static_cast<float>(sum);
+      }
+  }
+  const Index slots = count > 0 ? static_cast<Index>(position_grads.size()) / count : 0;
   for (Index c = 0; c < count; ++c) {
     double sum = 0.0;
-    for (Index item = 0; item < items; ++item)
-      sum += position_grads[static_cast<std::size_t>(item * count + c)];
+    for (Index slot = 0; slot < slots; ++slot)
+      sum += position_grads[static_cast<std::size_t>(slot * count + c)];
     grads.position.data()[c] = static_cast<float>(sum);
   }
 }

@@ -107,13 +107,45 @@ class BackwardTiles {
   /// q_heads) += the normalizer's per-head parameter gradient of this batch's rows, and
   /// position_grad (when not null) += the Position's parameter gradient of these rows.
   void run(Index b, Index hk, double* head_grad, double* position_grad) {
-    position_grad_ = position_grad;
-    std::fill(dk_acc_, dk_acc_ + p_.kv_len * d_pad_, 0.f);
-    std::fill(dv_acc_, dv_acc_ + p_.kv_len * dv_pad_, 0.f);
     const Index group = p_.q_heads / p_.kv_heads;
-    for (Index h = hk * group; h < (hk + 1) * group; ++h)
-      for (Index q0 = 0; q0 < p_.q_len; q0 += kBq)
-        head_grad[h] += query_tile(b, h, hk, q0, std::min(kBq, p_.q_len - q0));
+    run_part(b, hk, 0, (p_.q_len + kBq - 1) / kBq, head_grad + hk * group, position_grad, dk_acc_,
+             dv_acc_);
+    zero_keys(p_.kv_len);  // keys no tile reached: zero gradients
+    write_keys(b, hk);
+  }
+
+  /// run() on query tiles [t0, t1) of each query head of the group only (a part of the item,
+  /// attention_backward.hpp), their dK and dV into part_k [Lk, d_pad] and part_v [Lk, dv_pad]
+  /// (finish_keys() sums the parts); head_grad[g] += the parameter gradient of the group's
+  /// g-th head on these rows. Returns the rows of part_k / part_v written: keys past them were
+  /// reached by no tile (their rows hold garbage, not zeros).
+  Index run_part(Index b, Index hk, Index t0, Index t1, double* head_grad, double* position_grad,
+                 float* part_k, float* part_v) {
+    position_grad_ = position_grad;
+    float *own_k = dk_acc_, *own_v = dv_acc_;
+    dk_acc_ = part_k, dv_acc_ = part_v, zeroed_ = 0;
+    const Index group = p_.q_heads / p_.kv_heads;
+    for (Index g = 0; g < group; ++g)
+      for (Index t = t0; t < t1; ++t)
+        head_grad[g] +=
+            query_tile(b, hk * group + g, hk, t * kBq, std::min(kBq, p_.q_len - t * kBq));
+    dk_acc_ = own_k, dv_acc_ = own_v;
+    return zeroed_;
+  }
+
+  /// dK, dV of KV head hk in batch b: the `parts` parts of run_part() (part_k, part_v: the
+  /// first of them, one after another; written[s] rows of part s) summed in part order, then
+  /// stored; position_grad (when not null) += the Position's parameter gradient of the keys.
+  void finish_keys(Index b, Index hk, const float* part_k, const float* part_v, Index parts,
+                   const Index* written, double* position_grad) {
+    position_grad_ = position_grad;
+    const Index nk = p_.kv_len * d_pad_, nv = p_.kv_len * dv_pad_;
+    zeroed_ = 0;
+    zero_keys(p_.kv_len);
+    for (Index s = 0; s < parts; ++s) {  // in part order: the same sums for any thread count
+      for (Index i = 0; i < written[s] * d_pad_; ++i) dk_acc_[i] += part_k[s * nk + i];
+      for (Index i = 0; i < written[s] * dv_pad_; ++i) dv_acc_[i] += part_v[s * nv + i];
+    }
     write_keys(b, hk);
   }
 
@@ -128,7 +160,7 @@ class BackwardTiles {
       owned_.split_queries(qrow_, nq, spec_.position.amplitude_dims(p_.head_dim));
     pack_q_transposed(d_o_, b, h, q0, nq, lanes, 1.f, dot_, kBq);  // dot_ [Dv, kBq]
     pack_rows(d_o_, b, h, q0, nq, dorow_, dv_pad_);                // dorow_ [nq, dv_pad]
-    set_aside_nonfinite_rows(nq);
+    set_aside_nonfinite_rows(dorow_, nq, dv_pad_, bad_rows_, bad_do_);
     begin_rows(b, h, q0, nq, lanes, q_pos.begin);
     std::fill(dq_tile_, dq_tile_ + kBq * d_pad_, 0.f);
     std::fill(lane_grad_, lane_grad_ + kBq, 0.f);
@@ -190,6 +222,7 @@ class BackwardTiles {
 
   void key_tile(Index b, Index h, Index hk, Index i0, Index k0, Index nk, Index nq, Index lanes,
                 TileKind kind) {
+    zero_keys(k0 + nk);
     const F32Rows keys = f32_rows(k_, k_direct_, b, hk, k0, nk, kp_, d_pad_);
     if constexpr (kOwnsProduct)
       owned_.logits(spec_.position, keys, qt_, nk, lanes, i0, k0, p_.head_dim, s_);
@@ -256,18 +289,13 @@ class BackwardTiles {
     if (nk > run) product(run, nk);
   }
 
-  // dO rows that are not finite: listed, kept aside and zeroed in dorow_ (value_guard.hpp), so
-  // that they reach only the keys their query sees (masked pairs get exactly zero gradient).
-  void set_aside_nonfinite_rows(Index nq) {
-    bad_rows_.clear();
-    if (rows_finite(F32Rows{dorow_, dv_pad_}, 0, nq, dv_pad_)) return;
-    bad_do_.clear();
-    for (Index r = 0; r < nq; ++r) {
-      if (rows_finite(F32Rows{dorow_, dv_pad_}, r, r + 1, dv_pad_)) continue;
-      bad_rows_.push_back(r);
-      bad_do_.insert(bad_do_.end(), dorow_ + r * dv_pad_, dorow_ + (r + 1) * dv_pad_);
-      std::fill(dorow_ + r * dv_pad_, dorow_ + (r + 1) * dv_pad_, 0.f);
-    }
+  // dK and dV rows [zeroed_, end) zeroed, as the key tiles reach them (a part's first tiles
+  // need not clear the rows of keys it never reaches).
+  void zero_keys(Index end) {
+    if (end <= zeroed_) return;
+    std::fill(dk_acc_ + zeroed_ * d_pad_, dk_acc_ + end * d_pad_, 0.f);
+    std::fill(dv_acc_ + zeroed_ * dv_pad_, dv_acc_ + end * dv_pad_, 0.f);
+    zeroed_ = end;
   }
 
   // The inverse norms of keys k0, k0 + 1, ... of KV head hk (cosine logits).
@@ -333,6 +361,7 @@ class BackwardTiles {
   View<GV> dv_;
   View<KR> k_raw_;
   double* position_grad_ = nullptr;  // [param_count] of the current item, or null
+  Index zeroed_ = 0;                 // dK / dV rows zeroed for the current item or part
   const float* stat_;                // [B, Hq, Lq] the forward's row statistics (null: none)
   const float* delta_;               // [B, Hq, Lq] D_i = dO_i . O_i
   const float* key_scale_;           // [B, Hkv, Lk] inverse key norms (cosine logits only)

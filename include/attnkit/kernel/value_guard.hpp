@@ -4,6 +4,7 @@
 // find such rows and add each one only to the rows whose mask keeps it.
 #pragma once
 
+#include <algorithm>
 #include <vector>
 
 #include "attnkit/detail/pack.hpp"
@@ -76,6 +77,21 @@ void add_to_visible_rows(const Mask& mask, const F32Rows& values, Index b, Index
 // meet the zero weights and zero dS of the keys their query does not see. `rows` lists such
 // rows r < nq of a query tile (at positions i0 + r), `saved` their dO (dv_pad floats each),
 // zeroed in the tile's dO so the products leave them out.
+
+// Lists the rows r < nq of d_o (rows ld apart) that are not finite in `rows`, keeps them in
+// `saved` and zeroes them in d_o.
+inline void set_aside_nonfinite_rows(float* d_o, Index nq, Index ld, std::vector<Index>& rows,
+                                     std::vector<float>& saved) {
+  rows.clear();
+  if (rows_finite(F32Rows{d_o, ld}, 0, nq, ld)) return;
+  saved.clear();
+  for (Index r = 0; r < nq; ++r) {
+    if (rows_finite(F32Rows{d_o, ld}, r, r + 1, ld)) continue;
+    rows.push_back(r);
+    saved.insert(saved.end(), d_o + r * ld, d_o + (r + 1) * ld);
+    std::fill(d_o + r * ld, d_o + (r + 1) * ld, 0.f);
+  }
+}
 
 // dS[jj, r] (rows ld apart) = 0 for each listed row r at the keys k0 + jj it does not see.
 template <class Mask>
