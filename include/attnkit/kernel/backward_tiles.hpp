@@ -24,6 +24,7 @@
 #include "attnkit/detail/row_norms.hpp"
 #include "attnkit/detail/scratch.hpp"
 #include "attnkit/gemm/tile_gemm.hpp"
+#include "attnkit/kernel/backward_keys.hpp"
 #include "attnkit/kernel/backward_stages.hpp"
 #include "attnkit/kernel/owned_products.hpp"
 #include "attnkit/kernel/tile_config.hpp"
@@ -81,8 +82,8 @@ class BackwardTiles {
             p.value_dim * kBq, kBq * dv_pad_, kBk * kBq, kBk * kBq, kScoreTile ? kBk * kBq : 0,
             k_direct_ ? 0 : kBk * d_pad_, v_direct_ ? 0 : kBk * dv_pad_, kBq * d_pad_, d_pad_, kBq,
             kBq, kBq, kBq, kOwnsProduct ? OwnedProducts::floats(d_pad_) : 0)),
-        dk_acc_(scratch_.carve(p.kv_len * d_pad_)),
-        dv_acc_(scratch_.carve(p.kv_len * dv_pad_)),
+        own_k_(scratch_.carve(p.kv_len * d_pad_)),
+        own_v_(scratch_.carve(p.kv_len * dv_pad_)),
         qt_(scratch_.carve(p.head_dim * kBq)),
         qrow_(scratch_.carve(kBq * d_pad_)),
         dot_(scratch_.carve(p.value_dim * kBq)),
@@ -99,6 +100,7 @@ class BackwardTiles {
         counts_(scratch_.carve(kBq)),
         lanes_(scratch_.carve(kBq)),
         states_(kBq / simd::kWidth) {
+    acc_.d_pad = d_pad_, acc_.dv_pad = dv_pad_;
     if constexpr (kOwnsProduct)
       owned_ = OwnedProducts(scratch_.carve(OwnedProducts::floats(d_pad_)), d_pad_);
   }
@@ -108,9 +110,9 @@ class BackwardTiles {
   /// position_grad (when not null) += the Position's parameter gradient of these rows.
   void run(Index b, Index hk, double* head_grad, double* position_grad) {
     const Index group = p_.q_heads / p_.kv_heads;
-    run_part(b, hk, 0, (p_.q_len + kBq - 1) / kBq, head_grad + hk * group, position_grad, dk_acc_,
-             dv_acc_);
-    zero_keys(p_.kv_len);  // keys no tile reached: zero gradients
+    run_part(b, hk, 0, (p_.q_len + kBq - 1) / kBq, head_grad + hk * group, position_grad, own_k_,
+             own_v_);
+    acc_.reach(p_.kv_len);  // keys no tile reached: zero gradients
     write_keys(b, hk);
   }
 
@@ -122,15 +124,13 @@ class BackwardTiles {
   Index run_part(Index b, Index hk, Index t0, Index t1, double* head_grad, double* position_grad,
                  float* part_k, float* part_v) {
     position_grad_ = position_grad;
-    float *own_k = dk_acc_, *own_v = dv_acc_;
-    dk_acc_ = part_k, dv_acc_ = part_v, zeroed_ = 0;
+    acc_.begin(part_k, part_v);
     const Index group = p_.q_heads / p_.kv_heads;
     for (Index g = 0; g < group; ++g)
       for (Index t = t0; t < t1; ++t)
         head_grad[g] +=
             query_tile(b, hk * group + g, hk, t * kBq, std::min(kBq, p_.q_len - t * kBq));
-    dk_acc_ = own_k, dv_acc_ = own_v;
-    return zeroed_;
+    return acc_.zeroed;
   }
 
   /// dK, dV of KV head hk in batch b: the `parts` parts of run_part() (part_k, part_v: the
@@ -139,13 +139,8 @@ class BackwardTiles {
   void finish_keys(Index b, Index hk, const float* part_k, const float* part_v, Index parts,
                    const Index* written, double* position_grad) {
     position_grad_ = position_grad;
-    const Index nk = p_.kv_len * d_pad_, nv = p_.kv_len * dv_pad_;
-    zeroed_ = 0;
-    zero_keys(p_.kv_len);
-    for (Index s = 0; s < parts; ++s) {  // in part order: the same sums for any thread count
-      for (Index i = 0; i < written[s] * d_pad_; ++i) dk_acc_[i] += part_k[s * nk + i];
-      for (Index i = 0; i < written[s] * dv_pad_; ++i) dv_acc_[i] += part_v[s * nv + i];
-    }
+    acc_.begin(own_k_, own_v_);
+    acc_.sum_parts(part_k, part_v, parts, p_.kv_len, written);
     write_keys(b, hk);
   }
 
@@ -222,7 +217,7 @@ class BackwardTiles {
 
   void key_tile(Index b, Index h, Index hk, Index i0, Index k0, Index nk, Index nq, Index lanes,
                 TileKind kind) {
-    zero_keys(k0 + nk);
+    acc_.reach(k0 + nk);
     const F32Rows keys = f32_rows(k_, k_direct_, b, hk, k0, nk, kp_, d_pad_);
     if constexpr (kOwnsProduct)
       owned_.logits(spec_.position, keys, qt_, nk, lanes, i0, k0, p_.head_dim, s_);
@@ -251,20 +246,20 @@ class BackwardTiles {
           simd::store(dp_ + jj * kBq + c,
                       simd::load(dp_ + jj * kBq + c) * simd::load(g_ + jj * kBq + c));
     if constexpr (kCosine) scale_rows(dp_, kBq, key_norms(b, hk, k0), nk, lanes);
-    gemm::gemm(nk, dv_pad_, nq, {s_, kBq, 1}, dorow_, dv_pad_, dv_acc_ + k0 * dv_pad_, dv_pad_,
+    gemm::gemm(nk, dv_pad_, nq, {s_, kBq, 1}, dorow_, dv_pad_, acc_.v + k0 * dv_pad_, dv_pad_,
                true);  // dV += P^T dO
     if (!bad_rows_.empty())
       add_rows_to_seen_keys(spec_.mask, kind == TileKind::Full, bad_rows_, bad_do_.data(), b, h, i0,
-                            k0, nk, s_, kBq, dv_acc_, dv_pad_);
+                            k0, nk, s_, kBq, acc_.v, dv_pad_);
     if constexpr (kOwnsProduct) {  // dS splits into the two products' gradients
       owned_.backward(spec_.position, dp_, nk, nq, lanes, i0, k0, p_.head_dim,
-                      dk_acc_ + k0 * d_pad_);
+                      acc_.k + k0 * d_pad_);
       const Index a = spec_.position.amplitude_dims(p_.head_dim);
       add_query_grads(owned_.keys_amp(keys, nk, a), dp_, b, h, i0, k0, nk, nq, kind);
       add_query_grads(owned_.keys_phase(), owned_.ds2(), b, h, i0, k0, nk, nq, kind);
       return;
     }
-    gemm::gemm(nk, d_pad_, nq, {dp_, kBq, 1}, qrow_, d_pad_, dk_acc_ + k0 * d_pad_, d_pad_,
+    gemm::gemm(nk, d_pad_, nq, {dp_, kBq, 1}, qrow_, d_pad_, acc_.k + k0 * d_pad_, d_pad_,
                true);  // dK += dS^T Q
     add_query_grads(keys, dp_, b, h, i0, k0, nk, nq, kind);
   }
@@ -287,15 +282,6 @@ class BackwardTiles {
       run = jj + 1;
     }
     if (nk > run) product(run, nk);
-  }
-
-  // dK and dV rows [zeroed_, end) zeroed, as the key tiles reach them (a part's first tiles
-  // need not clear the rows of keys it never reaches).
-  void zero_keys(Index end) {
-    if (end <= zeroed_) return;
-    std::fill(dk_acc_ + zeroed_ * d_pad_, dk_acc_ + end * d_pad_, 0.f);
-    std::fill(dv_acc_ + zeroed_ * dv_pad_, dv_acc_ + end * dv_pad_, 0.f);
-    zeroed_ = end;
   }
 
   // The inverse norms of keys k0, k0 + 1, ... of KV head hk (cosine logits).
@@ -328,7 +314,7 @@ class BackwardTiles {
   void write_keys(Index b, Index hk) {
     const Index dim = p_.head_dim;
     for (Index j = 0; j < p_.kv_len; ++j) {
-      float* x = dk_acc_ + j * d_pad_;
+      float* x = acc_.k + j * d_pad_;
       if constexpr (kCosine) {  // the unit key; its inverse norm is already in dS
         const float inv = key_scale_[(b * p_.kv_heads + hk) * p_.kv_len + j];
         const K* key = k_.row(b, hk, j);
@@ -344,7 +330,7 @@ class BackwardTiles {
       if constexpr (kTurnsRows) spec_.position.apply_transpose(x, dim, at);
       GK* out = dk_.row(b, hk, j);
       for (Index c = 0; c < dim; ++c) out[c] = static_cast<GK>(x[c]);
-      const float* y = dv_acc_ + j * dv_pad_;
+      const float* y = acc_.v + j * dv_pad_;
       GV* vout = dv_.row(b, hk, j);
       for (Index c = 0; c < p_.value_dim; ++c) vout[c] = static_cast<GV>(y[c]);
     }
@@ -361,7 +347,6 @@ class BackwardTiles {
   View<GV> dv_;
   View<KR> k_raw_;
   double* position_grad_ = nullptr;  // [param_count] of the current item, or null
-  Index zeroed_ = 0;                 // dK / dV rows zeroed for the current item or part
   const float* stat_;                // [B, Hq, Lq] the forward's row statistics (null: none)
   const float* delta_;               // [B, Hq, Lq] D_i = dO_i . O_i
   const float* key_scale_;           // [B, Hkv, Lk] inverse key norms (cosine logits only)
@@ -369,8 +354,9 @@ class BackwardTiles {
   bool k_direct_, v_direct_;  // f32 rows used in place (K also as a GEMM's B: whole vectors)
   // Scratch of one thread, carved once:
   Scratch scratch_;
-  float* dk_acc_;        // [Lk, d_pad]    dK of the item's KV head
-  float* dv_acc_;        // [Lk, dv_pad]   dV
+  float* own_k_;         // [Lk, d_pad]    dK of the item's KV head
+  float* own_v_;         // [Lk, dv_pad]   dV
+  KeyGrads acc_;         // where the key tiles add: own_k_ / own_v_, or a part's rows
   float* qt_;            // [D, kBq]       queries (turned, scaled), transposed
   float* qrow_;          // [kBq, d_pad]   the same in rows
   float* dot_;           // [Dv, kBq]      dO transposed
