@@ -51,11 +51,17 @@ flags=(-std=c++17 -O3 -march=native -fopenmp -DNDEBUG -isystem "$eigen" -I "$roo
 echo "ab_compare: A = $base_commit (headers), B = $tree_commit (this tree); building" >&2
 "$cxx" "${flags[@]}" -I "$work/a/include" -Dattnkit=attnkit_a -DAB_SIDE=ab_a $a_flags \
   -c "$root/bench/ab/ab_side.cpp" -o "$work/a.o" &
+side_a=$!
 "$cxx" "${flags[@]}" -I "$root/include" -Dattnkit=attnkit_b -DAB_SIDE=ab_b $b_flags \
   -c "$root/bench/ab/ab_side.cpp" -o "$work/b.o" &
+side_b=$!
 # The FMA-peak loop needs its multiply-adds fused (ISO C++ modes do not contract them).
 "$cxx" "${flags[@]}" -ffp-contract=fast -c "$root/bench/ab/ab_main.cpp" -o "$work/main.o"
-wait %1 && wait %2
+# Both sides finish before anything fails (no compiler left writing into a removed folder).
+built=0
+wait "$side_a" || built=1
+wait "$side_b" || built=1
+[ "$built" = 0 ] || { echo "ab_compare: a side did not build" >&2; exit 1; }
 "$cxx" -fopenmp "$work/a.o" "$work/b.o" "$work/main.o" -o "$work/ab"
 args=(--reps "$reps")
 [ -n "$rows" ] && args+=(--rows "$rows")

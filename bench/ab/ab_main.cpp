@@ -127,6 +127,11 @@ int main(int argc, char** argv) {
   int slower = 0;
   for (const int index : rows) {
     const ab::Row& r = ab::kRows[index];
+    if (!ab_a_supports(index) || !ab_b_supports(index)) {
+      std::printf("%s\tskipped: side %s lacks what it needs\n", r.name,
+                  ab_a_supports(index) ? "B" : "A");
+      continue;
+    }
     ab_a_setup(index);
     ab_b_setup(index);
     ab_a_call(index);  // warm: pages touched, scratch grown

@@ -52,8 +52,8 @@ inline constexpr Row kRows[] = {
      32, 1, 32768, 128, false, 2},
     {"backward f32 causal d128 L1024 H4", Kind::Backward, Storage::F32, MaskKind::Causal, 4, 4,
      1024, 1024, 128, false, 1},
-    {"backward f32 MQA 8/1 causal d128 L2048", Kind::Backward, Storage::F32, MaskKind::Causal, 8,
-     1, 2048, 2048, 128, false, 1},
+    {"backward f32 MQA 8/1 causal d128 L2048", Kind::Backward, Storage::F32, MaskKind::Causal, 8, 1,
+     2048, 2048, 128, false, 1},
     {"backward f32 MQA 8/1 causal d128 L2048, 2 threads", Kind::Backward, Storage::F32,
      MaskKind::Causal, 8, 1, 2048, 2048, 128, false, 2},
 };
@@ -82,6 +82,7 @@ inline double work_of(const Row& r) {
 #define AB_DECLARE_SIDE(side)                                  \
   void AB_CAT(side, _setup)(int row);  /* buffers, untimed */  \
   double AB_CAT(side, _call)(int row); /* one call: seconds */ \
-  void AB_CAT(side, _teardown)();
+  void AB_CAT(side, _teardown)();                              \
+  bool AB_CAT(side, _supports)(int row); /* this tree has what the row needs */
 AB_DECLARE_SIDE(ab_a)
 AB_DECLARE_SIDE(ab_b)

@@ -4,6 +4,23 @@
 // from the same seed (both sides read the same values), and times one call of a row.
 #include <Eigen/Core>
 #include <attnkit/attnkit.hpp>
+// Older trees lack some entry points: their rows are skipped (the _supports() answer).
+#if __has_include(<attnkit/kernel/attention_backward.hpp>)
+#define AB_HAS_BACKWARD 1
+#else
+#define AB_HAS_BACKWARD 0
+#endif
+#if __has_include(<attnkit/gemm/tile_gemm_bf16.hpp>)
+#define AB_HAS_BF16 1
+#else
+#define AB_HAS_BF16 0
+#endif
+#if __has_include(<attnkit/quant/quantize.hpp>)
+#include <attnkit/quant/quantize.hpp>
+#define AB_HAS_Q8 1
+#else
+#define AB_HAS_Q8 0
+#endif
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -30,7 +47,9 @@ struct Buffers {
   std::vector<float> q, o, d_o, dq, dk, dv, lse, kf, vf;
   std::vector<Eigen::bfloat16> kb, vb;
   std::vector<Eigen::half> kh, vh;
+#if AB_HAS_Q8
   std::vector<ak::BlockQ8_0> kq, vq;
+#endif
 };
 std::unique_ptr<Buffers> buffers;
 
@@ -41,12 +60,14 @@ std::vector<T> converted(const std::vector<float>& x) {
   return out;
 }
 
+#if AB_HAS_Q8
 std::vector<ak::BlockQ8_0> quantized(const std::vector<float>& x, Index dim) {
   std::vector<ak::BlockQ8_0> out(x.size() / 32);
   for (std::size_t r = 0; r < x.size() / std::size_t(dim); ++r)
     ak::quantize_row(x.data() + r * std::size_t(dim), dim, out.data() + r * std::size_t(dim / 32));
   return out;
 }
+#endif
 
 template <class Mask, class K>
 void run(const ab::Row& r, const Mask& mask, const K* k, const K* v, Buffers& b) {
@@ -61,8 +82,11 @@ void run(const ab::Row& r, const Mask& mask, const K* k, const K* v, Buffers& b)
 #else
   options = options.with_lse(b.lse.data());
 #endif
+#if AB_HAS_BF16
   if (r.bf16_products) options = options.with_products(ak::Products::Bf16);
+#endif
   if (r.kind != ab::Kind::Backward) return ak::attention(spec, q, kv, vv, o, options);
+#if AB_HAS_BACKWARD
   if constexpr (std::is_same_v<K, float>)
     ak::attention_backward(
         spec, q, kv, vv,
@@ -71,6 +95,7 @@ void run(const ab::Row& r, const Mask& mask, const K* k, const K* v, Buffers& b)
         ak::bhsd(b.dq.data(), 1, r.heads, r.q_len, r.dim),
         ak::bhsd(b.dk.data(), 1, r.kv_heads, r.kv_len, r.dim),
         ak::bhsd(b.dv.data(), 1, r.kv_heads, r.kv_len, r.dim), options);
+#endif
 }
 
 template <class Mask>
@@ -83,7 +108,11 @@ void run_storage(const ab::Row& r, const Mask& mask, Buffers& b) {
     case ab::Storage::F16:
       return run(r, mask, b.kh.data(), b.vh.data(), b);
     case ab::Storage::Q8_0:
+#if AB_HAS_Q8
       return run(r, mask, b.kq.data(), b.vq.data(), b);
+#else
+      return;
+#endif
   }
 }
 
@@ -130,7 +159,9 @@ void AB_CAT(AB_SIDE, _setup)(int index) {
       b.kh = converted<Eigen::half>(k), b.vh = converted<Eigen::half>(v);
       break;
     case ab::Storage::Q8_0:
+#if AB_HAS_Q8
       b.kq = quantized(k, r.dim), b.vq = quantized(v, r.dim);
+#endif
       break;
   }
   if (r.kind == ab::Kind::Backward) {
@@ -154,3 +185,9 @@ double AB_CAT(AB_SIDE, _call)(int) {
 }
 
 void AB_CAT(AB_SIDE, _teardown)() { buffers.reset(); }
+
+bool AB_CAT(AB_SIDE, _supports)(int index) {
+  const ab::Row& r = ab::kRows[index];
+  return (AB_HAS_Q8 || r.kv != ab::Storage::Q8_0) && (AB_HAS_BF16 || !r.bf16_products) &&
+         (AB_HAS_BACKWARD || r.kind != ab::Kind::Backward);
+}

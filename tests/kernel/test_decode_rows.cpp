@@ -637,20 +637,23 @@ TEST_CASE("paged decode: bf16 pairs over several KV groups, value dims with pair
 
 TEST_CASE("decode rows: the K/V prefetch is chosen per CPU and changes no bit",
           "[decode_rows][prefetch]") {
-  // Auto prefetches on Intel CPUs only (a gain on the Xeon, 1.6-1.9x slower on Zen 4:
-  // detail/prefetch.hpp); the choice is read from the CPU at run time, not from the build.
-  CHECK(ak::detail::decode_prefetch_for_vendor(true));
-  CHECK_FALSE(ak::detail::decode_prefetch_for_vendor(false));
+  // Auto prefetches on Intel CPUs (a gain on the Xeon, 1.6-1.9x slower on Zen 4), but not for
+  // MHA over K rows wider than 256 bytes (f32 d 128: 6-14% slower on the Xeon): see
+  // detail/prefetch.hpp; the CPU is read at run time, not from the build.
+  CHECK(ak::detail::decode_prefetch_for(true, 4, 512));         // f32 GQA
+  CHECK(ak::detail::decode_prefetch_for(true, 1, 256));         // f16 / bf16 MHA, d 128
+  CHECK_FALSE(ak::detail::decode_prefetch_for(true, 1, 512));   // f32 MHA, d 128
+  CHECK_FALSE(ak::detail::decode_prefetch_for(false, 4, 256));  // AMD, Arm
   struct Restore {
     ~Restore() { ak::decode_prefetch() = ak::DecodePrefetch::Auto; }
   } restore;
   REQUIRE(ak::decode_prefetch() == ak::DecodePrefetch::Auto);
-  CHECK(ak::detail::decode_prefetch_keys() ==
+  CHECK(ak::detail::decode_prefetch_keys(4, 256) ==
         (ak::detail::cpu_is_intel() ? ak::detail::kDecodePrefetchAhead : 0));
   ak::decode_prefetch() = ak::DecodePrefetch::Off;
-  CHECK(ak::detail::decode_prefetch_keys() == 0);
+  CHECK(ak::detail::decode_prefetch_keys(4, 256) == 0);
   ak::decode_prefetch() = ak::DecodePrefetch::Ahead;
-  CHECK(ak::detail::decode_prefetch_keys() == ak::detail::kDecodePrefetchAhead);
+  CHECK(ak::detail::decode_prefetch_keys(1, 512) == ak::detail::kDecodePrefetchAhead);
   // With and without the prefetch, decode gives the same bits (GQA, bf16 K/V, 300 keys).
   const Shape s = Shape{}.lengths(3, 300).heads(8, 2).dims(64).laid_out(Layout::Bhsd);
   Inputs<Eigen::bfloat16> in(s, 17);

@@ -11,9 +11,13 @@
 //  - AMD Zen 4: the same prefetch made decode 1.6-1.9x slower (f16 MHA 20.0 -> 37.9 ms, bf16
 //    19.5 -> 36.9, f16 GQA 10.4 -> 18.0; 1.3-1.7x on two threads): Zen's hardware prefetchers
 //    already stream the rows, and the extra requests compete with them.
-// So Auto prefetches on Intel CPUs only; elsewhere (AMD, Arm, unknown) decode runs without,
-// as it did before the prefetch (8640f62). decode_prefetch() forces a choice (benchmarks,
-// the alternating comparison, tests).
+//  - on the same Xeon, f32 MHA d 128 (512-byte K rows, one query row per K row: the stream
+//    alone, at 0.97-1.0 of the in-run streaming read without the prefetch) lost 6-14% with it
+//    in five of six runs, while f16 / bf16 / q8_0 MHA (rows of 256 bytes and less) gained 2-7%
+//    and f16 GQA 32/8 6-18% (docs/ledger.md).
+// So Auto prefetches on Intel CPUs, except for MHA over K rows wider than 256 bytes;
+// elsewhere (AMD, Arm, unknown) decode runs without, as before the prefetch (8640f62).
+// decode_prefetch() forces a choice (benchmarks, the alternating comparison, tests).
 #pragma once
 
 #include <atomic>
@@ -37,8 +41,11 @@ namespace detail {
 /// Keys decode asks for ahead of the block it computes, when it prefetches.
 inline constexpr Index kDecodePrefetchAhead = 48;
 
-/// Auto's choice for a CPU vendor: prefetch on Intel only (the measurements above).
-inline bool decode_prefetch_for_vendor(bool intel) { return intel; }
+/// Auto's choice (the measurements above): on Intel CPUs, unless each K row serves one query
+/// row (`group` query heads per KV head, 1: MHA) and is wider than 256 bytes.
+inline bool decode_prefetch_for(bool intel, Index group, Index key_row_bytes) {
+  return intel && (group > 1 || key_row_bytes <= 256);
+}
 
 /// Whether this CPU is an Intel one (x86 with GCC / Clang's cpu builtins; false elsewhere).
 inline bool cpu_is_intel() {
@@ -49,8 +56,9 @@ inline bool cpu_is_intel() {
 #endif
 }
 
-/// Keys decode prefetches ahead here and now: kDecodePrefetchAhead or 0.
-inline Index decode_prefetch_keys() {
+/// Keys decode prefetches ahead here and now, for K rows of key_row_bytes that serve `group`
+/// query heads each: kDecodePrefetchAhead or 0.
+inline Index decode_prefetch_keys(Index group, Index key_row_bytes) {
   switch (decode_prefetch().load(std::memory_order_relaxed)) {
     case DecodePrefetch::Off:
       return 0;
@@ -59,8 +67,8 @@ inline Index decode_prefetch_keys() {
     case DecodePrefetch::Auto:
       break;
   }
-  static const bool here = decode_prefetch_for_vendor(cpu_is_intel());
-  return here ? kDecodePrefetchAhead : 0;
+  static const bool intel = cpu_is_intel();
+  return decode_prefetch_for(intel, group, key_row_bytes) ? kDecodePrefetchAhead : 0;
 }
 
 /// Every cache line of n rows of `bytes` bytes, ld elements apart, asked for to be read.

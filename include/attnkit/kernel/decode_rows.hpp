@@ -89,6 +89,8 @@ class DecodeRows {
     blk_.visible.resize(static_cast<std::size_t>(rows_ * kBlock));
     blk_.logits = scratch_.carve(rows_ * kSPad);
     seen_all_.resize(static_cast<std::size_t>(groups * rows_));
+    prefetch_keys_ = decode_prefetch_keys(p.q_heads / std::max<Index>(p.kv_heads, 1),
+                                          row_elements<K>(p.head_dim) * Index{sizeof(K)});
   }
 
   /// The rows of KV group g in batch b -- query heads g * G .. (g + 1) * G - 1, each with its
@@ -209,7 +211,7 @@ class DecodeRows {
   // (detail/prefetch.hpp: on the Intel Xeon the hardware's stream prefetchers alone left decode
   // waiting on memory between blocks; on AMD Zen 4 the same prefetch made decode 1.6-1.9x
   // slower). Read once per engine: 0 (none) or kPrefetchKeys.
-  Index prefetch_keys_ = decode_prefetch_keys();
+  Index prefetch_keys_ = 0;  // set in the constructor, once the Problem is bound
 
   // The state the next steps work on: group g's slice (the only one when groups_ = 1).
   void select(Index g) {
