@@ -77,6 +77,28 @@ ak::View<T> seq_rows(const ak::View<T>& x, Index begin, Index n) {
   part.seq = n;
   return part;
 }
+
+// Appends k and v to `cache` in up to three runs, cut at c.e[1] and c.e[2] (turned by
+// `position` when kTurns). True when every append returned; else the first that threw must
+// have left the cache's length as it was (checked here) and false is returned.
+template <bool kTurns, class Cache, class KB, class VB, class Position>
+bool append_in_runs(const Case& c, Cache& cache, KB& k, VB& v, const Position& position) {
+  std::vector<Index> cuts{0, c.Lk, c.e[1] % (c.Lk + 1), c.e[2] % (c.Lk + 1)};
+  std::sort(cuts.begin(), cuts.end());
+  for (std::size_t i = 0; i + 1 < cuts.size(); ++i) {
+    const Index k0 = cuts[i], n = cuts[i + 1] - k0, before = cache.length();
+    const bool ok = returns([&] {
+      if constexpr (kTurns)
+        cache.append(seq_rows(k.view(), k0, n), seq_rows(v.view(), k0, n), position);
+      else
+        cache.append(seq_rows(k.view(), k0, n), seq_rows(v.view(), k0, n));
+    });
+    if (ok) continue;
+    if (cache.length() != before) violated(c, "a rejected KvCache append changed the length");
+    return false;
+  }
+  return true;
+}
 // Batch b alone.
 template <class T>
 ak::View<T> batch_of(const ak::View<T>& x, Index b) {

@@ -144,19 +144,8 @@ void quant_one(const Case& c, const Spec& spec) {
       violated(c, "a rejected quantize_row wrote its blocks");
     return;
   }
-  std::vector<Index> cuts{0, c.Lk, c.e[1] % (c.Lk + 1), c.e[2] % (c.Lk + 1)};
-  std::sort(cuts.begin(), cuts.end());
-  for (std::size_t i = 0; i + 1 < cuts.size(); ++i) {
-    const Index k0 = cuts[i], n = cuts[i + 1] - k0, before = cache.length();
-    const bool ok = returns([&] {
-      if constexpr (kTurns)
-        cache.append(seq_rows(k.view(), k0, n), seq_rows(v.view(), k0, n), spec.position);
-      else
-        cache.append(seq_rows(k.view(), k0, n), seq_rows(v.view(), k0, n));
-    });
-    if (ok) continue;
+  if (!append_in_runs<kTurns>(c, cache, k, v, spec.position)) {
     if (!huge) violated(c, "a quantized KvCache rejected a valid append");
-    if (cache.length() != before) violated(c, "a rejected KvCache append changed the length");
     return;
   }
   // Every stored key decodes to finite values (an append that cannot encode a row throws).
