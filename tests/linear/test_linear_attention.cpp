@@ -389,4 +389,25 @@ TEST_CASE("linear_attention: one token, no token, and a non-causal call that onl
   const ak::LinearState before = state;
   ak::linear_attention(spec, no_queries, no_keys, no_values, no_rows, state);
   CHECK(before.floats() == state.floats());
+
+  // Queries but no key, from the empty history: rows that see nothing get 0, even a NaN query
+  // (the fuzz test found phi(NaN) . 0 = NaN there); from a history, they read it.
+  auto three = in.q.cview();
+  three.seq = 3;
+  in.q.view.row(0, 1, 1)[0] = std::numeric_limits<float>::quiet_NaN();
+  auto three_rows = o.view;
+  three_rows.seq = 3;
+  o.fill(42.f);
+  auto empty = ak::make_linear_state(spec, in.q.view, in.v.view);
+  ak::linear_attention(spec.with_causal(false), three, no_keys, no_values, three_rows, empty);
+  bool zeros = true;
+  for (Index b = 0; b < full.batch; ++b)
+    for (Index h = 0; h < full.q_heads; ++h)
+      for (Index i = 0; i < 3; ++i)
+        for (Index c = 0; c < full.value_dim; ++c)
+          zeros = zeros && three_rows.row(b, h, i)[c] == 0.f;
+  CHECK(zeros);
+  ak::linear_attention(spec.with_causal(false), three, no_keys, no_values, three_rows, state);
+  CHECK(std::isnan(three_rows.row(0, 1, 1)[0]));     // the NaN query row reads the history
+  CHECK(std::isfinite(three_rows.row(0, 1, 0)[0]));  // the others are finite
 }

@@ -3,6 +3,7 @@
 // items over OpenMP threads, each with its own LinearHeads engine (linear_heads.hpp).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <type_traits>
@@ -88,6 +89,16 @@ void linear_attention(const LinearSpec<Map>& spec, const View<Q>& q, const View<
   using Heads = detail::LinearHeads<Map, Q, K, V, O>;
   const Index items = p.batch * p.q_heads;
   if (items == 0) return;
+  // No key in the call and none in the history (a zero state): every row sees nothing and
+  // gets 0, as attention()'s empty rows do -- not phi(q) . 0, which is NaN for a NaN query.
+  const std::vector<float>& held = state.floats();
+  if (p.kv_len == 0 && std::all_of(held.begin(), held.end(), [](float x) { return x == 0.f; })) {
+    for (Index b = 0; b < p.batch; ++b)
+      for (Index h = 0; h < p.q_heads; ++h)
+        for (Index i = 0; i < p.q_len; ++i)
+          std::fill(o.row(b, h, i), o.row(b, h, i) + p.value_dim, O(0.f));
+    return;
+  }
   const int threads = detail::threads_for(p.threads, items);
   // Scratch for every thread is allocated here, so std::bad_alloc reaches the caller.
   detail::Workers<Heads> heads(threads, spec, p, scale, q, k, v, o, state);
