@@ -88,8 +88,8 @@ void check_outputs_disjoint(const View<Q>& q, const View<K>& k, const View<V>& v
   Index rows = 0;
   require(checked_product({q.batch, q.heads, q.seq}, &rows) && rows <= kMaxLseRows, "lse",
           "a buffer of batch * q_heads * q_len floats that fits in memory", "an overflow");
-  require(lse.size() == rows, "Options.lse.size()",
-          cat(rows, " (q.batch * q.heads * q.seq: one statistic per query row)"), lse.size());
+  require_span_size(lse, rows, "Options.lse.size()",
+                    "q.batch * q.heads * q.seq: one statistic per query row");
   const auto begin = reinterpret_cast<std::uintptr_t>(lse.data());
   const ByteSpan stats{begin, begin + static_cast<std::uintptr_t>(rows) * sizeof(float)};
   require_disjoint(stats, "lse", out, "o");

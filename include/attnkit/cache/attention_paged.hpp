@@ -154,10 +154,8 @@ void attention_paged(const Spec& spec, const View<Q>& q, const PagedKv<T>& paged
   constexpr bool kStat = detail::row_stat_kind<Normalizer>() != RowStat::None;
   require(kStat || options.lse.empty(), "lse", "nullptr (this normalizer has no row statistic)",
           "a buffer");
-  if (!options.lse.empty())
-    require(options.lse.size() == B * Hq * Lq, "Options.lse.size()",
-            detail::cat(B * Hq * Lq, " (q.batch * q.heads * q.seq: one statistic per query row)"),
-            options.lse.size());
+  detail::require_span_size(options.lse, B * Hq * Lq, "Options.lse.size()",
+                            "q.batch * q.heads * q.seq: one statistic per query row");
   if (!options.lse.empty() && B * Hq * Lq > 0) {
     const auto begin = reinterpret_cast<std::uintptr_t>(options.lse.data());
     const detail::ByteSpan lse_span{

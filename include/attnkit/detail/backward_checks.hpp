@@ -31,11 +31,6 @@ inline ByteSpan float_span(Span<float> s) {
   return {begin, begin + static_cast<std::uintptr_t>(s.size()) * sizeof(float)};
 }
 
-// A parameter gradient's buffer: empty, or exactly `count` floats (`source` says why).
-inline void require_grad_size(Span<float> g, Index count, const char* name, const char* source) {
-  if (!g.empty()) require(g.size() == count, name, cat(count, " (", source, ")"), g.size());
-}
-
 /// A named byte range, for the aliasing checks.
 struct NamedSpan {
   ByteSpan bytes;
@@ -92,8 +87,8 @@ Problem make_backward_problem(const Spec& spec, const View<Q>& q, const View<K>&
   if (!grads.position.empty())
     require(position_param_count(spec.position) > 0, "ParamGrads.position",
             "nullptr (this Position has no trained parameter)", "a buffer");
-  require_grad_size(grads.normalizer, p.q_heads, "ParamGrads.normalizer.size()", "q.heads");
-  require_grad_size(grads.position, position_param_count(spec.position),
+  require_span_size(grads.normalizer, p.q_heads, "ParamGrads.normalizer.size()", "q.heads");
+  require_span_size(grads.position, position_param_count(spec.position),
                     "ParamGrads.position.size()", "the Position's param_count()");
   validate_policies(spec, p, options);
 

@@ -10,6 +10,7 @@
 
 #include "attnkit/detail/checked.hpp"
 #include "attnkit/error.hpp"
+#include "attnkit/span.hpp"
 #include "attnkit/tensor.hpp"
 
 namespace attnkit::detail {
@@ -80,6 +81,12 @@ void require_disjoint(const ByteSpan& a, const AName& a_name, const ByteSpan& b,
 // The rows of an output view must be distinct memory: threads write them concurrently.
 // Sufficient check: sorted by stride, each dimension of extent > 1 steps past the whole
 // block spanned by the smaller ones (every dense or padded layout passes).
+/// A flat output buffer beside the views (a row statistic, a parameter gradient): empty, or
+/// exactly `count` floats, what the call writes (`source` says why; the message names `name`).
+inline void require_span_size(Span<float> s, Index count, const char* name, const char* source) {
+  if (!s.empty()) require(s.size() == count, name, cat(count, " (", source, ")"), s.size());
+}
+
 template <class T, class Name>
 void check_rows_distinct(const View<T>& v, const Name& name) {
   if (v.batch == 0 || v.heads == 0 || v.seq == 0) return;  // no rows, nothing to overlap

@@ -76,9 +76,8 @@ void merge(const Normalizer& normalizer, const std::vector<View<P>>& parts,
           detail::cat("parts.size() = ", parts.size()), stats.size());
   require(kStat != RowStat::None || out_stat.empty(), "out_stat",
           "nullptr (this normalizer has no row statistic)", "a buffer");
-  require(out_stat.empty() || out_stat.size() == out.batch * out.heads * out.seq, "out_stat.size()",
-          detail::cat(out.batch * out.heads * out.seq, " (out.batch * out.heads * out.seq)"),
-          out_stat.size());
+  detail::require_span_size(out_stat, out.batch * out.heads * out.seq, "out_stat.size()",
+                            "out.batch * out.heads * out.seq");
   const detail::ByteSpan out_span = detail::byte_span(out);
   for (std::size_t k = 0; k < parts.size(); ++k) {
     const auto name = detail::cat("parts[", k, "]");

@@ -31,9 +31,8 @@ void merge_reweighted(const SoftplusL1Reweighted::SecondRound& normalizer,
                   "lssa", "the shape of out", "another shape");
   detail::require_disjoint(detail::byte_span(out), "out", detail::byte_span(lssa), "lssa");
   std::vector<float> stat(static_cast<std::size_t>(out.batch * out.heads * out.seq));
-  detail::require(out_stat.empty() || out_stat.size() == static_cast<Index>(stat.size()),
-                  "out_stat.size()", detail::cat(stat.size(), " (out.batch * out.heads * out.seq)"),
-                  out_stat.size());
+  detail::require_span_size(out_stat, out.batch * out.heads * out.seq, "out_stat.size()",
+                            "out.batch * out.heads * out.seq");
   merge(normalizer, parts, stats, out, stat);  // checks the rest, then writes
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   for (Index b = 0; b < out.batch; ++b)
