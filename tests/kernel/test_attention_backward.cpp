@@ -6,6 +6,7 @@
 // kernel/owned_products.hpp; the parameter gradients go through param_grads.hpp (ParamGrads).
 #include <Eigen/Core>
 #include <algorithm>
+#include <attnkit/kernel/backward_keys.hpp>
 #include <attnkit/mask/block_mask.hpp>
 #include <attnkit/mask/causal.hpp>
 #include <attnkit/mask/chunked.hpp>
@@ -24,6 +25,7 @@
 #include <attnkit/score/softcap.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -453,4 +455,35 @@ TEST_CASE("attention_backward: bad input throws Error naming it, before any writ
         ak::attention_backward(sinks, Q, K, V, O, dO, g.dq.view, g.dk.view, g.dv.view, with_stat);
       },
       {"Softmax.sinks.size()"});
+}
+
+TEST_CASE("KeyGrads: rows zeroed as far as the key tiles reach, parts summed over their rows",
+          "[backward]") {
+  // kernel/backward_keys.hpp: a part's rows past those it wrote hold garbage (NaN here) and
+  // must not be read; the sum keeps part order and zeroes the keys no part reached.
+  constexpr Index kLen = 5, kD = 2, kDv = 1;
+  std::vector<float> k(kLen * kD, 7.f), v(kLen * kDv, 7.f);
+  ak::detail::KeyGrads acc;
+  acc.d_pad = kD, acc.dv_pad = kDv;
+  acc.begin(k.data(), v.data());
+  acc.reach(2);
+  CHECK(acc.zeroed == 2);
+  CHECK(k == std::vector<float>{0, 0, 0, 0, 7, 7, 7, 7, 7, 7});
+  acc.reach(1);  // nothing below the mark again
+  k[0] = 3.f;
+  acc.reach(3);
+  CHECK(k[0] == 3.f);
+  CHECK(acc.zeroed == 3);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // Two parts: part 0 wrote 2 rows, part 1 wrote 4; the rest of each is garbage.
+  std::vector<float> parts_k(2 * kLen * kD, nan), parts_v(2 * kLen * kDv, nan);
+  for (Index i = 0; i < 2 * kD; ++i) parts_k[std::size_t(i)] = 1.f + float(i);
+  for (Index i = 0; i < 4 * kD; ++i) parts_k[std::size_t(kLen * kD + i)] = 10.f;
+  for (Index i = 0; i < 2; ++i) parts_v[std::size_t(i)] = 0.5f;
+  for (Index i = 0; i < 4; ++i) parts_v[std::size_t(kLen + i)] = 2.f;
+  const Index written[2] = {2, 4};
+  acc.begin(k.data(), v.data());
+  acc.sum_parts(parts_k.data(), parts_v.data(), 2, kLen, written);
+  CHECK(k == std::vector<float>{11, 12, 13, 14, 10, 10, 10, 10, 0, 0});
+  CHECK(v == std::vector<float>{2.5f, 2.5f, 2, 2, 0});
 }

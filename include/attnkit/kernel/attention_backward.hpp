@@ -112,14 +112,14 @@ void run_backward(const Spec& spec, const Problem& p, const View<Q>& q, const Vi
                   const View<GV>& dv, const View<KR>& k_raw, const float* stat, const float* delta,
                   const ParamGrads& grads) {
   using Tiles = BackwardTiles<Spec, Q, K, V, GO, GQ, GK, GV, KR>;
-  const Index items = p.batch * p.kv_heads;
+  const Index items = p.batch * p.kv_heads, group = p.q_heads / p.kv_heads;
   const Index d_pad = simd::round_up(p.head_dim), dv_pad = simd::round_up(p.value_dim);
   const Index parts = backward_parts(p, d_pad, dv_pad);
   const int threads = threads_for(p.threads, items * parts);
   std::vector<float> key_scale;
   if constexpr (cosine_logits<typename Spec::Normalizer>()) key_scale = inverse_row_norms(k);
-  // [B, Hq] per-head parameter gradients of each batch, summed over batches in order below;
-  // [items, count] the Position's parameter gradients of each item, summed in item order.
+  // Per unit of work (an item, or a part of one): the normalizer's per-head parameter
+  // gradients [group] and the Position's [count], each summed in a fixed order below.
   std::vector<double> head_grads(static_cast<std::size_t>(p.batch * p.q_heads), 0.0);
   const Index count = grads.position.empty() ? 0 : position_param_count(spec.position);
   std::vector<double> position_grads(static_cast<std::size_t>(items * count), 0.0);
@@ -127,32 +127,23 @@ void run_backward(const Spec& spec, const Problem& p, const View<Q>& q, const Vi
   Workers<Tiles> tiles(threads, spec, p, q, k, v, d_o, dq, dk, dv, k_raw, stat, delta,
                        key_scale.data());
   if (parts > 1) {
-    // Slots per part: head h's gradient of batch b is the sum over its item's parts, in order.
     run_backward_parts(tiles, p, parts, d_pad, dv_pad, head_grads, position_grads, count);
-    const Index group = p.q_heads / p.kv_heads;
-    if (!grads.normalizer.empty())
-      for (Index h = 0; h < p.q_heads; ++h) {
-        double sum = 0.0;
-        for (Index b = 0; b < p.batch; ++b)
-          for (Index s = 0; s < parts; ++s)
-            sum += head_grads[static_cast<std::size_t>(
-                ((b * p.kv_heads + h / group) * parts + s) * group + h % group)];
-        grads.normalizer.data()[h] = static_cast<float>(sum);
-      }
-  } else {
+  } else {  // one slot an item: head_grads [items, group], position_grads [items, count]
     for_each_item(tiles, items, [&](Tiles& worker, Index item) {
-      const Index b = item / p.kv_heads;
-      worker.run(b, item % p.kv_heads, head_grads.data() + b * p.q_heads,
+      worker.run(item / p.kv_heads, item % p.kv_heads, head_grads.data() + item * group,
                  count > 0 ? position_grads.data() + item * count : nullptr);
     });
-    if (!grads.normalizer.empty())
-      for (Index h = 0; h < p.q_heads; ++h) {
-        double sum = 0.0;
-        for (Index b = 0; b < p.batch; ++b)
-          sum += head_grads[static_cast<std::size_t>(b * p.q_heads + h)];
-        grads.normalizer.data()[h] = static_cast<float>(sum);
-      }
   }
+  // Head h's gradient: over the batches, and over its item's parts, in that fixed order.
+  if (!grads.normalizer.empty())
+    for (Index h = 0; h < p.q_heads; ++h) {
+      double sum = 0.0;
+      for (Index b = 0; b < p.batch; ++b)
+        for (Index s = 0; s < parts; ++s)
+          sum += head_grads[static_cast<std::size_t>(
+              ((b * p.kv_heads + h / group) * parts + s) * group + h % group)];
+      grads.normalizer.data()[h] = static_cast<float>(sum);
+    }
   const Index slots = count > 0 ? static_cast<Index>(position_grads.size()) / count : 0;
   for (Index c = 0; c < count; ++c) {
     double sum = 0.0;

@@ -11,8 +11,9 @@
 //   dP^T = V dO^T;  dS = the normalizer's backward (softmax: P (dP - D), D_i = dO_i . O_i)
 //   dV  += P^T dO,  dK += dS^T Q,  dQ_tile += dS K
 // dQ of a tile is finished after its key tiles, dK and dV after the whole item (in scratch
-// [Lk, D] per thread). Turned rows (RoPE) get their gradients turned back by the transposed
-// rotation; cosine logits get the projection of the normalization's derivative.
+// [Lk, D] per thread, kernel/backward_keys.hpp); both are stored by kernel/backward_store.hpp:
+// turned rows (RoPE) get their gradients turned back by the transposed rotation, cosine
+// logits the projection of the normalization's derivative.
 #pragma once
 
 #include <algorithm>
@@ -26,6 +27,7 @@
 #include "attnkit/gemm/tile_gemm.hpp"
 #include "attnkit/kernel/backward_keys.hpp"
 #include "attnkit/kernel/backward_stages.hpp"
+#include "attnkit/kernel/backward_store.hpp"
 #include "attnkit/kernel/owned_products.hpp"
 #include "attnkit/kernel/tile_config.hpp"
 #include "attnkit/kernel/tile_mask.hpp"
@@ -49,7 +51,6 @@ class BackwardTiles {
   static constexpr bool kCounts = counts_keys<Normalizer>();
   static constexpr bool kTurnsRows = transforms_rows<typename Spec::Position>();
   static constexpr bool kScoreTile = !unit_derivative<typename Spec::Score>();
-  static constexpr bool kPositionGrad = has_position_param_grad<typename Spec::Position>::value;
   static constexpr bool kOwnsProduct = owns_product<typename Spec::Position>();
 
   /// k: the keys as the tiles read them (turned once per call by a row-transforming
@@ -105,13 +106,11 @@ class BackwardTiles {
       owned_ = OwnedProducts(scratch_.carve(OwnedProducts::floats(d_pad_)), d_pad_);
   }
 
-  /// dK, dV of KV head hk in batch b and dQ of its query heads; head_grad[h] (h of the call's
-  /// q_heads) += the normalizer's per-head parameter gradient of this batch's rows, and
+  /// dK, dV of KV head hk in batch b and dQ of its query heads; head_grad[g] += the normalizer's
+  /// per-head parameter gradient of the group's g-th head on this batch's rows, and
   /// position_grad (when not null) += the Position's parameter gradient of these rows.
   void run(Index b, Index hk, double* head_grad, double* position_grad) {
-    const Index group = p_.q_heads / p_.kv_heads;
-    run_part(b, hk, 0, (p_.q_len + kBq - 1) / kBq, head_grad + hk * group, position_grad, own_k_,
-             own_v_);
+    run_part(b, hk, 0, (p_.q_len + kBq - 1) / kBq, head_grad, position_grad, own_k_, own_v_);
     acc_.reach(p_.kv_len);  // keys no tile reached: zero gradients
     write_keys(b, hk);
   }
@@ -289,51 +288,13 @@ class BackwardTiles {
     return key_scale_ + (b * p_.kv_heads + hk) * p_.kv_len + k0;
   }
 
-  // dq rows: the scale (cosines: the normalization's projection), turned back, stored.
   void finish_queries(Index b, Index h, Index q0, Index nq) {
-    const Index dim = p_.head_dim;
-    for (Index r = 0; r < nq; ++r) {
-      float* x = dq_tile_ + r * d_pad_;
-      if constexpr (kCosine) {
-        project_out(x, qrow_ + r * d_pad_, dim);  // qrow_: the unit query
-        for (Index c = 0; c < dim; ++c) x[c] *= inv_q_[r];
-      } else {
-        if constexpr (!kOwnsProduct)
-          for (Index c = 0; c < dim; ++c) x[c] *= p_.scale;
-      }
-      const RowAt at{b, h, q0 + r, p_.q_len, q0 + r + p_.q_offset, Role::Query};
-      if constexpr (kPositionGrad)
-        if (position_grad_ != nullptr)
-          spec_.position.accumulate_param_grad(q_.row(b, h, q0 + r), x, at, position_grad_);
-      if constexpr (kTurnsRows) spec_.position.apply_transpose(x, dim, at);
-      GQ* out = dq_.row(b, h, q0 + r);
-      for (Index c = 0; c < dim; ++c) out[c] = static_cast<GQ>(x[c]);
-    }
+    store_query_grads(spec_, p_, q_, dq_, b, h, q0, nq, dq_tile_, d_pad_, qrow_, inv_q_,
+                      position_grad_);
   }
 
   void write_keys(Index b, Index hk) {
-    const Index dim = p_.head_dim;
-    for (Index j = 0; j < p_.kv_len; ++j) {
-      float* x = acc_.k + j * d_pad_;
-      if constexpr (kCosine) {  // the unit key; its inverse norm is already in dS
-        const float inv = key_scale_[(b * p_.kv_heads + hk) * p_.kv_len + j];
-        const K* key = k_.row(b, hk, j);
-        if (std::any_of(x, x + dim, [](float y) { return y != 0.f; })) {
-          for (Index c = 0; c < dim; ++c) row_[c] = static_cast<float>(key[c]) * inv;
-          project_out(x, row_, dim);
-        }
-      }
-      const RowAt at{b, hk, j, p_.kv_len, j, Role::Key};
-      if constexpr (kPositionGrad)
-        if (position_grad_ != nullptr)
-          spec_.position.accumulate_param_grad(k_raw_.row(b, hk, j), x, at, position_grad_);
-      if constexpr (kTurnsRows) spec_.position.apply_transpose(x, dim, at);
-      GK* out = dk_.row(b, hk, j);
-      for (Index c = 0; c < dim; ++c) out[c] = static_cast<GK>(x[c]);
-      const float* y = acc_.v + j * dv_pad_;
-      GV* vout = dv_.row(b, hk, j);
-      for (Index c = 0; c < p_.value_dim; ++c) vout[c] = static_cast<GV>(y[c]);
-    }
+    store_key_grads(spec_, p_, k_, k_raw_, dk_, dv_, b, hk, acc_, key_scale_, row_, position_grad_);
   }
 
   const Spec& spec_;
