@@ -10,7 +10,8 @@
 namespace ab {
 
 enum class Kind { Prefill, Decode, Backward };
-enum class Storage { F32, Bf16, F16, Q8_0 };
+enum class Storage { F32, Bf16, F16, Q8_0, Q4_0 };
+enum class Products { Exact, Bf16, Int8 };  // Options::products of the row
 enum class MaskKind { Full, Causal, Window };
 
 struct Row {
@@ -19,7 +20,7 @@ struct Row {
   Storage kv;  // K and V storage (Q, O f32)
   MaskKind mask;
   long heads, kv_heads, q_len, kv_len, dim;
-  bool bf16_products;
+  Products products;
   int threads;
 };
 
@@ -27,35 +28,46 @@ struct Row {
 // core of the CPUs seen, and decode's K/V (256-537 MB a side) beyond any last-level cache.
 inline constexpr Row kRows[] = {
     {"prefill f32 full d128 L2048 H4", Kind::Prefill, Storage::F32, MaskKind::Full, 4, 4, 2048,
-     2048, 128, false, 1},
+     2048, 128, Products::Exact, 1},
     {"prefill f32 causal d128 L2048 H8", Kind::Prefill, Storage::F32, MaskKind::Causal, 8, 8, 2048,
-     2048, 128, false, 1},
+     2048, 128, Products::Exact, 1},
     {"prefill f32 window256 d128 L8192 H4", Kind::Prefill, Storage::F32, MaskKind::Window, 4, 4,
-     8192, 8192, 128, false, 1},
+     8192, 8192, 128, Products::Exact, 1},
     {"prefill f32 GQA 16/4 causal d128 L1024", Kind::Prefill, Storage::F32, MaskKind::Causal, 16, 4,
-     1024, 1024, 128, false, 1},
+     1024, 1024, 128, Products::Exact, 1},
     {"prefill bf16-products causal d128 L2048 H8", Kind::Prefill, Storage::F32, MaskKind::Causal, 8,
-     8, 2048, 2048, 128, true, 1},
+     8, 2048, 2048, 128, Products::Bf16, 1},
     {"short queries 16 over 8192, causal d128 H8", Kind::Prefill, Storage::F32, MaskKind::Causal, 8,
-     8, 16, 8192, 128, false, 1},
+     8, 16, 8192, 128, Products::Exact, 1},
     {"decode f32 MHA Lk16K H32 d128", Kind::Decode, Storage::F32, MaskKind::Causal, 32, 32, 1,
-     16384, 128, false, 1},
+     16384, 128, Products::Exact, 1},
     {"decode f16 MHA Lk32K H32 d128", Kind::Decode, Storage::F16, MaskKind::Causal, 32, 32, 1,
-     32768, 128, false, 1},
+     32768, 128, Products::Exact, 1},
     {"decode bf16 MHA Lk32K H32 d128", Kind::Decode, Storage::Bf16, MaskKind::Causal, 32, 32, 1,
-     32768, 128, false, 1},
+     32768, 128, Products::Exact, 1},
     {"decode f16 GQA 32/8 Lk32K d128", Kind::Decode, Storage::F16, MaskKind::Causal, 32, 8, 1,
-     32768, 128, false, 1},
+     32768, 128, Products::Exact, 1},
     {"decode q8_0 MHA Lk32K H32 d128", Kind::Decode, Storage::Q8_0, MaskKind::Causal, 32, 32, 1,
-     32768, 128, false, 1},
+     32768, 128, Products::Exact, 1},
     {"decode bf16 MHA Lk32K H32 d128, 2 threads", Kind::Decode, Storage::Bf16, MaskKind::Causal, 32,
-     32, 1, 32768, 128, false, 2},
+     32, 1, 32768, 128, Products::Exact, 2},
     {"backward f32 causal d128 L1024 H4", Kind::Backward, Storage::F32, MaskKind::Causal, 4, 4,
-     1024, 1024, 128, false, 1},
+     1024, 1024, 128, Products::Exact, 1},
     {"backward f32 MQA 8/1 causal d128 L2048", Kind::Backward, Storage::F32, MaskKind::Causal, 8, 1,
-     2048, 2048, 128, false, 1},
+     2048, 2048, 128, Products::Exact, 1},
     {"backward f32 MQA 8/1 causal d128 L2048, 2 threads", Kind::Backward, Storage::F32,
-     MaskKind::Causal, 8, 1, 2048, 2048, 128, false, 2},
+     MaskKind::Causal, 8, 1, 2048, 2048, 128, Products::Exact, 2},
+    // Quantized decode, exact and with Products::Int8 (int8 queries, integer K.Q products).
+    {"decode q8_0 MHA Lk32K H32 d128, int8 products", Kind::Decode, Storage::Q8_0,
+     MaskKind::Causal, 32, 32, 1, 32768, 128, Products::Int8, 1},
+    {"decode q8_0 GQA 32/8 Lk32K d128", Kind::Decode, Storage::Q8_0, MaskKind::Causal, 32, 8, 1,
+     32768, 128, Products::Exact, 1},
+    {"decode q8_0 GQA 32/8 Lk32K d128, int8 products", Kind::Decode, Storage::Q8_0,
+     MaskKind::Causal, 32, 8, 1, 32768, 128, Products::Int8, 1},
+    {"decode q4_0 MHA Lk32K H32 d128", Kind::Decode, Storage::Q4_0, MaskKind::Causal, 32, 32, 1,
+     32768, 128, Products::Exact, 1},
+    {"decode q4_0 MHA Lk32K H32 d128, int8 products", Kind::Decode, Storage::Q4_0,
+     MaskKind::Causal, 32, 32, 1, 32768, 128, Products::Int8, 1},
 };
 inline constexpr int kRowCount = static_cast<int>(sizeof(kRows) / sizeof(kRows[0]));
 
@@ -69,7 +81,10 @@ inline double work_of(const Row& r) {
   const double forward = 4.0 * pairs * double(r.dim) * double(r.heads);  // QK^T and PV
   if (r.kind == Kind::Prefill) return forward;
   if (r.kind == Kind::Backward) return 2.5 * forward;  // dP, dV, dK, dQ and S again
-  const double per_value = r.kv == Storage::F32 ? 4.0 : r.kv == Storage::Q8_0 ? 34.0 / 32.0 : 2.0;
+  const double per_value = r.kv == Storage::F32    ? 4.0
+                           : r.kv == Storage::Q8_0 ? 34.0 / 32.0
+                           : r.kv == Storage::Q4_0 ? 18.0 / 32.0
+                                                   : 2.0;
   return 2.0 * double(r.kv_len) * double(r.kv_heads) * double(r.dim) * per_value;
 }
 

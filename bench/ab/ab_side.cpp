@@ -21,6 +21,11 @@
 #else
 #define AB_HAS_Q8 0
 #endif
+#if __has_include(<attnkit/kernel/decode_int8.hpp>)
+#define AB_HAS_INT8 1
+#else
+#define AB_HAS_INT8 0
+#endif
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -49,6 +54,7 @@ struct Buffers {
   std::vector<Eigen::half> kh, vh;
 #if AB_HAS_Q8
   std::vector<ak::BlockQ8_0> kq, vq;
+  std::vector<ak::BlockQ4_0> k4, v4;
 #endif
 };
 std::unique_ptr<Buffers> buffers;
@@ -61,8 +67,9 @@ std::vector<T> converted(const std::vector<float>& x) {
 }
 
 #if AB_HAS_Q8
-std::vector<ak::BlockQ8_0> quantized(const std::vector<float>& x, Index dim) {
-  std::vector<ak::BlockQ8_0> out(x.size() / 32);
+template <class Block>
+std::vector<Block> quantized(const std::vector<float>& x, Index dim) {
+  std::vector<Block> out(x.size() / 32);
   for (std::size_t r = 0; r < x.size() / std::size_t(dim); ++r)
     ak::quantize_row(x.data() + r * std::size_t(dim), dim, out.data() + r * std::size_t(dim / 32));
   return out;
@@ -83,7 +90,10 @@ void run(const ab::Row& r, const Mask& mask, const K* k, const K* v, Buffers& b)
   options = options.with_lse(b.lse.data());
 #endif
 #if AB_HAS_BF16
-  if (r.bf16_products) options = options.with_products(ak::Products::Bf16);
+  if (r.products == ab::Products::Bf16) options = options.with_products(ak::Products::Bf16);
+#endif
+#if AB_HAS_INT8 && !defined(AB_EXACT_PRODUCTS)  // a side forced exact: --a-cxxflags
+  if (r.products == ab::Products::Int8) options = options.with_products(ak::Products::Int8);
 #endif
   if (r.kind != ab::Kind::Backward) return ak::attention(spec, q, kv, vv, o, options);
 #if AB_HAS_BACKWARD
@@ -110,6 +120,12 @@ void run_storage(const ab::Row& r, const Mask& mask, Buffers& b) {
     case ab::Storage::Q8_0:
 #if AB_HAS_Q8
       return run(r, mask, b.kq.data(), b.vq.data(), b);
+#else
+      return;
+#endif
+    case ab::Storage::Q4_0:
+#if AB_HAS_Q8
+      return run(r, mask, b.k4.data(), b.v4.data(), b);
 #else
       return;
 #endif
@@ -160,7 +176,12 @@ void AB_CAT(AB_SIDE, _setup)(int index) {
       break;
     case ab::Storage::Q8_0:
 #if AB_HAS_Q8
-      b.kq = quantized(k, r.dim), b.vq = quantized(v, r.dim);
+      b.kq = quantized<ak::BlockQ8_0>(k, r.dim), b.vq = quantized<ak::BlockQ8_0>(v, r.dim);
+#endif
+      break;
+    case ab::Storage::Q4_0:
+#if AB_HAS_Q8
+      b.k4 = quantized<ak::BlockQ4_0>(k, r.dim), b.v4 = quantized<ak::BlockQ4_0>(v, r.dim);
 #endif
       break;
   }
@@ -188,6 +209,8 @@ void AB_CAT(AB_SIDE, _teardown)() { buffers.reset(); }
 
 bool AB_CAT(AB_SIDE, _supports)(int index) {
   const ab::Row& r = ab::kRows[index];
-  return (AB_HAS_Q8 || r.kv != ab::Storage::Q8_0) && (AB_HAS_BF16 || !r.bf16_products) &&
+  const bool quantized = r.kv == ab::Storage::Q8_0 || r.kv == ab::Storage::Q4_0;
+  return (AB_HAS_Q8 || !quantized) && (AB_HAS_BF16 || r.products != ab::Products::Bf16) &&
+         (AB_HAS_INT8 || r.products != ab::Products::Int8) &&
          (AB_HAS_BACKWARD || r.kind != ab::Kind::Backward);
 }

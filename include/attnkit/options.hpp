@@ -20,7 +20,14 @@ namespace attnkit {
 ///    does on GPUs. It is a permission, chosen per call: paths where it would not be faster
 ///    (decode and its row engine, which are memory-bound; the backward) stay exact, and every
 ///    result is within the mode's error bound (README, "bf16 products").
-enum class Products { Exact, Bf16 };
+///  - Int8: decode over q8_0 / q4_0 K (the split-KV row engine: decode(), KvCache, paged
+///    decode) may quantize each scaled, position-turned query row to int8 per block of 32
+///    (q8_0's rule, f32 scale) and form Q.K with integer dot products on the keys' bytes, as
+///    ggml and ik_llama.cpp do; the softmax and P.V stay f32. Each logit then differs from the
+///    exact one by at most sum over blocks of max|q_b| / 254 * sum |k| (kernel/decode_int8.hpp;
+///    README, "int8 products"). A permission too: other K storage and the tile kernel stay
+///    exact.
+enum class Products { Exact, Bf16, Int8 };
 
 struct Options {
   static constexpr int kMaxThreads = 1024;  // a larger `threads` is an Error

@@ -23,7 +23,7 @@ struct Problem {
   float scale = 0.f;   // logit = scale * q . k
   Index q_offset = 0;  // absolute position of query row i is i + q_offset (keys: j)
   int threads = 0;
-  Products products = Products::Exact;  // Bf16: the tile kernel may round its operands
+  Products products = Products::Exact;  // Bf16: tiles may round; Int8: decode's Q.K
 
   /// Query head h reads KV head kv_head(h) (GQA/MQA).
   Index kv_head(Index h) const { return h / (q_heads / kv_heads); }
@@ -42,8 +42,9 @@ struct Problem {
     require(std::isfinite(scale) && scale != 0.f, "scale", "finite and non-zero", scale);
     require(threads >= 0 && threads <= kMaxThreads, "threads",
             detail::cat("0 (all) to ", kMaxThreads), threads);
-    require(products == Products::Exact || products == Products::Bf16, "products",
-            "Products::Exact or Products::Bf16", static_cast<int>(products));
+    require(products == Products::Exact || products == Products::Bf16 ||
+                products == Products::Int8,
+            "products", "Products::Exact, Bf16 or Int8", static_cast<int>(products));
     // Positions i + q_offset and the ranges built from them must not overflow Index.
     require(q_offset >= -kMaxOffset && q_offset <= kMaxOffset, "q_offset", "within +-2^62",
             q_offset);

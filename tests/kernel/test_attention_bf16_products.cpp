@@ -318,7 +318,7 @@ TEST_CASE("bf16 products: an Options::products value that is no mode is an Error
         ak::attention(ak::make_spec(Causal{}), in.q.cview(), in.k.cview(), in.v.cview(), o.view,
                       ak::Options{}.with_products(static_cast<Products>(7)));
       },
-      {"products", "Products::Exact or Products::Bf16", "7"});
+      {"products", "Products::Exact, Bf16 or Int8", "7"});
 }
 
 TEST_CASE("bf16 products: the vdpbf16ps kernel agrees with f32 FMAs on the same operands",

@@ -437,7 +437,7 @@ TEST_CASE("linear_attention_backward: bad inputs throw Error before anything is 
   }
   SECTION("an Options::products value that is no mode, as every other entry point refuses") {
     refused(with(spec, dq, dk, dv, ak::Options{}.with_products(static_cast<ak::Products>(5))),
-            {"products: expected Products::Exact or Products::Bf16", "got 5"});
+            {"products: expected Products::Exact, Bf16 or Int8", "got 5"});
   }
   SECTION("aliasing") {
     refused(with(spec, run.q.view, dk, dv), {"dq", "memory disjoint from q"});

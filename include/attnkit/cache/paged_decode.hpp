@@ -66,6 +66,7 @@ Problem paged_problem(const View<Q>& q, const PagedKv<T>& paged, const Options& 
   p.value_dim = paged.value_dim();
   p.scale = scale_for(options, q.dim);
   p.threads = options.threads;
+  p.products = options.products;
   return p;
 }
 

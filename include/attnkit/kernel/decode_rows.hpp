@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include "attnkit/detail/prefetch.hpp"
 #include "attnkit/detail/scratch.hpp"
 #include "attnkit/detail/traits.hpp"
+#include "attnkit/kernel/decode_int8.hpp"
 #include "attnkit/kernel/decode_row_math.hpp"
 #include "attnkit/mask/combine.hpp"
 #include "attnkit/mask/key_columns.hpp"
@@ -79,12 +81,16 @@ class DecodeRows {
         math_(p.head_dim, p.value_dim),
         dv_pad_(math_.dv_pad),
         groups_(groups),
+        int8_(int8_logits_for<K>(p)),
+        q8_floats_(int8_ ? int8_->query_bytes() / Index{sizeof(float)} : 0),
         scratch_(Scratch::size_for(groups * rows_ * p.head_dim, groups * rows_ * dv_pad_,
-                                   groups * rows_, groups * rows_ * kW, rows_ * kSPad)),
+                                   groups * rows_, groups * rows_ * kW, rows_ * kSPad,
+                                   groups * rows_ * q8_floats_)),
         qr_all_(scratch_.carve(groups * rows_ * p.head_dim)),
         acc_all_(scratch_.carve(groups * rows_ * dv_pad_)),
         m_all_(scratch_.carve(groups * rows_)),
-        l_all_(scratch_.carve(groups * rows_ * kW)) {
+        l_all_(scratch_.carve(groups * rows_ * kW)),
+        q8_all_(scratch_.carve(groups * rows_ * q8_floats_)) {
     blk_.kinds.resize(static_cast<std::size_t>(rows_));
     blk_.visible.resize(static_cast<std::size_t>(rows_ * kBlock));
     blk_.logits = scratch_.carve(rows_ * kSPad);
@@ -125,6 +131,7 @@ class DecodeRows {
       for (Index c = 0; c < whole; c += kW) simd::store(row + c, simd::load(row + c) * scale);
       for (Index c = whole; c < d; ++c) row[c] *= p_.scale;
       math_.prepare_query(row);  // in the order logits() reads K
+      if (int8_) int8_->quantize(row, query_ints(r));
     }
     std::fill(acc_, acc_ + rows_ * dv_pad_, 0.f);
     std::fill(m_, m_ + rows_, kNegInf);
@@ -162,7 +169,7 @@ class DecodeRows {
         // Rows that see the whole block share each K load: four (a GQA group's heads; their
         // queries then live in L1, not all in registers) or two (AVX-512 and NEON have the
         // registers for both rows' queries).
-        const Index shared = kPair && math_.q_vectors > 0 ? full_rows(blk, r) : 1;
+        const Index shared = (kPair && math_.q_vectors > 0) || int8_ ? full_rows(blk, r) : 1;
         if (shared >= 4) {
           logit_rows<4>(b, g, r, block_keys, kld, k0, nk, blk);
           r += 3;
@@ -220,8 +227,12 @@ class DecodeRows {
     acc_ = acc_all_ + at * rows_ * dv_pad_;
     m_ = m_all_ + at * rows_;
     l_ = l_all_ + at * rows_ * kW;
+    q8_ = q8_all_ + at * rows_ * q8_floats_;
     seen_ = seen_all_.data() + at * rows_;
   }
+
+  // Row r's int8 query (Products::Int8 over quantized K: kernel/decode_int8.hpp).
+  std::byte* query_ints(Index r) const { return reinterpret_cast<std::byte*>(q8_ + r * q8_floats_); }
 
   static constexpr Index kSPad = kDecodeLogitsPad;  // one row's logits in the block
 
@@ -244,7 +255,10 @@ class DecodeRows {
   void logit_rows(Index b, Index g, Index r0, const K* keys, Index kld, Index k0, Index nk,
                   Block& blk) {
     const Index lanes = simd::round_up(nk);
-    math_.template logits<R>(qr_ + r0 * p_.head_dim, keys, kld, nk, blk.logits + r0 * kSPad);
+    if (int8_logits_apply<K>() && int8_)
+      int8_->template logits<R>(query_ints(r0), keys, kld, nk, blk.logits + r0 * kSPad, kSPad);
+    else
+      math_.template logits<R>(qr_ + r0 * p_.head_dim, keys, kld, nk, blk.logits + r0 * kSPad);
     for (Index x = 0; x < R; ++x) {
       const Index r = r0 + x, h = head(g, r), i = query_position(r);
       float* s = blk.logits + r * kSPad;
@@ -313,17 +327,21 @@ class DecodeRows {
   Math math_;           // the block math (head and value dims, queries in registers)
   Index dv_pad_;        // value_dim rounded up to whole vectors
   Index groups_;        // KV groups held at once
+  std::optional<Int8Logits<K>> int8_;  // Products::Int8 over q8_0 / q4_0 K (else empty)
+  Index q8_floats_;  // one int8 query row's bytes, in floats (0 without int8_)
   // Scratch of one thread, carved once, per group held:
   Scratch scratch_;
   float* qr_all_;   // [groups, rows, D]        the queries, turned and scaled
   float* acc_all_;  // [groups, rows, dv_pad]   output accumulators
   float* m_all_;    // [groups, rows]           running max logit
   float* l_all_;    // [groups, rows, kWidth]   running sum of exp(s - m), per lane
+  float* q8_all_;   // [groups, rows, q8_floats] the int8 queries (Products::Int8)
   // The slices of the selected group:
   float* qr_ = nullptr;
   float* acc_ = nullptr;
   float* m_ = nullptr;
   float* l_ = nullptr;
+  float* q8_ = nullptr;
   Block blk_;              // the block in hand (its logits in the scratch)
   float w_[kBlock];        // a Partial row's visible weights
   const V* vrow_[kBlock];  // and their value rows
