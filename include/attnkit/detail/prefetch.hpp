@@ -15,6 +15,11 @@
 //    alone, at 0.97-1.0 of the in-run streaming read without the prefetch) lost 6-14% with it
 //    in five of six runs, while f16 / bf16 / q8_0 MHA (rows of 256 bytes and less) gained 2-7%
 //    and f16 GQA 32/8 6-18% (docs/ledger.md).
+// The rows are asked for one at a time, each as the row 48 keys before it is computed
+// (RowsAhead below): asked for as one burst at each block's start, the same prefetch filled the
+// core's fill buffers and stalled it there (alternated on the Xeon, burst -> spread: q8_0 MHA
+// 31.6 -> 25.6 ms, with Products::Int8 31.5 -> 24.1, q8_0 GQA 11.9 -> 10.2, q4_0 MHA 24.3 ->
+// 21.3, bf16 MHA 46.0 -> 43.8; f16 and f32 within noise).
 // So Auto prefetches on Intel CPUs, except for MHA over K rows wider than 256 bytes;
 // elsewhere (AMD, Arm, unknown) decode runs without, as before the prefetch (8640f62).
 // decode_prefetch() forces a choice (benchmarks, the alternating comparison, tests).
@@ -69,6 +74,21 @@ inline Index decode_prefetch_keys(Index group, Index key_row_bytes) {
   }
   static const bool intel = cpu_is_intel();
   return decode_prefetch_for(intel, group, key_row_bytes) ? kDecodePrefetchAhead : 0;
+}
+
+/// Where decode's row loops ask for rows ahead: a key or value row `k_offset` / `v_offset`
+/// bytes past the one in hand, `k_bytes` / `v_bytes` long (offsets 0: none). One row asked for
+/// with each row computed keeps the requests in step with the work: the same rows asked for as
+/// one burst at a block's start (48 rows of K and V at once) filled the core's fill buffers
+/// and stalled it there (q8_0 MHA decode on the Xeon: 33-37 -> 23-28 ms spread out).
+struct RowsAhead {
+  Index k_offset = 0, k_bytes = 0, v_offset = 0, v_bytes = 0;
+};
+
+/// Every cache line of the `bytes` bytes at p asked for to be read (a hint: never faults).
+inline void prefetch_span(const void* p, Index bytes) {
+  const char* at = static_cast<const char*>(p);
+  for (Index off = 0; off < bytes; off += static_cast<Index>(kCacheLine)) __builtin_prefetch(at + off);
 }
 
 /// Every cache line of n rows of `bytes` bytes, ld elements apart, asked for to be read.

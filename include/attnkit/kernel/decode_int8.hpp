@@ -15,6 +15,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "attnkit/detail/prefetch.hpp"
 #include "attnkit/problem.hpp"
 #include "attnkit/quant/blocks.hpp"
 #include "attnkit/simd/simd.hpp"
@@ -50,10 +51,11 @@ class Int8Logits {
 
   /// out rows 0 .. R - 1 (out_stride apart) = the nk key rows at `keys` (ld blocks apart) .
   /// the R quantized query rows at q (query_bytes() apart), keys in the lanes as the exact
-  /// logits: kW keys' per-lane sums, then one transposing add per row.
+  /// logits: kW keys' per-lane sums, then one transposing add per row. Each key row read asks
+  /// for the one `ahead` on.
   template <int R>
   void logits(const std::byte* q, const K* keys, Index ld, Index nk, float* out,
-              Index out_stride) const {
+              Index out_stride, const RowsAhead& ahead) const {
     const std::byte* rows[R];
     for (int x = 0; x < R; ++x) rows[x] = q + x * query_bytes();
     Index j = 0;
@@ -61,7 +63,7 @@ class Int8Logits {
       simd::Vec part[std::size_t{R}][std::size_t{kW}];  // [row, key] the lanes of a product
       for (Index t = 0; t < kW; ++t) {
         simd::Vec a[std::size_t{R}];
-        key_dot<R>(keys + (j + t) * ld, rows, a);
+        key_dot<R>(keys + (j + t) * ld, rows, a, ahead);
         for (int x = 0; x < R; ++x) part[x][t] = a[x];
       }
       for (int x = 0; x < R; ++x)
@@ -69,14 +71,17 @@ class Int8Logits {
     }
     for (; j < nk; ++j) {
       simd::Vec a[std::size_t{R}];
-      key_dot<R>(keys + j * ld, rows, a);
+      key_dot<R>(keys + j * ld, rows, a, ahead);
       for (int x = 0; x < R; ++x) out[x * out_stride + j] = simd::reduce_add(a[x]);
     }
   }
 
  private:
   template <int R>
-  void key_dot(const K* key, const std::byte* const* rows, simd::Vec* a) const {
+  void key_dot(const K* key, const std::byte* const* rows, simd::Vec* a,
+               const RowsAhead& ahead) const {
+    if (ahead.k_offset != 0)
+      prefetch_span(reinterpret_cast<const char*>(key) + ahead.k_offset, ahead.k_bytes);
     for (int x = 0; x < R; ++x) a[x] = simd::Vec(0.f);
     simd::int8_key_dot<kLayout, R>(reinterpret_cast<const std::uint8_t*>(key), blocks_, rows, a);
   }

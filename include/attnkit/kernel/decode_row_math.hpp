@@ -12,6 +12,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "attnkit/detail/prefetch.hpp"
 #include "attnkit/detail/storage_rows.hpp"
 #include "attnkit/normalizer/softmax.hpp"
 #include "attnkit/simd/simd.hpp"
@@ -105,20 +106,22 @@ struct DecodeRowMath {
 
   /// out rows 0 .. R - 1 (kSPad apart) = the nk key rows at `keys` (widened in registers) .
   /// the R query rows at q (d apart). With whole vectors of 2, 4 or 8 the queries stay in
-  /// registers (q_vectors); otherwise one row at a time (R = 1), queries loaded.
+  /// registers (q_vectors); otherwise one row at a time (R = 1), queries loaded. Each key row
+  /// read asks for the one `ahead` on (RowsAhead, detail/prefetch.hpp).
   template <int R>
-  void logits(const float* q, const K* keys, Index ld, Index nk, float* out) const {
+  void logits(const float* q, const K* keys, Index ld, Index nk, float* out,
+              const RowsAhead& ahead) const {
     switch (q_vectors) {
       case 8:
-        return logits_in_registers<R, 8>(q, keys, ld, nk, out);
+        return logits_in_registers<R, 8>(q, keys, ld, nk, out, ahead);
       case 4:
-        return logits_in_registers<R, 4>(q, keys, ld, nk, out);
+        return logits_in_registers<R, 4>(q, keys, ld, nk, out, ahead);
       case 2:
-        return logits_in_registers<R, 2>(q, keys, ld, nk, out);
+        return logits_in_registers<R, 2>(q, keys, ld, nk, out, ahead);
       default:
         break;
     }
-    if constexpr (R == 1) logits_any(q, keys, ld, nk, out);
+    if constexpr (R == 1) logits_any(q, keys, ld, nk, out, ahead);
   }
 
   /// Online softmax of one row over the logits s[0, lanes) (masked = -inf), as
@@ -151,13 +154,16 @@ struct DecodeRowMath {
   }
 
   /// Rows 0 .. R - 1 (accumulators at acc, dv_pad apart) += sum over j < n of w[x][j] *
-  /// rows[j], in register slabs of up to slab_width<R>() vectors per row.
+  /// rows[j], in register slabs of up to slab_width<R>() vectors per row; the first slab asks
+  /// for each value row's successor `ahead` on.
   template <int R>
-  void weighted_values(Index n, const float* const* w, const V* const* rows, float* acc) const {
+  void weighted_values(Index n, const float* const* w, const V* const* rows, float* acc,
+                       const RowsAhead& ahead) const {
     constexpr int kWide = slab_width<R>();
     const Index whole = dv / kW * kW;
     for (Index c0 = 0; c0 < whole; c0 += kWide * kW)
-      slab_of<R, kWide>(std::min<Index>(kWide, (whole - c0) / kW), n, w, rows, acc, c0);
+      slab_of<R, kWide>(std::min<Index>(kWide, (whole - c0) / kW), n, w, rows, acc, c0,
+                        c0 == 0 ? ahead : RowsAhead{});
     for (Index x = 0; x < R; ++x)
       for (Index j = 0; j < n; ++j)
         for (Index c = whole; c < dv; ++c) acc[x * dv_pad + c] += w[x][j] * value_at(rows[j], c);
@@ -176,7 +182,8 @@ struct DecodeRowMath {
 
  private:
   template <int R, int NQ>
-  void logits_in_registers(const float* q, const K* keys, Index ld, Index nk, float* out) const {
+  void logits_in_registers(const float* q, const K* keys, Index ld, Index nk, float* out,
+                           const RowsAhead& ahead) const {
     simd::Vec qv[std::size_t{R}][std::size_t{NQ}];  // array bounds are unsigned
     for (int x = 0; x < R; ++x)
       for (int c = 0; c < NQ; ++c) qv[x][c] = simd::load(q + x * d + c * kW);
@@ -186,6 +193,7 @@ struct DecodeRowMath {
                     [std::size_t{kW}];  // per key: its products, summed over the lanes after
       const K* key = keys + j * ld;
       for (Index t = 0; t < kW; ++t, key += ld) {  // the rows stream in memory order
+        ask_ahead(key, ahead);
         simd::Vec a[std::size_t{R}];
         key_dot<R, NQ>(key, qv, a);
         for (int x = 0; x < R; ++x) part[x][t] = a[x];
@@ -193,6 +201,7 @@ struct DecodeRowMath {
       for (int x = 0; x < R; ++x) simd::store(out + x * kSPad + j, simd::transpose_add(part[x]));
     }
     for (; j < nk; ++j) {
+      ask_ahead(keys + j * ld, ahead);
       simd::Vec a[std::size_t{R}];
       key_dot<R, NQ>(keys + j * ld, qv, a);
       for (int x = 0; x < R; ++x) out[x * kSPad + j] = simd::reduce_add(a[x]);
@@ -232,14 +241,22 @@ struct DecodeRowMath {
     }
   }
 
+  // Asks for the key row `ahead` past `key` (none when ahead.k_offset is 0).
+  static void ask_ahead(const K* key, const RowsAhead& ahead) {
+    if (ahead.k_offset != 0)
+      prefetch_span(reinterpret_cast<const char*>(key) + ahead.k_offset, ahead.k_bytes);
+  }
+
   // out[0, nk) for one row, any head dim: queries loaded, a scalar tail past whole vectors.
-  void logits_any(const float* q, const K* keys, Index ld, Index nk, float* out) const {
+  void logits_any(const float* q, const K* keys, Index ld, Index nk, float* out,
+                  const RowsAhead& ahead) const {
     const Index whole = d / kW * kW;
     Index j = 0;
     for (; j + kW <= nk; j += kW) {
       simd::Vec part[kW];
       const K* key = keys + j * ld;
       for (Index t = 0; t < kW; ++t, key += ld) {
+        ask_ahead(key, ahead);
         simd::Vec a0(0.f), a1(0.f);  // two chains hide the FMA latency
         Index c = 0;
         for (; c + 2 * kW <= whole; c += 2 * kW) {
@@ -273,18 +290,21 @@ struct DecodeRowMath {
   // slab<R, count>() for a count <= N known only at run time.
   template <int R, int N>
   void slab_of(Index count, Index n, const float* const* w, const V* const* rows, float* acc,
-               Index c0) const {
+               Index c0, const RowsAhead& ahead) const {
     if constexpr (N > 1)
-      if (count < N) return slab_of<R, N - 1>(count, n, w, rows, acc, c0);
-    slab<R, N>(n, w, rows, acc, c0);
+      if (count < N) return slab_of<R, N - 1>(count, n, w, rows, acc, c0, ahead);
+    slab<R, N>(n, w, rows, acc, c0, ahead);
   }
 
   template <int R, int N>
-  void slab(Index n, const float* const* w, const V* const* rows, float* acc, Index c0) const {
+  void slab(Index n, const float* const* w, const V* const* rows, float* acc, Index c0,
+            const RowsAhead& ahead) const {
     simd::Vec a[std::size_t{R}][std::size_t{N}];
     for (int x = 0; x < R; ++x)
       for (int t = 0; t < N; ++t) a[x][t] = simd::load(acc + x * dv_pad + c0 + t * kW);
     for (Index j = 0; j < n; ++j) {
+      if (ahead.v_offset != 0)
+        prefetch_span(reinterpret_cast<const char*>(rows[j]) + ahead.v_offset, ahead.v_bytes);
       simd::Vec wj[std::size_t{R}];
       for (int x = 0; x < R; ++x) wj[x] = simd::Vec(w[x][j]);
       int t = 0;

@@ -151,11 +151,12 @@ class DecodeRows {
     const Index v_bytes = row_elements<V>(p_.value_dim) * Index{sizeof(V)};
     for (Index j0 = 0; j0 < n; j0 += kBlock) {
       const Index nk = std::min(kBlock, n - j0), k0 = pos0 + j0, lanes = simd::round_up(nk);
-      const Index ahead = j0 + prefetch_keys_;  // asked for now, used 3 blocks on
-      if (prefetch_keys_ > 0 && ahead < n) {
-        prefetch_rows(keys + ahead * kld, kld, std::min(kBlock, n - ahead), k_bytes);
-        prefetch_rows(values + ahead * vld, vld, std::min(kBlock, n - ahead), v_bytes);
-      }
+      // The rows prefetch_keys_ on (3 blocks), asked for one by one as the first rows that
+      // see this block read its K and V rows (none for a run's last 3 blocks).
+      RowsAhead ahead;
+      if (prefetch_keys_ > 0 && j0 + kBlock + prefetch_keys_ <= n)
+        ahead = {prefetch_keys_ * kld * Index{sizeof(K)}, k_bytes,
+                 prefetch_keys_ * vld * Index{sizeof(V)}, v_bytes};
       for (Index r = 0; r < rows_; ++r) {
         const Index i = query_position(r);
         blk.kinds[static_cast<std::size_t>(r)] =
@@ -171,19 +172,20 @@ class DecodeRows {
         // registers for both rows' queries).
         const Index shared = (kPair && math_.q_vectors > 0) || int8_ ? full_rows(blk, r) : 1;
         if (shared >= 4) {
-          logit_rows<4>(b, g, r, block_keys, kld, k0, nk, blk);
+          logit_rows<4>(b, g, r, block_keys, kld, k0, nk, blk, ahead);
           r += 3;
         } else if (shared >= 2) {
-          logit_rows<2>(b, g, r, block_keys, kld, k0, nk, blk);
+          logit_rows<2>(b, g, r, block_keys, kld, k0, nk, blk, ahead);
           ++r;
         } else {
-          logit_rows<1>(b, g, r, block_keys, kld, k0, nk, blk);
+          logit_rows<1>(b, g, r, block_keys, kld, k0, nk, blk, ahead);
         }
+        ahead.k_offset = 0;  // asked for once
       }
       for (Index r = 0; r < rows_; ++r)
         if (blk.kind(r) != TileKind::Empty)
           math_.absorb(blk.logits + r * kSPad, lanes, m_[r], l_ + r * kW, acc_ + r * dv_pad_);
-      weigh_block(blk, nk);
+      weigh_block(blk, nk, ahead);
     }
   }
 
@@ -253,12 +255,13 @@ class DecodeRows {
   // then the score mod, the mask (-inf) and -inf padding to whole vectors.
   template <int R>
   void logit_rows(Index b, Index g, Index r0, const K* keys, Index kld, Index k0, Index nk,
-                  Block& blk) {
+                  Block& blk, const RowsAhead& ahead) {
     const Index lanes = simd::round_up(nk);
+    float* out = blk.logits + r0 * kSPad;
     if (int8_logits_apply<K>() && int8_)
-      int8_->template logits<R>(query_ints(r0), keys, kld, nk, blk.logits + r0 * kSPad, kSPad);
+      int8_->template logits<R>(query_ints(r0), keys, kld, nk, out, kSPad, ahead);
     else
-      math_.template logits<R>(qr_ + r0 * p_.head_dim, keys, kld, nk, blk.logits + r0 * kSPad);
+      math_.template logits<R>(qr_ + r0 * p_.head_dim, keys, kld, nk, out, ahead);
     for (Index x = 0; x < R; ++x) {
       const Index r = r0 + x, h = head(g, r), i = query_position(r);
       float* s = blk.logits + r * kSPad;
@@ -284,8 +287,9 @@ class DecodeRows {
   }
 
   // acc += the block's weights times its nk value rows, for every row that sees some key;
-  // four or two rows that see the whole block share each V load.
-  void weigh_block(const Block& blk, Index nk) {
+  // four or two rows that see the whole block share each V load. The first rows ask for the
+  // value rows `ahead`.
+  void weigh_block(const Block& blk, Index nk, RowsAhead ahead) {
     for (Index r = 0; r < rows_; ++r) {
       const TileKind kind = blk.kind(r);
       if (kind == TileKind::Empty) continue;
@@ -294,14 +298,15 @@ class DecodeRows {
       if (kind == TileKind::Full) {
         const Index shared = kPair ? full_rows(blk, r) : 1;
         if (shared >= 4) {
-          math_.template weighted_values<4>(nk, weights, blk.values, acc_ + r * dv_pad_);
+          math_.template weighted_values<4>(nk, weights, blk.values, acc_ + r * dv_pad_, ahead);
           r += 3;
         } else if (shared >= 2) {
-          math_.template weighted_values<2>(nk, weights, blk.values, acc_ + r * dv_pad_);
+          math_.template weighted_values<2>(nk, weights, blk.values, acc_ + r * dv_pad_, ahead);
           ++r;
         } else {
-          math_.template weighted_values<1>(nk, weights, blk.values, acc_ + r * dv_pad_);
+          math_.template weighted_values<1>(nk, weights, blk.values, acc_ + r * dv_pad_, ahead);
         }
+        ahead.v_offset = 0;  // asked for once
         continue;
       }
       // A masked key is left out of the values' sum: it cannot bring a non-finite value row
@@ -315,7 +320,8 @@ class DecodeRows {
         vrow_[n++] = blk.values[j];
       }
       weights[0] = w_;
-      math_.template weighted_values<1>(n, weights, vrow_, acc_ + r * dv_pad_);
+      math_.template weighted_values<1>(n, weights, vrow_, acc_ + r * dv_pad_, ahead);
+      ahead.v_offset = 0;
     }
   }
 

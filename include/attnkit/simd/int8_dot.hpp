@@ -39,6 +39,14 @@
 #define ATTNKIT_INT8_DOT_512 1
 #endif
 
+// int8_key_dot() runs once a key row, inside the logits' loop over keys: a call there (GCC
+// 12 declines to inline it) keeps the accumulators in memory, a store-to-load chain a unit.
+#if defined(__GNUC__) || defined(__clang__)
+#define ATTNKIT_INT8_INLINE inline __attribute__((always_inline))
+#else
+#define ATTNKIT_INT8_INLINE inline
+#endif
+
 namespace attnkit::simd {
 
 /// The layout of a quantized key row's blocks (see the top of this header).
@@ -103,8 +111,9 @@ inline void quantize_block(const float* x, std::int8_t* q, float& dq, std::int32
   const bool zero = !finite || !(d >= std::numeric_limits<float>::min());
   const float id = zero ? 0.f : 1.f / d;
   sum = 0;
-  for (int c = 0; c < 32; ++c) {
-    const float r = std::round(x[c] * id);
+  for (int c = 0; c < 32; ++c) {  // round half away from 0, as std::round (no library call)
+    const float y = x[c] * id, t = std::trunc(y);
+    const float r = std::fabs(y - t) >= 0.5f ? t + std::copysign(1.f, y) : t;
     q[c] = static_cast<std::int8_t>(r > 127.f ? 127.f : r < -127.f ? -127.f : r);
     sum += q[c];
   }
@@ -175,7 +184,7 @@ void int8_query(const float* x, std::ptrdiff_t blocks, std::byte* out) {
 /// a[r] (r < R) += lanes whose sum is the product of the key row at `key` (`blocks` blocks
 /// of layout F) with query row q[r] (int8_query<F>()). Reads only the row's bytes.
 template <KeyBlocks F, int R>
-void int8_key_dot(const std::uint8_t* key, std::ptrdiff_t blocks, const std::byte* const* q,
+ATTNKIT_INT8_INLINE void int8_key_dot(const std::uint8_t* key, std::ptrdiff_t blocks, const std::byte* const* q,
                   Vec* a) {
   constexpr std::ptrdiff_t kB = detail::kBlockBytes<F>;
 #if defined(ATTNKIT_INT8_DOT_512)
