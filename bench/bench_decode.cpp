@@ -214,6 +214,28 @@ void add(const char* storage, Index len, Index kv_heads) {
   }
 }
 
+// decode() with Products::Int8 (int8 queries, integer K.Q products) over quantized K/V: the
+// same K/V buffers as decode/ (Lk 32768), against exact products and the stream.
+template <class T>
+void add_int8(const char* storage) {
+  for (const Index kv_heads : {Index{32}, Index{8}})
+    for (const int threads : {1, 2}) {
+      const std::string shape = shape_name(storage, 32768, kv_heads, threads);
+      attnkit_bench::register_timed("decode_int8/" + shape, [=](benchmark::State& state) {
+        KvBuffers<T>& buf = kv<T>(32768, kv_heads);
+        std::vector<float> out(static_cast<std::size_t>(kHeads * kDim));
+        const auto q = ak::bhsd(static_cast<const float*>(queries().data()), 1, kHeads, 1, kDim);
+        const auto o = ak::bhsd(out.data(), 1, kHeads, 1, kDim);
+        attnkit_bench::time_best(state, "decode_int8/" + shape, attnkit_bench::Clocks::kWall, [&] {
+          ak::decode(ak::make_spec(ak::Causal{}), q, buf.view(buf.k), buf.view(buf.v), o,
+                     ak::Options{}.with_threads(threads).with_products(ak::Products::Int8));
+          benchmark::DoNotOptimize(out.data());
+        });
+        state.counters["GB/s"] = attnkit_bench::per_second(buf.bytes() / 1e9);
+      });
+    }
+}
+
 constexpr Index kPageSize = 16, kPrefillLen = 1024;
 
 // The K/V of kv<T>(len, kv_heads) appended to a PagedKv of kPageSize-position pages.
@@ -494,6 +516,27 @@ void print_summary() {
       }
 
   std::printf(
+      "\n### Products::Int8 (queries quantized to int8 per block, integer K.Q products) against "
+      "exact products: Lk=32768, Lq=1, H=%ld, d=%ld\n\n",
+      long(kHeads), long(kDim));
+  attnkit_bench::print_table_head(
+      "| K/V | Hkv | threads | int8 ms | exact ms | / exact time | / stream | / bf16 time |");
+  for (const char* storage : {"q8_0", "q4_0"})
+    for (const Index hkv : {Index{32}, Index{8}})
+      for (const int threads : {1, 2}) {
+        const std::string shape = shape_name(storage, 32768, hkv, threads);
+        const attnkit_bench::Best* i = attnkit_bench::find_best("decode_int8/" + shape);
+        const attnkit_bench::Best* d = attnkit_bench::find_best("decode/" + shape);
+        const attnkit_bench::Best* s = attnkit_bench::find_best("stream/" + shape);
+        const attnkit_bench::Best* b =
+            attnkit_bench::find_best("decode/" + shape_name("bf16", 32768, hkv, threads));
+        if (i == nullptr || d == nullptr || s == nullptr || b == nullptr) continue;
+        std::printf("| %s | %ld | %d | %.2f | %.2f | %.2f | %.2f | %.2f |\n", storage, long(hkv),
+                    threads, i->seconds * 1e3, d->seconds * 1e3, i->seconds / d->seconds,
+                    s->seconds / i->seconds, i->seconds / b->seconds);
+      }
+
+  std::printf(
       "\n### MLA decode (shared latent: K = %ld columns, V = its first %ld, one KV head, %ld "
       "query heads), Lk=%ld, Lq=1\n\n/ tile peak = GFLOP/s against the in-run tile-GEMM peak (d "
       "128, same threads, mla_peak); / stream = latent GB/s against a streaming read of it.\n\n",
@@ -589,6 +632,8 @@ int main(int argc, char** argv) {
       add<ak::BlockQ8_0>("q8_0", len, hkv);
       add<ak::BlockQ4_0>("q4_0", len, hkv);
     }
+  add_int8<ak::BlockQ8_0>("q8_0");
+  add_int8<ak::BlockQ4_0>("q4_0");
   for (const Index hkv : {Index{32}, Index{8}}) add_paged<Eigen::bfloat16>("bf16", 32768, hkv);
   add_prefill<float>("f32");
   add_prefill<Eigen::bfloat16>("bf16");
@@ -604,6 +649,7 @@ int main(int argc, char** argv) {
   attnkit_bench::report_context("decode", kHeads, 0);
   attnkit_bench::report_baseline("decode", "stream");
   attnkit_bench::report_baseline("paged", "decode");
+  attnkit_bench::report_baseline("decode_int8", "decode");
   attnkit_bench::report_baseline("prefill_bf16", "prefill_f32");
   attnkit_bench::report_baseline("prefill_f16", "prefill_f32");
   attnkit_bench::report_baseline("prefill_q8_0", "prefill_f32");
