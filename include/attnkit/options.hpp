@@ -13,19 +13,20 @@ namespace attnkit {
 
 /// How the kernels form the products Q.K and P.V.
 ///  - Exact (default): f32 products of the stored values (bf16 / f16 / quantized K/V widened).
-///  - Bf16: the tile kernel (attention() and attention_paged() / attention_varlen() prefill)
-///    may round the operands to bfloat16 -- the scaled, position-turned query rows, the key
-///    and value rows, and the softmax weights P before P.V (their row sums stay f32) -- and
-///    multiply them with bf16 products, accumulating in f32 throughout, as FlashAttention
-///    does on GPUs. It is a permission, chosen per call: paths where it would not be faster
-///    (decode and its row engine, which are memory-bound; the backward) stay exact, and every
-///    result is within the mode's error bound (README, "bf16 products").
+///  - Bf16: the tile kernel (attention(), attention_paged() / attention_varlen() prefill, and
+///    split-KV chunks of the normalizers the decode row engine does not take) may round the
+///    operands to bfloat16 -- the scaled, position-turned query rows, the key and value rows,
+///    and the weights P before P.V (their row sums stay f32) -- and multiply them with bf16
+///    products, accumulating in f32 throughout, as FlashAttention does on GPUs. It is a
+///    permission, chosen per call: paths where it would not be faster (the decode row engine
+///    -- softmax decode, memory-bound -- the backward, linear attention) stay exact, and every
+///    result is within the mode's error bound (docs/mechanisms.md, "bf16 products").
 ///  - Int8: decode over q8_0 / q4_0 K (the split-KV row engine: decode(), KvCache, paged
 ///    decode) may quantize each scaled, position-turned query row to int8 per block of 32
 ///    (q8_0's rule, f32 scale) and form Q.K with integer dot products on the keys' bytes, as
 ///    ggml and ik_llama.cpp do; the softmax and P.V stay f32. Each logit then differs from the
 ///    exact one by at most sum over blocks of max|q_b| / 254 * sum |k| (kernel/decode_int8.hpp;
-///    README, "int8 products"). A permission too: other K storage and the tile kernel stay
+///    docs/mechanisms.md, "Int8 products"). A permission too: other K storage and the tile kernel stay
 ///    exact.
 enum class Products { Exact, Bf16, Int8 };
 

@@ -18,6 +18,7 @@
 #include <attnkit/detail/bf16_round.hpp>
 #include <attnkit/gemm/tile_gemm_bf16.hpp>
 #include <attnkit/kernel/attention.hpp>
+#include <attnkit/kernel/decode.hpp>
 #include <attnkit/mask/causal.hpp>
 #include <attnkit/mask/combine.hpp>
 #include <attnkit/mask/full.hpp>
@@ -306,6 +307,27 @@ TEST_CASE("bf16 products: bitwise identical for 1..3 threads; decode stays exact
     // Lq <= 16 runs split-KV decode, which keeps f32 products.
     CHECK((run(c, Products::Exact) == one) == (lq <= ak::kMaxDecodeQueries));
   }
+}
+
+TEST_CASE("bf16 products: split-KV decode rounds where it runs the tile kernel (Sigmoid)",
+          "[attention][bf16]") {
+  // Softmax decode runs the row engine, which keeps f32 products (above); a normalizer the
+  // row engine does not take (Sigmoid) runs the tile kernel's chunks, which take the mode.
+  const Bf16Kernel kernel = kernel_here();
+  const UsingKernel using_kernel(kernel);
+  INFO(name_of(kernel));
+  const std::vector<float> biases = ak::test::head_biases(4);
+  const auto spec = ak::make_spec(Causal{}, ak::Sigmoid::per_head(biases));
+  const Case c = Case{}.lengths(4, 1100).heads(4, 2).dims(64);
+  check_on_bf16_operands("Sigmoid, split-KV decode", spec, c);
+  const ak::test::Inputs<bf16> in(c, 7);
+  const auto run = [&](Products how) {
+    return ak::test::bytes_of(ak::test::run_into<decltype(spec)>(
+        c, [&](const ak::View<float>& o, const ak::Options& options) {
+          ak::decode(spec, in.q.cview(), in.k.cview(), in.v.cview(), o, options.with_products(how));
+        }));
+  };
+  CHECK(run(Products::Bf16) != run(Products::Exact));  // P rounded
 }
 
 TEST_CASE("bf16 products: an Options::products value that is no mode is an Error",

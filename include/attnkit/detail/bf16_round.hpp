@@ -5,7 +5,7 @@
 // a rounded normal value is at most u = 2^-8 (bf16 keeps 8 significand bits, the leading
 // one included: a tie such as 1 + 2^-8 moves by 2^-8 of itself). Values below bf16's
 // smallest normal (2^-126) keep an absolute error of up to 2^-134, and the vdpbf16ps kernel
-// flushes subnormal operands and products to 0: the README's bound adds an absolute term.
+// flushes subnormal operands and products to 0: docs/mechanisms.md's bound adds an absolute term.
 #pragma once
 
 #include <cstdint>

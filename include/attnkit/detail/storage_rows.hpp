@@ -66,14 +66,6 @@ simd::Vec block_vector(const Block& blk, Index off) {
   return block_ints(blk, off) * simd::Vec(block_scale(blk));
 }
 
-/// Asks for every cache line of a row of `dim` values (a hint: it never faults).
-template <class T>
-void prefetch_row(const T* row, Index dim) {
-  const char* at = reinterpret_cast<const char*>(row);
-  const Index bytes = row_elements<T>(dim) * Index{sizeof(T)};
-  for (Index off = 0; off < bytes; off += 64) __builtin_prefetch(at + off);
-}
-
 /// out[0, dim) = the row's values in f32 (bf16 and f16 widened with SIMD where it can).
 template <class T>
 void row_to_f32(const T* row, Index dim, float* out) {

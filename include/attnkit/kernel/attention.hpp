@@ -20,7 +20,6 @@
 #include "attnkit/spec.hpp"
 
 namespace attnkit {
-namespace detail {}  // namespace detail
 
 namespace detail {
 

@@ -185,7 +185,9 @@ class AttentionTiles {
         // weights (their row sums in f32), rescale
         rows_.absorb(spec_.normalizer, buf_.s, tile.nk, nq, lanes, kBq, buf_.factor, buf_.acc,
                      dv_pad_, tile.hulls ? lane_keys_ : nullptr);
-        if (bf16_ && (!pairs_.on() || tile.t0 >= 0))
+        // P rounded here unless the call's packed pair products round it as they pack it
+        // (split-KV chunks have no packed call: their P.V runs f32 FMAs on rounded P and V).
+        if (bf16_ && (!pairs_.packed() || tile.t0 >= 0))
           round_rows_to_bf16(buf_.s, tile.nk, lanes, kBq);
         if (tile.t0 < 0)  // buf_.acc += P V
           accumulate_values(mask, b, h, hk, q_pos.begin, tile.k0, tile.nk, nq, tile.kind);
@@ -281,7 +283,7 @@ class AttentionTiles {
     // bf16 products: the guard below must see the values as the products will (a finite f32
     // past bf16's largest rounds to inf), so a Partial tile's rows are rounded here also when
     // the pair products would round them in their own packing (rounding twice is rounding once).
-    if (bf16_ && !is_bf16<V>() && (!pairs_.on() || kind != TileKind::Full))
+    if (bf16_ && !is_bf16<V>() && (!pairs_.packed() || kind != TileKind::Full))
       round_rows_to_bf16(buf_.vp, nk, p_.value_dim, dv_pad_);
     if (kind == TileKind::Full ||
         rows_finite_unseen<ScheduleMask>(values, nk, seen_.data(), dv_pad_)) {
