@@ -598,12 +598,33 @@ TEST_CASE("RopeTable: bad sizes, bases and scaling parameters throw naming the f
 // with_positions(q_ids, k_ids) that attention() takes turns each role standalone too.
 TEST_CASE("apply_position: a Rope with both query and key ids turns each role with its ids",
           "[position][rope]") {
+  // Each row turned by the ids equals the same row turned alone by a Rope without ids at that
+  // position (apply_position's offset); a row left unturned would differ (checked too).
   const Rope rope = Rope(RopeTable(16, 10000, 64)).with_positions({3, 9}, {1, 2, 4});
-  Tensor<float> q(Layout::Bhsd, 1, 1, 2, 16), k(Layout::Bhsd, 1, 1, 3, 16);
-  q.randomize(1);
-  k.randomize(2);
-  CHECK_NOTHROW(ak::apply_position(rope, q.view, Role::Query));
-  CHECK_NOTHROW(ak::apply_position(rope, k.view, Role::Key));
+  const Rope plain(RopeTable(16, 10000, 64));
+  const auto check = [&](Role role, const std::vector<Index>& ids, std::uint32_t seed) {
+    const Index n = static_cast<Index>(ids.size());
+    Tensor<float> x(Layout::Bhsd, 1, 1, n, 16), original(Layout::Bhsd, 1, 1, n, 16);
+    x.randomize(seed);
+    original.randomize(seed);
+    ak::apply_position(rope, x.view, role);
+    for (Index s = 0; s < n; ++s) {
+      Tensor<float> one(Layout::Bhsd, 1, 1, 1, 16);
+      std::copy(original.view.row(0, 0, s), original.view.row(0, 0, s) + 16, one.view.row(0, 0, 0));
+      // RoPE turns a query and a key at one position alike; an offset is a query's.
+      ak::apply_position(plain, one.view, Role::Query, ids[static_cast<std::size_t>(s)]);
+      double turned = 0, moved = 0;
+      for (Index c = 0; c < 16; ++c) {
+        turned = std::max(turned, double(std::abs(x.view.row(0, 0, s)[c] - one.view.row(0, 0, 0)[c])));
+        moved = std::max(moved, double(std::abs(x.view.row(0, 0, s)[c] - original.view.row(0, 0, s)[c])));
+      }
+      INFO((role == Role::Query ? "query" : "key") << " row " << s << " at id " << ids[std::size_t(s)]);
+      CHECK(turned <= ak::test::tol::kF32);
+      CHECK(moved > 1e-3);  // the id turned it: the comparison is not of a row with itself
+    }
+  };
+  check(Role::Query, {3, 9}, 1);
+  check(Role::Key, {1, 2, 4}, 2);
 }
 
 namespace {
