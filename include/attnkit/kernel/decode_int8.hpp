@@ -56,7 +56,7 @@ class Int8Logits {
   template <int R>
   void logits(const std::byte* q, const K* keys, Index ld, Index nk, float* out,
               Index out_stride, const RowsAhead& ahead) const {
-    const std::byte* rows[R];
+    const std::byte* rows[std::size_t{R}];
     for (int x = 0; x < R; ++x) rows[x] = q + x * query_bytes();
     Index j = 0;
     for (; j + kW <= nk; j += kW) {

@@ -225,7 +225,7 @@ ATTNKIT_INT8_INLINE void int8_key_dot(const std::uint8_t* key, std::ptrdiff_t bl
     }
   }
 #elif defined(__AVX2__) && !defined(ATTNKIT_NO_SIMD)
-  __m256 acc[R];
+  __m256 acc[std::size_t{R}];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (std::ptrdiff_t b = 0; b < blocks; ++b) {
     const std::uint8_t* at = key + b * kB;
@@ -271,7 +271,7 @@ ATTNKIT_INT8_INLINE void int8_key_dot(const std::uint8_t* key, std::ptrdiff_t bl
 #endif
   }
 #elif defined(ATTNKIT_SIMD_NEON)
-  float32x4_t acc[R];
+  float32x4_t acc[std::size_t{R}];
   for (int r = 0; r < R; ++r) acc[r] = vdupq_n_f32(0.f);
   for (std::ptrdiff_t b = 0; b < blocks; ++b) {
     const std::uint8_t* at = key + b * kB;
