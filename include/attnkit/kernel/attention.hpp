@@ -125,25 +125,39 @@ void run_with_keys(const Spec& spec, const Problem& p, const View<Q>& q, const V
 /// kDecodeRowsMaxQueries rows with a softmax spec the decode row engine takes
 /// (decode_rows_fit(): faster than the tiles at every key count), else (one-pass
 /// normalizers) against at least 2 kDecodeChunk keys.
+namespace detail {
+
+/// The checks attention() and decode() make of their types, each saying what is missing: one
+/// list for both entry points (their copies had drifted: decode() lacked the normalizer's and
+/// the TAPA-with-cosine-logits checks).
+template <class Spec, class Q, class K, class V, class O>
+constexpr bool check_entry_types() {
+  using Position = typename Spec::Position;
+  static_assert(!std::is_const_v<O>, "attention() / decode(): the output view must be writable");
+  static_assert(std::is_same_v<Position, NoPosition> || transforms_rows<Position>() ||
+                    owns_product<Position>(),
+                "attention() / decode(): a Position policy needs apply(float* row, Index dim, "
+                "RowAt) (a q/k row transform such as Rope) or combine() (it owns the product, "
+                "as Tapa)");
+  static_assert(!(owns_product<Position>() && cosine_logits<typename Spec::Normalizer>()),
+                "attention() / decode(): this Position forms the logits itself (TAPA), and "
+                "this normalizer needs cosine logits (SoftplusL1): they cannot be combined");
+  static_assert(is_storage<Q>() && is_storage<O>(),
+                "attention() / decode(): q and o storage must be float, Eigen::bfloat16 or "
+                "Eigen::half");
+  static_assert(is_kv_storage<K>() && is_kv_storage<V>(),
+                "attention() / decode(): k and v storage must be float, Eigen::bfloat16, "
+                "Eigen::half, BlockQ8_0 or BlockQ4_0");
+  static_assert(check_normalizer<typename Spec::Normalizer>());  // each says why
+  return true;
+}
+
+}  // namespace detail
+
 template <class Spec, class Q, class K, class V, class O>
 void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
                const View<O>& o, const Options& options = {}) {
-  using Position = typename Spec::Position;
-  static_assert(!std::is_const_v<O>, "attention(): the output view must be writable");
-  static_assert(std::is_same_v<Position, NoPosition> || detail::transforms_rows<Position>() ||
-                    detail::owns_product<Position>(),
-                "attention(): a Position policy needs apply(float* row, Index dim, RowAt) (a "
-                "q/k row transform such as Rope) or combine() (it owns the product, as Tapa)");
-  static_assert(
-      !(detail::owns_product<Position>() && detail::cosine_logits<typename Spec::Normalizer>()),
-      "attention(): this Position forms the logits itself (TAPA), and this normalizer "
-      "needs cosine logits (SoftplusL1): they cannot be combined");
-  static_assert(detail::is_storage<Q>() && detail::is_storage<O>(),
-                "attention(): q and o storage must be float, Eigen::bfloat16 or Eigen::half");
-  static_assert(detail::is_kv_storage<K>() && detail::is_kv_storage<V>(),
-                "attention(): k and v storage must be float, Eigen::bfloat16, Eigen::half, "
-                "BlockQ8_0 or BlockQ4_0");
-  static_assert(detail::check_normalizer<typename Spec::Normalizer>());  // each says why
+  static_assert(detail::check_entry_types<Spec, Q, K, V, O>());
   const Problem p = make_problem(q, k, v, o, options);
   validate_policies(spec, p, options);
   // Few queries against many keys (decode): split-KV over key chunks (split_kv.hpp).

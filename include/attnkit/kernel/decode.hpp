@@ -22,19 +22,10 @@ namespace attnkit {
 template <class Spec, class Q, class K, class V, class O>
 void decode(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
             const View<O>& o, const Options& options = {}) {
-  static_assert(!std::is_const_v<O>, "decode(): the output view must be writable");
   static_assert(detail::passes<typename Spec::Normalizer>() == 1,
                 "decode(): this normalizer makes more than one pass over the keys (LSSAR): its "
                 "chunks cannot be merged in one round; use attention()");
-  static_assert(std::is_same_v<typename Spec::Position, NoPosition> ||
-                    detail::transforms_rows<typename Spec::Position>() ||
-                    detail::owns_product<typename Spec::Position>(),
-                "decode(): a Position policy needs apply() or combine()");
-  static_assert(detail::is_storage<Q>() && detail::is_storage<O>(),
-                "decode(): q and o storage must be float, Eigen::bfloat16 or Eigen::half");
-  static_assert(detail::is_kv_storage<K>() && detail::is_kv_storage<V>(),
-                "decode(): k and v storage must be float, Eigen::bfloat16, Eigen::half, "
-                "BlockQ8_0 or BlockQ4_0");
+  static_assert(detail::check_entry_types<Spec, Q, K, V, O>());  // attention()'s checks
   const Problem p = make_problem(q, k, v, o, options);
   validate_policies(spec, p, options);
   detail::require(p.q_len <= kMaxDecodeQueries, "decode(): q_len",
