@@ -58,16 +58,16 @@ inline constexpr Row kRows[] = {
     {"backward f32 MQA 8/1 causal d128 L2048, 2 threads", Kind::Backward, Storage::F32,
      MaskKind::Causal, 8, 1, 2048, 2048, 128, Products::Exact, 2},
     // Quantized decode, exact and with Products::Int8 (int8 queries, integer K.Q products).
-    {"decode q8_0 MHA Lk32K H32 d128, int8 products", Kind::Decode, Storage::Q8_0,
-     MaskKind::Causal, 32, 32, 1, 32768, 128, Products::Int8, 1},
+    {"decode q8_0 MHA Lk32K H32 d128, int8 products", Kind::Decode, Storage::Q8_0, MaskKind::Causal,
+     32, 32, 1, 32768, 128, Products::Int8, 1},
     {"decode q8_0 GQA 32/8 Lk32K d128", Kind::Decode, Storage::Q8_0, MaskKind::Causal, 32, 8, 1,
      32768, 128, Products::Exact, 1},
     {"decode q8_0 GQA 32/8 Lk32K d128, int8 products", Kind::Decode, Storage::Q8_0,
      MaskKind::Causal, 32, 8, 1, 32768, 128, Products::Int8, 1},
     {"decode q4_0 MHA Lk32K H32 d128", Kind::Decode, Storage::Q4_0, MaskKind::Causal, 32, 32, 1,
      32768, 128, Products::Exact, 1},
-    {"decode q4_0 MHA Lk32K H32 d128, int8 products", Kind::Decode, Storage::Q4_0,
-     MaskKind::Causal, 32, 32, 1, 32768, 128, Products::Int8, 1},
+    {"decode q4_0 MHA Lk32K H32 d128, int8 products", Kind::Decode, Storage::Q4_0, MaskKind::Causal,
+     32, 32, 1, 32768, 128, Products::Int8, 1},
 };
 inline constexpr int kRowCount = static_cast<int>(sizeof(kRows) / sizeof(kRows[0]));
 

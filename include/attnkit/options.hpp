@@ -26,8 +26,8 @@ namespace attnkit {
 ///    (q8_0's rule, f32 scale) and form Q.K with integer dot products on the keys' bytes, as
 ///    ggml and ik_llama.cpp do; the softmax and P.V stay f32. Each logit then differs from the
 ///    exact one by at most sum over blocks of max|q_b| / 254 * sum |k| (kernel/decode_int8.hpp;
-///    docs/mechanisms.md, "Int8 products"). A permission too: other K storage and the tile kernel stay
-///    exact.
+///    docs/mechanisms.md, "Int8 products"). A permission too: other K storage and the tile kernel
+///    stay exact.
 enum class Products { Exact, Bf16, Int8 };
 
 struct Options {

@@ -42,8 +42,7 @@ struct Problem {
     require(std::isfinite(scale) && scale != 0.f, "scale", "finite and non-zero", scale);
     require(threads >= 0 && threads <= kMaxThreads, "threads",
             detail::cat("0 (all) to ", kMaxThreads), threads);
-    require(products == Products::Exact || products == Products::Bf16 ||
-                products == Products::Int8,
+    require(products == Products::Exact || products == Products::Bf16 || products == Products::Int8,
             "products", "Products::Exact, Bf16 or Int8", static_cast<int>(products));
     // Positions i + q_offset and the ranges built from them must not overflow Index.
     require(q_offset >= -kMaxOffset && q_offset <= kMaxOffset, "q_offset", "within +-2^62",

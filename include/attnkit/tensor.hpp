@@ -12,11 +12,10 @@
 
 #include "attnkit/detail/checked.hpp"
 #include "attnkit/error.hpp"
+#include "attnkit/index.hpp"
 #include "attnkit/quant/blocks.hpp"
 
 namespace attnkit {
-
-using Index = std::ptrdiff_t;
 
 template <class T>
 struct View {

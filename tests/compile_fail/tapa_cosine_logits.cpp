@@ -2,8 +2,8 @@
 // times a cosine in the distance), and SoftplusL1 needs cosine logits q . k / (|q| |k|) that
 // it forms its own way; attention() and decode() refuse the pair with one static_assert
 // (detail::check_entry_types(), kernel/attention.hpp) saying they "cannot be combined". This
-// file calls decode(), whose own copy of the checks had lacked this one. The test "tapa: Tapa with SoftplusL1 does
-// not compile" builds this file and passes only if the compiler says so. Built with
+// file calls decode(), whose own copy of the checks had lacked this one. The test "tapa: Tapa with
+// SoftplusL1 does not compile" builds this file and passes only if the compiler says so. Built with
 // ATTNKIT_COMPILE_FAIL_CONTROL, the same call with Softmax must compile, which shows the
 // failure comes from that check, not from an include or a typo.
 #include <attnkit/kernel/decode.hpp>

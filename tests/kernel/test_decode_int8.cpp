@@ -131,8 +131,7 @@ TEST_CASE("Products::Int8: decode equals the reference of the query as quantized
                                     ak::make_spec(Causal{} & ak::SlidingWindow{100, 0}), c);
 }
 
-TEST_CASE("Products::Int8: within the named bound of the exact decode",
-          "[decode][quant][int8]") {
+TEST_CASE("Products::Int8: within the named bound of the exact decode", "[decode][quant][int8]") {
   // With the default scale s = 1/sqrt(128) (not a power of two: the scaled query is what is
   // quantized), a logit moves by at most delta_ij = sum_b s max|q_ib| / 254 * sum_{c in b}
   // |k_jc| (kernel/decode_int8.hpp), so each softmax weight by a factor within e^(+-2 delta)
@@ -180,8 +179,8 @@ TEST_CASE("Products::Int8: within the named bound of the exact decode",
 TEST_CASE("Products::Int8: paged decode and 1..3 threads give decode()'s bits",
           "[decode][quant][int8][paged]") {
   constexpr Index kB = 2, kHq = 8, kHkv = 2, kLk = 300, kD = 64;
-  const Case c = Case{}.batches(kB).lengths(1, kLk).heads(kHq, kHkv).dims(kD).laid_out(
-      Layout::Bhsd);
+  const Case c =
+      Case{}.batches(kB).lengths(1, kLk).heads(kHq, kHkv).dims(kD).laid_out(Layout::Bhsd);
   const ak::test::Inputs<float> in(c, 31);
   ak::KvCache<BlockQ8_0> cache(kB, kHkv, kLk, kD);
   cache.append(in.k.cview(), in.v.cview());
@@ -233,5 +232,6 @@ TEST_CASE("Products::Int8: f32, bf16 K and the tile kernel stay exact", "[decode
   };
   same(ak::test::Inputs<float>(c, 3), 2);
   same(ak::test::Inputs<Eigen::bfloat16>(c, 3), 2);
-  same(ak::test::Inputs<BlockQ8_0, float, BlockQ8_0>(Case{c}.lengths(40, 200), 3), 40);  // the tile kernel
+  same(ak::test::Inputs<BlockQ8_0, float, BlockQ8_0>(Case{c}.lengths(40, 200), 3),
+       40);  // the tile kernel
 }

@@ -615,10 +615,13 @@ TEST_CASE("apply_position: a Rope with both query and key ids turns each role wi
       ak::apply_position(plain, one.view, Role::Query, ids[static_cast<std::size_t>(s)]);
       double turned = 0, moved = 0;
       for (Index c = 0; c < 16; ++c) {
-        turned = std::max(turned, double(std::abs(x.view.row(0, 0, s)[c] - one.view.row(0, 0, 0)[c])));
-        moved = std::max(moved, double(std::abs(x.view.row(0, 0, s)[c] - original.view.row(0, 0, s)[c])));
+        turned =
+            std::max(turned, double(std::abs(x.view.row(0, 0, s)[c] - one.view.row(0, 0, 0)[c])));
+        moved = std::max(moved,
+                         double(std::abs(x.view.row(0, 0, s)[c] - original.view.row(0, 0, s)[c])));
       }
-      INFO((role == Role::Query ? "query" : "key") << " row " << s << " at id " << ids[std::size_t(s)]);
+      INFO((role == Role::Query ? "query" : "key")
+           << " row " << s << " at id " << ids[std::size_t(s)]);
       CHECK(turned <= ak::test::tol::kF32);
       CHECK(moved > 1e-3);  // the id turned it: the comparison is not of a row with itself
     }

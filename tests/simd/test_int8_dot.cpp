@@ -4,9 +4,8 @@
 // four blocks at a time: every tail), 1, 2 and 4 query rows sharing the key, extreme bytes
 // (-128, nibbles 0 and 15) and the edge queries (zero, tiny, non-finite). Built on every path
 // (native ISA, x86-64-v2, ATTNKIT_NO_SIMD, aarch64 NEON under emulation).
-#include <attnkit/simd/int8_dot.hpp>  // before Eigen (simd/vec.hpp)
-
 #include <Eigen/Core>
+#include <attnkit/simd/int8_dot.hpp>  // before Eigen (simd/vec.hpp)
 #include <catch2/catch_test_macros.hpp>
 #include <cmath>
 #include <cstddef>
@@ -185,8 +184,8 @@ TEST_CASE("int8 dot: zero and tiny query blocks give 0, a non-finite value gives
   x[5] = 1.f;  // one value 1: q = 127, dq = 1 / 127
   CHECK(std::fabs(dot_with_unit_key<KeyBlocks::Q8>(x) - 1.f) <= 1e-6f);
   CHECK(std::fabs(dot_with_unit_key<KeyBlocks::Q4>(x) - 1.f) <= 1e-6f);
-  for (float bad : {std::numeric_limits<float>::quiet_NaN(),
-                    std::numeric_limits<float>::infinity()}) {
+  for (float bad :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
     x[70] = bad;
     CHECK(std::isnan(dot_with_unit_key<KeyBlocks::Q8>(x)));
     CHECK(std::isnan(dot_with_unit_key<KeyBlocks::Q4>(x)));

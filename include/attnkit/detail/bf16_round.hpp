@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "attnkit/tensor.hpp"
+#include "attnkit/index.hpp"
 
 namespace attnkit::detail {
 

@@ -15,7 +15,7 @@
 #include <omp.h>
 #endif
 
-#include "attnkit/tensor.hpp"
+#include "attnkit/index.hpp"
 
 namespace attnkit::detail {
 

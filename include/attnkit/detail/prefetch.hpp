@@ -28,7 +28,7 @@
 #include <atomic>
 
 #include "attnkit/detail/aligned.hpp"
-#include "attnkit/tensor.hpp"
+#include "attnkit/index.hpp"
 
 namespace attnkit {
 
@@ -88,7 +88,8 @@ struct RowsAhead {
 /// Every cache line of the `bytes` bytes at p asked for to be read (a hint: never faults).
 inline void prefetch_span(const void* p, Index bytes) {
   const char* at = static_cast<const char*>(p);
-  for (Index off = 0; off < bytes; off += static_cast<Index>(kCacheLine)) __builtin_prefetch(at + off);
+  for (Index off = 0; off < bytes; off += static_cast<Index>(kCacheLine))
+    __builtin_prefetch(at + off);
 }
 
 /// Every cache line of n rows of `bytes` bytes, ld elements apart, asked for to be read.

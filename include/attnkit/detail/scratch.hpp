@@ -8,7 +8,7 @@
 #include <memory>
 #include <new>
 
-#include "attnkit/tensor.hpp"
+#include "attnkit/index.hpp"
 
 namespace attnkit::detail {
 

@@ -35,8 +35,7 @@ template <class K>
 class Int8Logits {
  public:
   static constexpr simd::KeyBlocks kLayout =
-      std::is_same_v<std::remove_const_t<K>, BlockQ8_0> ? simd::KeyBlocks::Q8
-                                                        : simd::KeyBlocks::Q4;
+      std::is_same_v<std::remove_const_t<K>, BlockQ8_0> ? simd::KeyBlocks::Q8 : simd::KeyBlocks::Q4;
   static constexpr Index kW = simd::kWidth;
 
   explicit Int8Logits(Index head_dim) : blocks_(head_dim / kQuantBlock) {}
@@ -54,8 +53,8 @@ class Int8Logits {
   /// logits: kW keys' per-lane sums, then one transposing add per row. Each key row read asks
   /// for the one `ahead` on.
   template <int R>
-  void logits(const std::byte* q, const K* keys, Index ld, Index nk, float* out,
-              Index out_stride, const RowsAhead& ahead) const {
+  void logits(const std::byte* q, const K* keys, Index ld, Index nk, float* out, Index out_stride,
+              const RowsAhead& ahead) const {
     const std::byte* rows[std::size_t{R}];
     for (int x = 0; x < R; ++x) rows[x] = q + x * query_bytes();
     Index j = 0;

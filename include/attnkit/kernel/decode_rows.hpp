@@ -234,7 +234,9 @@ class DecodeRows {
   }
 
   // Row r's int8 query (Products::Int8 over quantized K: kernel/decode_int8.hpp).
-  std::byte* query_ints(Index r) const { return reinterpret_cast<std::byte*>(q8_ + r * q8_floats_); }
+  std::byte* query_ints(Index r) const {
+    return reinterpret_cast<std::byte*>(q8_ + r * q8_floats_);
+  }
 
   static constexpr Index kSPad = kDecodeLogitsPad;  // one row's logits in the block
 
@@ -328,13 +330,13 @@ class DecodeRows {
   const Spec& spec_;
   const Problem& p_;
   View<Q> q_;
-  Index q_offset_ = 0;  // position of query row 0 in the current run
-  Index rows_;          // rows of one KV group: (q_heads / kv_heads) * q_len
-  Math math_;           // the block math (head and value dims, queries in registers)
-  Index dv_pad_;        // value_dim rounded up to whole vectors
-  Index groups_;        // KV groups held at once
+  Index q_offset_ = 0;                 // position of query row 0 in the current run
+  Index rows_;                         // rows of one KV group: (q_heads / kv_heads) * q_len
+  Math math_;                          // the block math (head and value dims, queries in registers)
+  Index dv_pad_;                       // value_dim rounded up to whole vectors
+  Index groups_;                       // KV groups held at once
   std::optional<Int8Logits<K>> int8_;  // Products::Int8 over q8_0 / q4_0 K (else empty)
-  Index q8_floats_;  // one int8 query row's bytes, in floats (0 without int8_)
+  Index q8_floats_;                    // one int8 query row's bytes, in floats (0 without int8_)
   // Scratch of one thread, carved once, per group held:
   Scratch scratch_;
   float* qr_all_;   // [groups, rows, D]        the queries, turned and scaled

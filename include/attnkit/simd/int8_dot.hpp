@@ -81,7 +81,8 @@ template <KeyBlocks F>
 constexpr std::array<std::uint16_t, 32> scale_table() {
   constexpr int kU = kUnitBlocks<F>, kB = int(kBlockBytes<F>);
   std::array<std::uint16_t, 32> t{};
-  for (int w = 0; w < 16; ++w) t[std::size_t(w)] = static_cast<std::uint16_t>(w / (16 / kU) * kB / 2);
+  for (int w = 0; w < 16; ++w)
+    t[std::size_t(w)] = static_cast<std::uint16_t>(w / (16 / kU) * kB / 2);
   return t;
 }
 #else
@@ -155,8 +156,7 @@ void int8_query(const float* x, std::ptrdiff_t blocks, std::byte* out) {
     float dq;
     std::int32_t sum;
     detail::quantize_block(x + 32 * b, q, dq, sum);
-    const std::int32_t start =
-        F == KeyBlocks::Q4 ? -8 * sum : detail::kFlipsQ8 ? -128 * sum : 0;
+    const std::int32_t start = F == KeyBlocks::Q4 ? -8 * sum : detail::kFlipsQ8 ? -128 * sum : 0;
     constexpr int kU = detail::kUnitBlocks<F>;
     std::byte* unit = out + b / kU * detail::kUnitBytes<F>;
     const int s = static_cast<int>(b % kU);  // the block's place in its unit
@@ -184,15 +184,16 @@ void int8_query(const float* x, std::ptrdiff_t blocks, std::byte* out) {
 /// a[r] (r < R) += lanes whose sum is the product of the key row at `key` (`blocks` blocks
 /// of layout F) with query row q[r] (int8_query<F>()). Reads only the row's bytes.
 template <KeyBlocks F, int R>
-ATTNKIT_INT8_INLINE void int8_key_dot(const std::uint8_t* key, std::ptrdiff_t blocks, const std::byte* const* q,
-                  Vec* a) {
+ATTNKIT_INT8_INLINE void int8_key_dot(const std::uint8_t* key, std::ptrdiff_t blocks,
+                                      const std::byte* const* q, Vec* a) {
   constexpr std::ptrdiff_t kB = detail::kBlockBytes<F>;
 #if defined(ATTNKIT_INT8_DOT_512)
   constexpr int kU = detail::kUnitBlocks<F>;
   constexpr std::ptrdiff_t kSpan = kU * kB, kOff = kSpan - 64;  // the second load's offset
   static constexpr auto pick = detail::pick_table<F>();
   static constexpr auto scale = detail::scale_table<F>();
-  const __m512i pick_v = _mm512_loadu_si512(pick.data()), scale_v = _mm512_loadu_si512(scale.data());
+  const __m512i pick_v = _mm512_loadu_si512(pick.data()),
+                scale_v = _mm512_loadu_si512(scale.data());
   const __m512i nibble = _mm512_set1_epi8(15), flip = _mm512_set1_epi8(-128);
   for (std::ptrdiff_t b = 0, u = 0; b < blocks; b += kU, ++u) {
     const std::uint8_t* at = key + b * kB;
@@ -209,7 +210,8 @@ ATTNKIT_INT8_INLINE void int8_key_dot(const std::uint8_t* key, std::ptrdiff_t bl
       hi = _mm512_maskz_loadu_epi8(first(bytes - kOff), at + kOff);
     }
     const __m512i values = _mm512_permutex2var_epi8(lo, pick_v, hi);
-    const __m512 dk = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(scale_v, lo)));
+    const __m512 dk =
+        _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(scale_v, lo)));
     for (int r = 0; r < R; ++r) {
       const std::byte* unit = q[r] + u * detail::kUnitBytes<F>;
       const __m512 dq = _mm512_load_ps(unit + detail::kUnitBytes<F> - 128);
@@ -256,16 +258,17 @@ ATTNKIT_INT8_INLINE void int8_key_dot(const std::uint8_t* key, std::ptrdiff_t bl
 #else
       const __m256i ku = F == KeyBlocks::Q8 ? _mm256_sign_epi8(k, k) : k;
       const __m256i qs = F == KeyBlocks::Q8 ? _mm256_sign_epi8(qv, k) : qv;
-      sum = _mm256_add_epi32(
-          sum, _mm256_madd_epi16(_mm256_maddubs_epi16(ku, qs), _mm256_set1_epi16(1)));
+      sum = _mm256_add_epi32(sum,
+                             _mm256_madd_epi16(_mm256_maddubs_epi16(ku, qs), _mm256_set1_epi16(1)));
 #endif
       acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(dk * dq), acc[r]);
     }
   }
   for (int r = 0; r < R; ++r) {
 #if defined(__AVX512F__)  // 16 lanes: the 8 in the low half
-    a[r] = a[r] + Vec(_mm512_castpd_ps(
-                       _mm512_insertf64x4(_mm512_setzero_pd(), _mm256_castps_pd(acc[r]), 0)));
+    a[r] =
+        a[r] +
+        Vec(_mm512_castpd_ps(_mm512_insertf64x4(_mm512_setzero_pd(), _mm256_castps_pd(acc[r]), 0)));
 #else
     a[r] = a[r] + Vec(acc[r]);
 #endif
@@ -297,10 +300,10 @@ ATTNKIT_INT8_INLINE void int8_key_dot(const std::uint8_t* key, std::ptrdiff_t bl
 #if defined(__ARM_FEATURE_DOTPROD)
       sum = vdotq_s32(vdotq_s32(sum, k0, q0), k1, q1);
 #else  // two products an int16 lane: at most 2 * 128 * 127, no overflow
-      const int16x8_t p0 = vmlal_s8(vmull_s8(vget_low_s8(k0), vget_low_s8(q0)),
-                                    vget_high_s8(k0), vget_high_s8(q0));
-      const int16x8_t p1 = vmlal_s8(vmull_s8(vget_low_s8(k1), vget_low_s8(q1)),
-                                    vget_high_s8(k1), vget_high_s8(q1));
+      const int16x8_t p0 =
+          vmlal_s8(vmull_s8(vget_low_s8(k0), vget_low_s8(q0)), vget_high_s8(k0), vget_high_s8(q0));
+      const int16x8_t p1 =
+          vmlal_s8(vmull_s8(vget_low_s8(k1), vget_low_s8(q1)), vget_high_s8(k1), vget_high_s8(q1));
       sum = vpadalq_s16(vpadalq_s16(sum, p0), p1);
 #endif
       acc[r] = vfmaq_f32(acc[r], vcvtq_f32_s32(sum), vdupq_n_f32(dk * dq));
