@@ -15,7 +15,8 @@
 //    alone, at 0.97-1.0 of the in-run streaming read without the prefetch) lost 6-14% with it
 //    in five of six runs, while f16 / bf16 / q8_0 MHA (rows of 256 bytes and less) gained 2-7%
 //    and f16 GQA 32/8 6-18% (docs/ledger.md).
-// The rows are asked for one at a time, each as the row 48 keys before it is computed
+// The rows are asked for one at a time, each as the row kDecodePrefetchAhead keys before it is
+// computed
 // (RowsAhead below): asked for as one burst at each block's start, the same prefetch filled the
 // core's fill buffers and stalled it there (alternated on the Xeon, burst -> spread: q8_0 MHA
 // 31.6 -> 25.6 ms, with Products::Int8 31.5 -> 24.1, q8_0 GQA 11.9 -> 10.2, q4_0 MHA 24.3 ->
@@ -44,7 +45,9 @@ inline std::atomic<DecodePrefetch>& decode_prefetch() {
 namespace detail {
 
 /// Keys decode asks for ahead of the block it computes, when it prefetches.
-inline constexpr Index kDecodePrefetchAhead = 48;
+/// (Spread over the rows, 32 keys ahead ran 0.88-1.00x the time of 48 and 16 0.94-0.97x on
+/// the Xeon, decode f16 / bf16 / q8_0 MHA and f16 GQA, docs/ledger.md; 96 1.00-1.09x.)
+inline constexpr Index kDecodePrefetchAhead = 32;
 
 /// Auto's choice (the measurements above): on Intel CPUs, unless each K row serves one query
 /// row (`group` query heads per KV head, 1: MHA) and is wider than 256 bytes.

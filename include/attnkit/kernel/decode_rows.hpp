@@ -151,8 +151,8 @@ class DecodeRows {
     const Index v_bytes = row_elements<V>(p_.value_dim) * Index{sizeof(V)};
     for (Index j0 = 0; j0 < n; j0 += kBlock) {
       const Index nk = std::min(kBlock, n - j0), k0 = pos0 + j0, lanes = simd::round_up(nk);
-      // The rows prefetch_keys_ on (3 blocks), asked for one by one as the first rows that
-      // see this block read its K and V rows (none for a run's last 3 blocks).
+      // The rows prefetch_keys_ on (2 blocks), asked for one by one as the first rows that
+      // see this block read its K and V rows (none for a run's last blocks).
       RowsAhead ahead;
       if (prefetch_keys_ > 0 && j0 + kBlock + prefetch_keys_ <= n)
         ahead = {prefetch_keys_ * kld * Index{sizeof(K)}, k_bytes,
