@@ -29,6 +29,7 @@
 #include "attnkit/kernel/backward_stages.hpp"
 #include "attnkit/kernel/backward_store.hpp"
 #include "attnkit/kernel/owned_products.hpp"
+#include "attnkit/kernel/query_row.hpp"
 #include "attnkit/kernel/tile_config.hpp"
 #include "attnkit/kernel/tile_mask.hpp"
 #include "attnkit/kernel/value_guard.hpp"
@@ -179,16 +180,10 @@ class BackwardTiles {
     const Index dim = p_.head_dim;
     for (Index r = 0; r < nq; ++r) {
       float* x = qrow_ + r * d_pad_;
-      const Q* src = q_.row(b, h, q0 + r);
-      for (Index c = 0; c < dim; ++c) x[c] = static_cast<float>(src[c]);
+      const RowAt at{b, h, q0 + r, p_.q_len, q0 + r + p_.q_offset, Role::Query};
+      inv_q_[r] = query_row(spec_, p_, q_.row(b, h, q0 + r), at, x);
       std::fill(x + dim, x + d_pad_, 0.f);
-      if constexpr (kTurnsRows)
-        spec_.position.apply(x, dim,
-                             RowAt{b, h, q0 + r, p_.q_len, q0 + r + p_.q_offset, Role::Query});
-      // A Position that owns the product (Tapa) scales its own logits.
-      const float f = kCosine ? inverse_norm(x, dim) : kOwnsProduct ? 1.f : p_.scale;
-      inv_q_[r] = f;
-      for (Index c = 0; c < dim; ++c) qt_[c * kBq + r] = x[c] *= f;
+      for (Index c = 0; c < dim; ++c) qt_[c * kBq + r] = x[c];
     }
     for (Index c = 0; c < dim; ++c) std::fill(qt_ + c * kBq + nq, qt_ + c * kBq + lanes, 0.f);
   }

@@ -26,6 +26,7 @@
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/kernel/decode_int8.hpp"
 #include "attnkit/kernel/decode_row_math.hpp"
+#include "attnkit/kernel/query_row.hpp"
 #include "attnkit/mask/combine.hpp"
 #include "attnkit/mask/key_columns.hpp"
 #include "attnkit/mask/tile_kind.hpp"
@@ -118,18 +119,11 @@ class DecodeRows {
   void begin(Index b, Index g, Index q_offset) {
     select(g);
     q_offset_ = q_offset;
-    const Index d = p_.head_dim, whole = d / kW * kW;
-    const simd::Vec scale(p_.scale);
     for (Index r = 0; r < rows_; ++r) {
       const Index h = head(g, r), i = r % p_.q_len;
-      const Q* src = q_.row(b, h, i);
-      float* row = qr_ + r * d;
-      for (Index c = 0; c < whole; c += kW) simd::store(row + c, widened(src + c));
-      for (Index c = whole; c < d; ++c) row[c] = static_cast<float>(src[c]);
-      if constexpr (transforms_rows<typename Spec::Position>())
-        spec_.position.apply(row, d, RowAt{b, h, i, p_.q_len, i + q_offset, Role::Query});
-      for (Index c = 0; c < whole; c += kW) simd::store(row + c, simd::load(row + c) * scale);
-      for (Index c = whole; c < d; ++c) row[c] *= p_.scale;
+      float* row = qr_ + r * p_.head_dim;
+      query_row(spec_, p_, q_.row(b, h, i), RowAt{b, h, i, p_.q_len, i + q_offset, Role::Query},
+                row);
       math_.prepare_query(row);  // in the order logits() reads K
       if (int8_) int8_->quantize(row, query_ints(r));
     }

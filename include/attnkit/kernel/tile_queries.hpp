@@ -9,6 +9,7 @@
 #include "attnkit/detail/pack.hpp"
 #include "attnkit/detail/row_norms.hpp"
 #include "attnkit/detail/traits.hpp"
+#include "attnkit/kernel/query_row.hpp"
 #include "attnkit/position/row_at.hpp"
 #include "attnkit/problem.hpp"
 #include "attnkit/tensor.hpp"
@@ -26,16 +27,11 @@ void pack_query_tile(const Spec& spec, const Problem& p, const View<Q>& q, Index
                      float* factor, float* rows = nullptr) {
   constexpr bool kCosine = cosine_logits<typename Spec::Normalizer>();
   const Index dim = p.head_dim;
+  const auto at = [&](Index r) {
+    return RowAt{b, h, q0 + r, p.q_len, q0 + r + p.q_offset, Role::Query};
+  };
   if (rows != nullptr) {
-    for (Index r = 0; r < nq; ++r) {
-      float* x = rows + r * dim;
-      row_to_f32(q.row(b, h, q0 + r), dim, x);
-      if constexpr (transforms_rows<typename Spec::Position>())
-        spec.position.apply(x, dim, RowAt{b, h, q0 + r, p.q_len, q0 + r + p.q_offset, Role::Query});
-      const float f = kCosine ? inverse_norm(x, dim)
-                              : (owns_product<typename Spec::Position>() ? 1.f : p.scale);
-      for (Index c = 0; c < dim; ++c) x[c] *= f;
-    }
+    for (Index r = 0; r < nq; ++r) query_row(spec, p, q.row(b, h, q0 + r), at(r), rows + r * dim);
     if (bf16) round_rows_to_bf16(rows, nq, dim, dim);
     zero_padding_lanes(qt, ld, dim, nq, lanes);
     transpose_rows(rows, dim, nq, dim, qt, ld);
@@ -44,11 +40,8 @@ void pack_query_tile(const Spec& spec, const Problem& p, const View<Q>& q, Index
   if constexpr (transforms_rows<typename Spec::Position>()) {
     zero_padding_lanes(qt, ld, dim, nq, lanes);
     for (Index r = 0; r < nq; ++r) {
-      const Q* src = q.row(b, h, q0 + r);
-      for (Index c = 0; c < dim; ++c) row[c] = static_cast<float>(src[c]);
-      spec.position.apply(row, dim, RowAt{b, h, q0 + r, p.q_len, q0 + r + p.q_offset, Role::Query});
-      const float f = kCosine ? inverse_norm(row, dim) : p.scale;
-      for (Index c = 0; c < dim; ++c) qt[c * ld + r] = row[c] * f;
+      query_row(spec, p, q.row(b, h, q0 + r), at(r), row);
+      for (Index c = 0; c < dim; ++c) qt[c * ld + r] = row[c];
     }
   } else if constexpr (kCosine) {  // q_i / |q_i|: the logits are cosines
     for (Index r = 0; r < nq; ++r) factor[r] = inverse_norm(q.row(b, h, q0 + r), dim);
