@@ -11,6 +11,7 @@
 #include "attnkit/detail/pack.hpp"
 #include "attnkit/detail/parallel.hpp"
 #include "attnkit/kernel/attention_tiles.hpp"
+#include "attnkit/kernel/kernel_keys.hpp"
 #include "attnkit/kernel/split_kv.hpp"
 #include "attnkit/kernel/tile_plan.hpp"
 #include "attnkit/options.hpp"
@@ -99,14 +100,9 @@ void run_with_keys(const Spec& spec, const Problem& p, const View<Q>& q, const V
     }
     run_tiles(spec, p, q, keys, values, o, options.lse.data());
   };
-  if constexpr (transforms_rows<typename Spec::Position>()) {
-    if (p.batch * p.q_heads * p.q_len == 0) return;
-    const std::vector<float> keys = transformed_keys(spec.position, k, thread_count(p.threads));
-    run(bhsd(keys.data(), p.batch, p.kv_heads, p.kv_len, p.head_dim));
-  } else {
-    std::vector<float> k_copy;
-    run(tile_rows(k, p, split, k_copy));
-  }
+  if constexpr (transforms_rows<typename Spec::Position>())
+    if (p.batch * p.q_heads * p.q_len == 0) return;  // no key turned for nothing
+  with_kernel_keys(spec, p, k, split, run);
 }
 
 }  // namespace detail

@@ -19,6 +19,7 @@
 #include "attnkit/detail/parallel.hpp"
 #include "attnkit/detail/row_norms.hpp"
 #include "attnkit/kernel/backward_tiles.hpp"
+#include "attnkit/kernel/kernel_keys.hpp"
 #include "attnkit/options.hpp"
 #include "attnkit/param_grads.hpp"
 #include "attnkit/position/apply.hpp"
@@ -172,7 +173,6 @@ void attention_backward(const Spec& spec, const View<Q>& q, const View<K>& k, co
                         const View<O>& o, const View<GO>& d_o, const View<GQ>& dq,
                         const View<GK>& dk, const View<GV>& dv, const Options& options = {},
                         const ParamGrads& grads = {}) {
-  using Position = typename Spec::Position;
   static_assert(!std::is_const_v<GQ> && !std::is_const_v<GK> && !std::is_const_v<GV>,
                 "attention_backward(): the gradient views must be writable");
   static_assert(detail::is_storage<Q>() && detail::is_storage<K>() && detail::is_storage<V>() &&
@@ -193,14 +193,7 @@ void attention_backward(const Spec& spec, const View<Q>& q, const View<K>& k, co
     detail::run_backward(spec, p, queries, keys, values, d_out, dq, dk, dv, k, options.lse.data(),
                          delta.data(), grads);
   };
-  if constexpr (detail::transforms_rows<Position>()) {
-    const std::vector<float> keys =
-        detail::transformed_keys(spec.position, k, detail::thread_count(p.threads));
-    run(bhsd(keys.data(), p.batch, p.kv_heads, p.kv_len, p.head_dim));
-  } else {
-    std::vector<float> k_copy;
-    run(detail::tile_rows(k, p, false, k_copy));
-  }
+  detail::with_kernel_keys(spec, p, k, false, run);
 }
 
 }  // namespace attnkit
