@@ -13,7 +13,7 @@ import sys
 
 # The floors, lowest first: what a folder may include is itself and what precedes it.
 FLOORS = ['simd', 'detail', '.', 'quant', 'gemm', 'score', 'mask', 'normalizer', 'position',
-          'reference', 'kernel', 'select/detail', 'select', 'linear', 'cache', 'dist']
+          'kernel', 'reference', 'select/detail', 'select', 'linear', 'cache', 'dist']
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'include', 'attnkit')
 INCLUDE = re.compile(r'#include "attnkit/([^"]+)"')
 

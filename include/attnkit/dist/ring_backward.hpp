@@ -24,13 +24,13 @@
 #include <utility>
 #include <vector>
 
-#include "attnkit/detail/backward_traits.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/dist/agreement.hpp"
 #include "attnkit/dist/collective.hpp"
 #include "attnkit/dist/layout.hpp"
 #include "attnkit/dist/ring_steps.hpp"
 #include "attnkit/kernel/attention_backward.hpp"
+#include "attnkit/kernel/backward_traits.hpp"
 #include "attnkit/mask/remap.hpp"
 #include "attnkit/position/no_position.hpp"
 #include "attnkit/position/row_at.hpp"

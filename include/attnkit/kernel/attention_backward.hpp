@@ -1,6 +1,6 @@
 // attention_backward(): the gradients of attention() -- dQ, dK, dV and the normalizer's
 // per-head parameter -- for every spec whose policies have backward faces
-// (detail/backward_traits.hpp). FlashAttention-2's scheme on the forward's tiles
+// (kernel/backward_traits.hpp). FlashAttention-2's scheme on the forward's tiles
 // (kernel/backward_tiles.hpp): each logit tile is recomputed from Q, K and the forward's row
 // statistic, so no [Lq, Lk] buffer exists. Work is split by KV head (batch, hk) -- and, when
 // those are few (backward_parts()), each by ranges of query tiles whose partial dK / dV are
@@ -14,12 +14,12 @@
 #include <vector>
 
 #include "attnkit/detail/aligned.hpp"
-#include "attnkit/detail/backward_checks.hpp"
 #include "attnkit/detail/pack.hpp"
 #include "attnkit/detail/parallel.hpp"
-#include "attnkit/detail/row_norms.hpp"
+#include "attnkit/kernel/backward_checks.hpp"
 #include "attnkit/kernel/backward_tiles.hpp"
 #include "attnkit/kernel/kernel_keys.hpp"
+#include "attnkit/kernel/row_norms.hpp"
 #include "attnkit/options.hpp"
 #include "attnkit/param_grads.hpp"
 #include "attnkit/position/apply.hpp"

@@ -7,11 +7,11 @@
 
 #include <algorithm>
 
-#include "attnkit/detail/backward_traits.hpp"
-#include "attnkit/detail/row_norms.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/kernel/backward_keys.hpp"
 #include "attnkit/kernel/backward_stages.hpp"  // project_out
+#include "attnkit/kernel/backward_traits.hpp"
+#include "attnkit/kernel/row_norms.hpp"
 #include "attnkit/position/row_at.hpp"
 #include "attnkit/problem.hpp"
 

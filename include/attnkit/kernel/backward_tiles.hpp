@@ -20,16 +20,16 @@
 #include <limits>
 #include <vector>
 
-#include "attnkit/detail/backward_traits.hpp"
 #include "attnkit/detail/pack.hpp"
-#include "attnkit/detail/row_norms.hpp"
 #include "attnkit/detail/scratch.hpp"
 #include "attnkit/gemm/tile_gemm.hpp"
 #include "attnkit/kernel/backward_keys.hpp"
 #include "attnkit/kernel/backward_stages.hpp"
 #include "attnkit/kernel/backward_store.hpp"
+#include "attnkit/kernel/backward_traits.hpp"
 #include "attnkit/kernel/owned_products.hpp"
 #include "attnkit/kernel/query_row.hpp"
+#include "attnkit/kernel/row_norms.hpp"
 #include "attnkit/kernel/tile_config.hpp"
 #include "attnkit/kernel/tile_mask.hpp"
 #include "attnkit/kernel/value_guard.hpp"

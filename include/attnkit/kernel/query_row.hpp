@@ -6,9 +6,9 @@
 // backward's (kernel/backward_tiles.hpp), so the three see the same bits.
 #pragma once
 
-#include "attnkit/detail/row_norms.hpp"
 #include "attnkit/detail/storage_rows.hpp"
 #include "attnkit/detail/traits.hpp"
+#include "attnkit/kernel/row_norms.hpp"
 #include "attnkit/position/row_at.hpp"
 #include "attnkit/problem.hpp"
 #include "attnkit/simd/simd.hpp"

@@ -7,9 +7,9 @@
 
 #include "attnkit/detail/bf16_round.hpp"
 #include "attnkit/detail/pack.hpp"
-#include "attnkit/detail/row_norms.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/kernel/query_row.hpp"
+#include "attnkit/kernel/row_norms.hpp"
 #include "attnkit/position/row_at.hpp"
 #include "attnkit/problem.hpp"
 #include "attnkit/tensor.hpp"

@@ -8,11 +8,11 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "attnkit/detail/backward_checks.hpp"
 #include "attnkit/detail/pack.hpp"
 #include "attnkit/detail/parallel.hpp"
 #include "attnkit/detail/view_checks.hpp"
 #include "attnkit/error.hpp"
+#include "attnkit/kernel/backward_checks.hpp"
 #include "attnkit/linear/feature_map.hpp"
 #include "attnkit/linear/linear_attention.hpp"
 #include "attnkit/linear/linear_backward_heads.hpp"

@@ -11,8 +11,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "attnkit/detail/backward_checks.hpp"
 #include "attnkit/kernel/attention_backward.hpp"
+#include "attnkit/kernel/backward_checks.hpp"
 #include "attnkit/mask/causal.hpp"
 #include "attnkit/mask/combine.hpp"
 #include "attnkit/mask/remap.hpp"

@@ -15,8 +15,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "attnkit/detail/backward_checks.hpp"
 #include "attnkit/kernel/attention_backward.hpp"
+#include "attnkit/kernel/backward_checks.hpp"
 #include "attnkit/mask/causal.hpp"
 #include "attnkit/mask/chunked.hpp"
 #include "attnkit/mask/combine.hpp"

@@ -14,8 +14,8 @@
 #include <cstddef>
 #include <vector>
 
-#include "attnkit/detail/backward_checks.hpp"
 #include "attnkit/kernel/attention_backward.hpp"
+#include "attnkit/kernel/backward_checks.hpp"
 #include "attnkit/mask/causal.hpp"
 #include "attnkit/mask/remap.hpp"
 #include "attnkit/options.hpp"

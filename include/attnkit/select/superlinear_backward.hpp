@@ -13,8 +13,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "attnkit/detail/backward_checks.hpp"
 #include "attnkit/kernel/attention_backward.hpp"
+#include "attnkit/kernel/backward_checks.hpp"
 #include "attnkit/mask/full.hpp"
 #include "attnkit/normalizer/softmax.hpp"
 #include "attnkit/options.hpp"

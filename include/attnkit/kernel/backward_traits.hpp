@@ -131,7 +131,7 @@ constexpr bool check_backward_spec() {
   using Position = typename Spec::Position;
   static_assert(has_normalizer_backward<Normalizer>::value,
                 "attention_backward(): the normalizer has no backward face (begin_backward(), "
-                "backward(), reference_backward(): detail/backward_traits.hpp). LSSAR "
+                "backward(), reference_backward(): kernel/backward_traits.hpp). LSSAR "
                 "(SoftplusL1Reweighted) has none yet");
   static_assert(passes<Normalizer>() == 1,
                 "attention_backward(): multi-pass normalizers (LSSAR) are not supported yet");

@@ -9,8 +9,8 @@
 #include <initializer_list>
 #include <vector>
 
-#include "attnkit/detail/backward_traits.hpp"
 #include "attnkit/detail/view_checks.hpp"
+#include "attnkit/kernel/backward_traits.hpp"
 #include "attnkit/options.hpp"
 #include "attnkit/param_grads.hpp"
 #include "attnkit/problem.hpp"
