@@ -46,6 +46,27 @@ constexpr std::ptrdiff_t values_per_element() {
   return is_block_quantized<T>() ? kQuantBlock : 1;
 }
 
+/// What a block format says of itself, one specialization per format: values per block and
+/// the largest |x| it encodes (its scale d = max|x| / kLevels must stay below 65520, where
+/// the half rounds to infinity). A format without one is a compile error where it is asked.
+template <class Block>
+struct BlockFormat;
+template <>
+struct BlockFormat<BlockQ8_0> {
+  static constexpr std::ptrdiff_t kValues = 32;
+  static constexpr float kLevels = 127.f;  // d = max|x| / 127
+  static constexpr float kMaxEncodable = 65520.f * kLevels;
+};
+template <>
+struct BlockFormat<BlockQ4_0> {
+  static constexpr std::ptrdiff_t kValues = 32;
+  static constexpr float kLevels = 8.f;  // d = the extreme value / -8
+  static constexpr float kMaxEncodable = 65520.f * kLevels;
+};
+static_assert(BlockFormat<BlockQ8_0>::kValues == kQuantBlock &&
+                  BlockFormat<BlockQ4_0>::kValues == kQuantBlock,
+              "the kernels read blocks of kQuantBlock values");
+
 /// Storage elements of a row of `dim` values (dim a multiple of 32 for blocks).
 template <class T>
 constexpr std::ptrdiff_t row_elements(std::ptrdiff_t dim) {

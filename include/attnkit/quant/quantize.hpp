@@ -31,11 +31,11 @@ inline float inverse_or_zero(float d) {
   return std::isfinite(id) ? id : 0.f;
 }
 
-/// The largest |x| a block can encode: d = |x| / 127 (q8_0) or / 8 (q4_0) below 65520, which
-/// rounds to the half's infinity.
+/// The largest |x| a block can encode (BlockFormat, quant/blocks.hpp: d = |x| / 127 for
+/// q8_0, / 8 for q4_0, below 65520, which rounds to the half's infinity).
 template <class Block>
 constexpr float max_encodable() {
-  return std::is_same_v<Block, BlockQ8_0> ? 65520.f * 127.f : 65520.f * 8.f;
+  return BlockFormat<std::remove_const_t<Block>>::kMaxEncodable;
 }
 
 /// The index of the first value of x[0, n) that Block cannot encode (not finite, or |x| at
