@@ -79,15 +79,6 @@ inline Index decode_prefetch_keys(Index group, Index key_row_bytes) {
   return decode_prefetch_for(intel, group, key_row_bytes) ? kDecodePrefetchAhead : 0;
 }
 
-/// Where decode's row loops ask for rows ahead: a key or value row `k_offset` / `v_offset`
-/// bytes past the one in hand, `k_bytes` / `v_bytes` long (offsets 0: none). One row asked for
-/// with each row computed keeps the requests in step with the work: the same rows asked for as
-/// one burst at a block's start (48 rows of K and V at once) filled the core's fill buffers
-/// and stalled it there (q8_0 MHA decode on the Xeon: 33-37 -> 23-28 ms spread out).
-struct RowsAhead {
-  Index k_offset = 0, k_bytes = 0, v_offset = 0, v_bytes = 0;
-};
-
 /// Every cache line of the `bytes` bytes at p asked for to be read (a hint: never faults).
 inline void prefetch_span(const void* p, Index bytes) {
   const char* at = static_cast<const char*>(p);
@@ -95,14 +86,27 @@ inline void prefetch_span(const void* p, Index bytes) {
     __builtin_prefetch(at + off);
 }
 
+/// Where decode's row loops ask for rows ahead: a key or value row `k_offset` / `v_offset`
+/// bytes past the one in hand, `k_bytes` / `v_bytes` long (offsets 0: none). One row asked for
+/// with each row computed keeps the requests in step with the work: the same rows asked for as
+/// one burst at a block's start (48 rows of K and V at once) filled the core's fill buffers
+/// and stalled it there (q8_0 MHA decode on the Xeon: 33-37 -> 23-28 ms spread out).
+struct RowsAhead {
+  Index k_offset = 0, k_bytes = 0, v_offset = 0, v_bytes = 0;
+  /// Asks for the key row k_offset bytes past `key` (nothing when k_offset is 0).
+  void ask_key(const void* key) const {
+    if (k_offset != 0) prefetch_span(static_cast<const char*>(key) + k_offset, k_bytes);
+  }
+  /// Asks for the value row v_offset bytes past `value` (nothing when v_offset is 0).
+  void ask_value(const void* value) const {
+    if (v_offset != 0) prefetch_span(static_cast<const char*>(value) + v_offset, v_bytes);
+  }
+};
+
 /// Every cache line of n rows of `bytes` bytes, ld elements apart, asked for to be read.
 template <class T>
 void prefetch_rows(const T* rows, Index ld, Index n, Index bytes) {
-  for (Index j = 0; j < n; ++j) {
-    const char* row = reinterpret_cast<const char*>(rows + j * ld);
-    for (Index at = 0; at < bytes; at += static_cast<Index>(kCacheLine))
-      __builtin_prefetch(row + at);
-  }
+  for (Index j = 0; j < n; ++j) prefetch_span(rows + j * ld, bytes);
 }
 
 }  // namespace detail

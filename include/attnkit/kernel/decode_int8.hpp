@@ -79,8 +79,7 @@ class Int8Logits {
   template <int R>
   void key_dot(const K* key, const std::byte* const* rows, simd::Vec* a,
                const RowsAhead& ahead) const {
-    if (ahead.k_offset != 0)
-      prefetch_span(reinterpret_cast<const char*>(key) + ahead.k_offset, ahead.k_bytes);
+    ahead.ask_key(key);
     for (int x = 0; x < R; ++x) a[x] = simd::Vec(0.f);
     simd::int8_key_dot<kLayout, R>(reinterpret_cast<const std::uint8_t*>(key), blocks_, rows, a);
   }

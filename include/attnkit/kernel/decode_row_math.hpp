@@ -193,7 +193,7 @@ struct DecodeRowMath {
                     [std::size_t{kW}];  // per key: its products, summed over the lanes after
       const K* key = keys + j * ld;
       for (Index t = 0; t < kW; ++t, key += ld) {  // the rows stream in memory order
-        ask_ahead(key, ahead);
+        ahead.ask_key(key);
         simd::Vec a[std::size_t{R}];
         key_dot<R, NQ>(key, qv, a);
         for (int x = 0; x < R; ++x) part[x][t] = a[x];
@@ -201,7 +201,7 @@ struct DecodeRowMath {
       for (int x = 0; x < R; ++x) simd::store(out + x * kSPad + j, simd::transpose_add(part[x]));
     }
     for (; j < nk; ++j) {
-      ask_ahead(keys + j * ld, ahead);
+      ahead.ask_key(keys + j * ld);
       simd::Vec a[std::size_t{R}];
       key_dot<R, NQ>(keys + j * ld, qv, a);
       for (int x = 0; x < R; ++x) out[x * kSPad + j] = simd::reduce_add(a[x]);
@@ -241,12 +241,6 @@ struct DecodeRowMath {
     }
   }
 
-  // Asks for the key row `ahead` past `key` (none when ahead.k_offset is 0).
-  static void ask_ahead(const K* key, const RowsAhead& ahead) {
-    if (ahead.k_offset != 0)
-      prefetch_span(reinterpret_cast<const char*>(key) + ahead.k_offset, ahead.k_bytes);
-  }
-
   // out[0, nk) for one row, any head dim: queries loaded, a scalar tail past whole vectors.
   void logits_any(const float* q, const K* keys, Index ld, Index nk, float* out,
                   const RowsAhead& ahead) const {
@@ -256,7 +250,7 @@ struct DecodeRowMath {
       simd::Vec part[kW];
       const K* key = keys + j * ld;
       for (Index t = 0; t < kW; ++t, key += ld) {
-        ask_ahead(key, ahead);
+        ahead.ask_key(key);
         simd::Vec a0(0.f), a1(0.f);  // two chains hide the FMA latency
         Index c = 0;
         for (; c + 2 * kW <= whole; c += 2 * kW) {
@@ -303,8 +297,7 @@ struct DecodeRowMath {
     for (int x = 0; x < R; ++x)
       for (int t = 0; t < N; ++t) a[x][t] = simd::load(acc + x * dv_pad + c0 + t * kW);
     for (Index j = 0; j < n; ++j) {
-      if (ahead.v_offset != 0)
-        prefetch_span(reinterpret_cast<const char*>(rows[j]) + ahead.v_offset, ahead.v_bytes);
+      ahead.ask_value(rows[j]);
       simd::Vec wj[std::size_t{R}];
       for (int x = 0; x < R; ++x) wj[x] = simd::Vec(w[x][j]);
       int t = 0;
