@@ -1,5 +1,5 @@
 // DecodeRows: the split-KV engine for softmax rows (kernel/split_kv.hpp runs it when the spec
-// allows, see decode_rows_fit(), for up to kDecodeRowsMaxQueries query rows per head; paged
+// allows, see kernel/decode_rows_fit.hpp, for up to kDecodeRowsMaxQueries rows per head; paged
 // decode runs it over pages, cache/paged_decode.hpp). One item is one KV group over one key
 // chunk: all the rows of the group -- its query heads times Lq -- read each block of
 // kDecodeBlock keys while it is in L1, and each row keeps its logits with the keys in the
@@ -26,6 +26,7 @@
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/kernel/decode_int8.hpp"
 #include "attnkit/kernel/decode_row_math.hpp"
+#include "attnkit/kernel/decode_rows_fit.hpp"
 #include "attnkit/kernel/query_row.hpp"
 #include "attnkit/mask/combine.hpp"
 #include "attnkit/mask/key_columns.hpp"
@@ -40,28 +41,6 @@
 #include "attnkit/simd/simd.hpp"
 
 namespace attnkit::detail {
-
-/// Query rows per head up to which split-KV runs the row engine rather than query tiles:
-/// each row costs the engine the same, while a tile's products fill more SIMD lanes as rows
-/// grow. Measured (Lk 4096, H 32, d 128, 1 thread, AVX-512): the engine is 1.2 to 10x faster
-/// at Lq 1 to 4, and 1.2 to 1.5x slower at Lq 16; with four rows of a KV group sharing each
-/// load, at Lq 8 too (Lk 8192, Hkv 8, causal: f32 25-37 -> 17 ms on 1 thread, 14-16 -> 10 on
-/// 2; bf16 26 -> 16-18, 13 -> 8.4-9.1; q8_0 26-32 -> 22-29, 13-15 -> 12-13), so up to 8.
-inline constexpr Index kDecodeRowsMaxQueries = 8;
-
-/// True when DecodeRows can run the spec: softmax rows (sinks are added by the merge), a
-/// logit mod that does not depend on positions or heads (none, Softcap), no Position or
-/// one that turns rows (the key rows then arrive turned), and a mask without gathered
-/// columns (AttentionTiles reads only their rows). Others take AttentionTiles.
-template <class Spec>
-constexpr bool decode_rows_fit() {
-  using Score = typename Spec::Score;
-  using Position = typename Spec::Position;
-  return std::is_same_v<typename Spec::Normalizer, Softmax> &&
-         (std::is_same_v<Score, Dot> || std::is_same_v<Score, Softcap>)&&(
-             std::is_same_v<Position, NoPosition> || transforms_rows<Position>()) &&
-         !has_columns<typename Spec::Mask>::value;
-}
 
 template <class Spec, class Q, class K, class V>
 class DecodeRows {
