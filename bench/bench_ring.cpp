@@ -1,6 +1,6 @@
-// Ring attention (attnkit/dist/ring_attention.hpp) under mpirun: strong scaling from one rank
-// to the ranks of the run (the bench workflow: 2, one thread each), causal self-attention,
-// H = Hkv = kHeads, d = 128, L = 2K, 16K and 32K. Rows:
+// Ring attention (attnkit/distributed/ring_attention.hpp) under mpirun: strong scaling from one
+// rank to the ranks of the run (the bench workflow: 2, one thread each), causal self-attention, H =
+// Hkv = kHeads, d = 128, L = 2K, 16K and 32K. Rows:
 //   single/L:<n>           attention() over the whole sequence on rank 0 alone, 1 thread:
 //                          the in-run baseline (the other ranks wait);
 //   ring_contiguous/L:<n>  ring_attention(), contiguous shards;
@@ -13,7 +13,7 @@
 #include <mpi.h>
 
 #include <attnkit/attnkit.hpp>  // first: see simd.hpp on GCC 12 and <immintrin.h>
-#include <attnkit/dist/ring_attention.hpp>
+#include <attnkit/distributed/ring_attention.hpp>
 #include <cstdio>
 #include <map>
 #include <string>

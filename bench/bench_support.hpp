@@ -10,10 +10,10 @@
 
 #include <benchmark/benchmark.h>
 
+#include <attnkit/core/tensor.hpp>
 #include <attnkit/gemm/tile_gemm.hpp>
 #include <attnkit/kernel/tile_config.hpp>
 #include <attnkit/simd/simd.hpp>
-#include <attnkit/tensor.hpp>
 #include <chrono>
 #include <cstddef>
 #include <cstdio>

@@ -1,5 +1,5 @@
 // What this shows: attention over a sequence split across MPI ranks (context parallelism),
-// with attnkit's optional distributed component (attnkit::mpi, include/attnkit/dist/).
+// with attnkit's optional distributed component (attnkit::mpi, include/attnkit/distributed/).
 //
 //   mpirun -np 2 ./example_16_ring_attention     (any number of ranks)
 //
@@ -17,8 +17,8 @@
 
 #include <algorithm>
 #include <attnkit/attnkit.hpp>
-#include <attnkit/dist/ring_attention.hpp>
-#include <attnkit/dist/sharded_decode.hpp>
+#include <attnkit/distributed/ring_attention.hpp>
+#include <attnkit/distributed/sharded_decode.hpp>
 #include <cmath>
 #include <cstdio>
 #include <random>

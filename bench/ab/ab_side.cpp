@@ -15,7 +15,10 @@
 #else
 #define AB_HAS_BF16 0
 #endif
-#if __has_include(<attnkit/quant/quantize.hpp>)
+#if __has_include(<attnkit/storage/quantize.hpp>)
+#include <attnkit/storage/quantize.hpp>
+#define AB_HAS_Q8 1
+#elif __has_include(<attnkit/quant/quantize.hpp>)  // trees before storage/
 #include <attnkit/quant/quantize.hpp>
 #define AB_HAS_Q8 1
 #else
@@ -84,7 +87,7 @@ void run(const ab::Row& r, const Mask& mask, const K* k, const K* v, Buffers& b)
   const auto o = ak::bhsd(b.o.data(), 1, r.heads, r.q_len, r.dim);
   const auto spec = ak::make_spec(mask);
   ak::Options options = ak::Options{}.with_threads(r.threads);
-#if __has_include(<attnkit/span.hpp>)
+#if __has_include(<attnkit/core/span.hpp>) || __has_include(<attnkit/span.hpp>)
   options = options.with_lse(b.lse);
 #else
   options = options.with_lse(b.lse.data());

@@ -6,8 +6,8 @@
 
 #include <optional>
 
-#include "attnkit/span.hpp"
-#include "attnkit/tensor.hpp"
+#include "attnkit/core/span.hpp"
+#include "attnkit/core/tensor.hpp"
 
 namespace attnkit {
 

@@ -3,8 +3,8 @@
 // carries its size, checked against what the call writes before anything is written.
 #pragma once
 
-#include "attnkit/span.hpp"
-#include "attnkit/tensor.hpp"
+#include "attnkit/core/span.hpp"
+#include "attnkit/core/tensor.hpp"
 
 namespace attnkit {
 

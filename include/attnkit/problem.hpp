@@ -6,13 +6,13 @@
 #include <string>
 #include <type_traits>
 
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/detail/view_checks.hpp"
-#include "attnkit/error.hpp"
-#include "attnkit/normalizer/row_context.hpp"
+#include "attnkit/normalizer/faces.hpp"
 #include "attnkit/options.hpp"
-#include "attnkit/position/row_at.hpp"
-#include "attnkit/tensor.hpp"
+#include "attnkit/position/faces.hpp"
 
 namespace attnkit {
 

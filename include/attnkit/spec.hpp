@@ -7,11 +7,11 @@
 #include <type_traits>
 #include <utility>
 
+#include "attnkit/core/slots.hpp"
 #include "attnkit/mask/full.hpp"
 #include "attnkit/normalizer/softmax.hpp"
 #include "attnkit/position/no_position.hpp"
 #include "attnkit/score/dot.hpp"
-#include "attnkit/slots.hpp"
 
 namespace attnkit {
 

@@ -13,9 +13,9 @@
 #include <attnkit/mask/causal.hpp>
 #include <attnkit/position/apply.hpp>
 #include <attnkit/position/rope.hpp>
-#include <attnkit/quant/quantize.hpp>
 #include <attnkit/reference/attention.hpp>
 #include <attnkit/spec.hpp>
+#include <attnkit/storage/quantize.hpp>
 #include <catch2/catch_template_test_macros.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <cmath>

@@ -4,11 +4,11 @@
 // builds this file and passes only if the compiler says "cannot be merged in one round".
 // Built with ATTNKIT_COMPILE_FAIL_CONTROL, the same call with SoftplusL1 (one pass) must
 // compile, which shows the failure comes from the pass check, not from an include or a typo.
+#include <attnkit/core/tensor.hpp>
 #include <attnkit/kernel/decode.hpp>
 #include <attnkit/normalizer/softplus_l1.hpp>
 #include <attnkit/normalizer/softplus_l1_reweighted.hpp>
 #include <attnkit/spec.hpp>
-#include <attnkit/tensor.hpp>
 #include <vector>
 
 namespace ak = attnkit;

@@ -4,10 +4,10 @@
 // parts do not merge in one round" builds this file and passes only if the compiler says so.
 // Built with ATTNKIT_COMPILE_FAIL_CONTROL, the same call with SoftplusL1 (one pass) must
 // compile, which shows the failure comes from the pass check, not from an include or a typo.
+#include <attnkit/core/tensor.hpp>
 #include <attnkit/kernel/merge.hpp>
 #include <attnkit/normalizer/softplus_l1.hpp>
 #include <attnkit/normalizer/softplus_l1_reweighted.hpp>
-#include <attnkit/tensor.hpp>
 #include <vector>
 
 namespace ak = attnkit;

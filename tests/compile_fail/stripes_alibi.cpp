@@ -5,11 +5,11 @@
 // test "stripes: stripe_attention with Alibi does not compile" builds this file and passes
 // only if the compiler says "a position-free Score". Built with ATTNKIT_COMPILE_FAIL_CONTROL,
 // the same call with Softcap must compile, which shows the failure comes from that check.
+#include <attnkit/core/tensor.hpp>
 #include <attnkit/score/alibi.hpp>
 #include <attnkit/score/softcap.hpp>
 #include <attnkit/select/stripes.hpp>
 #include <attnkit/spec.hpp>
-#include <attnkit/tensor.hpp>
 #include <vector>
 
 namespace ak = attnkit;

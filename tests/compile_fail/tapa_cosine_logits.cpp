@@ -6,12 +6,12 @@
 // SoftplusL1 does not compile" builds this file and passes only if the compiler says so. Built with
 // ATTNKIT_COMPILE_FAIL_CONTROL, the same call with Softmax must compile, which shows the
 // failure comes from that check, not from an include or a typo.
+#include <attnkit/core/tensor.hpp>
 #include <attnkit/kernel/decode.hpp>
 #include <attnkit/normalizer/softmax.hpp>
 #include <attnkit/normalizer/softplus_l1.hpp>
 #include <attnkit/position/tapa.hpp>
 #include <attnkit/spec.hpp>
-#include <attnkit/tensor.hpp>
 #include <vector>
 
 namespace ak = attnkit;

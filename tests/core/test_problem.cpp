@@ -2,7 +2,7 @@
 // q_offset, Options overriding them, the GQA head mapping, and every error path with its
 // message "attnkit: <argument>: expected <x>, got <y>" (error.hpp).
 #include <algorithm>
-#include <attnkit/error.hpp>
+#include <attnkit/core/error.hpp>
 #include <attnkit/options.hpp>
 #include <attnkit/problem.hpp>
 #include <catch2/catch_test_macros.hpp>

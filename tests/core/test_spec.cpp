@@ -1,6 +1,7 @@
 // make_spec() and AttentionSpec: defaults for missing slots, any argument order giving one
 // type, runtime members carried through. Also the small headers around a spec: slots.hpp
 // (each policy's slot), options.hpp (chainable setters) and version.hpp.
+#include <attnkit/core/slots.hpp>
 #include <attnkit/mask/causal.hpp>
 #include <attnkit/mask/full.hpp>
 #include <attnkit/normalizer/softmax.hpp>
@@ -8,7 +9,6 @@
 #include <attnkit/position/no_position.hpp>
 #include <attnkit/score/dot.hpp>
 #include <attnkit/score/softcap.hpp>
-#include <attnkit/slots.hpp>
 #include <attnkit/spec.hpp>
 #include <attnkit/version.hpp>
 #include <catch2/catch_test_macros.hpp>

@@ -1,8 +1,8 @@
 // View<T> and its factories: the strides bhsd(), bshd() and strided() set, where row()
 // points for each layout, and the conversion to a const view. Int views keep every
 // address check exact.
-#include <attnkit/error.hpp>
-#include <attnkit/tensor.hpp>
+#include <attnkit/core/error.hpp>
+#include <attnkit/core/tensor.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_exception.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>

@@ -3,7 +3,7 @@
 // LLVMFuzzerTestOneInput) to fuzz_entries.cpp. Two TUs so that CI compiles them in parallel.
 #pragma once
 
-#include <attnkit/error.hpp>
+#include <attnkit/core/error.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <string>

@@ -1,5 +1,5 @@
 // Products::Bf16 (options.hpp): the tile kernel with its operands rounded to bfloat16
-// (detail/bf16_round.hpp) and f32 accumulation, against the f64 reference. Two comparisons,
+// (storage/bf16_round.hpp) and f32 accumulation, against the f64 reference. Two comparisons,
 // each with the tolerance its rounding implies (u = 2^-8, bf16's relative rounding bound):
 //  - on operands that are already bf16 (bf16 Q, K, V and a power-of-two scale) only the
 //    weights P are rounded: each output moves by at most u sum_j w_j |v_j| / l <= u max|v|;
@@ -15,7 +15,6 @@
 // GEMM alone, and the rounding itself against Eigen::bfloat16's conversion.
 #include <Eigen/Core>
 #include <algorithm>
-#include <attnkit/detail/bf16_round.hpp>
 #include <attnkit/gemm/tile_gemm_bf16.hpp>
 #include <attnkit/kernel/attention.hpp>
 #include <attnkit/kernel/decode.hpp>
@@ -30,6 +29,7 @@
 #include <attnkit/normalizer/softplus_l1.hpp>
 #include <attnkit/position/rope.hpp>
 #include <attnkit/score/softcap.hpp>
+#include <attnkit/storage/bf16_round.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 #include <cmath>

@@ -3,7 +3,7 @@
 // Partial tiles, keep() only, key ranges that leave Full, Partial and Empty tiles, and/or
 // combinations, a BlockMask), Softcap and ALiBi, RoPE, FoPE and TAPA, f32 / bf16 / f16 storage
 // and q8_0 / q4_0 K/V, GQA, ragged tiles and d 128, bf16 products in their portable form
-// (detail/bf16_round.hpp's rounding, f32 FMAs), each against the f64 reference (Lq 1 cases
+// (storage/bf16_round.hpp's rounding, f32 FMAs), each against the f64 reference (Lq 1 cases
 // through split-KV decode);
 // then bitwise stability over thread counts. In the scalar flavour (ATTNKIT_TEST_CI_SUBSET:
 // the CI budget) the bf16 normalizer pass, the normalizers' Softcap pass and the positions are
@@ -14,7 +14,6 @@
 // the cross products check the policies' logic, which is the same source on every ISA.
 #include <Eigen/Core>
 #include <algorithm>
-#include <attnkit/detail/bf16_round.hpp>
 #include <attnkit/gemm/tile_gemm_bf16.hpp>
 #include <attnkit/kernel/attention.hpp>
 #include <attnkit/mask/block_mask.hpp>
@@ -34,6 +33,7 @@
 #include <attnkit/position/tapa.hpp>
 #include <attnkit/score/alibi.hpp>
 #include <attnkit/score/softcap.hpp>
+#include <attnkit/storage/bf16_round.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <cmath>
 #include <string>

@@ -1,5 +1,5 @@
-// attention() and decode() on block-quantized K/V (BlockQ8_0, BlockQ4_0: quant/blocks.hpp,
-// read through detail/storage_rows.hpp and, in the decode row engine, simd/int_widen.hpp)
+// attention() and decode() on block-quantized K/V (BlockQ8_0, BlockQ4_0: storage/blocks.hpp,
+// read through storage/storage_rows.hpp and, in the decode row engine, simd/int_widen.hpp)
 // against the f64 reference of the stored values (reference::attention() dequantizes them):
 // Lq 1 to 16 (the row engine, split-KV decode and the tile kernel), ragged Lk, GQA 1 / 4 / 8,
 // masks, every normalizer, Softcap and RoPE, K and V quantized together and each alone, f32
@@ -20,8 +20,8 @@
 #include <attnkit/normalizer/softmax.hpp>
 #include <attnkit/normalizer/softplus_l1.hpp>
 #include <attnkit/position/rope.hpp>
-#include <attnkit/quant/quantize.hpp>
 #include <attnkit/score/softcap.hpp>
+#include <attnkit/storage/quantize.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <cmath>
 #include <string>

@@ -17,7 +17,7 @@
 #include <attnkit/mask/causal.hpp>
 #include <attnkit/mask/combine.hpp>
 #include <attnkit/mask/sliding_window.hpp>
-#include <attnkit/quant/quantize.hpp>
+#include <attnkit/storage/quantize.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <cmath>
 #include <cstring>

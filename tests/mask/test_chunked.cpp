@@ -2,7 +2,7 @@
 // with floor (not C++'s truncation) for negative positions, so the chunk [-size, 0) is a
 // chunk like any other. Its faces are exact: classify() is tight (a query range covers a
 // contiguous run of chunks), key_ranges() is those chunks, runs() one query's chunk.
-#include <attnkit/error.hpp>
+#include <attnkit/core/error.hpp>
 #include <attnkit/mask/chunked.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>

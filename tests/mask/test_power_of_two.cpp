@@ -5,8 +5,8 @@
 // key_ranges() is exact (every listed key is kept by some query) and sparse; there is no
 // runs() face. Its gathered-columns face splits keep() into the sinks and the window (a mask
 // of ranges) and the keys at distances 2^k beyond the window, per query.
+#include <attnkit/core/error.hpp>
 #include <attnkit/detail/traits.hpp>
-#include <attnkit/error.hpp>
 #include <attnkit/mask/power_of_two.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>

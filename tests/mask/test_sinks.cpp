@@ -2,7 +2,7 @@
 // position (alone it is not causal; StreamingLLM combines it: Causal & (Sinks | window)).
 // Its faces are exact: classify() is tight for key tiles (keys are never negative),
 // key_ranges() and runs() are [0, n).
-#include <attnkit/error.hpp>
+#include <attnkit/core/error.hpp>
 #include <attnkit/mask/sinks.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>

@@ -2,7 +2,7 @@
 // all exact: classify() is tight (a Partial tile really is mixed, since the windows of a
 // query range are contiguous and their union has no hole), key_ranges() is the union of the
 // windows of a query range, and runs() is one query's window.
-#include <attnkit/error.hpp>
+#include <attnkit/core/error.hpp>
 #include <attnkit/mask/sliding_window.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>

@@ -2,9 +2,9 @@
 // ReLU(s - b)^alpha in place and adds it to the row sum, over any number of key tiles and
 // with nothing to rescale; finalize() is 1 / sum, or 0 for a row whose weights are all 0;
 // the row sum is the row statistic. Blocks are [keys, ld] with one query per lane.
-#include <attnkit/error.hpp>
+#include <attnkit/core/error.hpp>
+#include <attnkit/normalizer/faces.hpp>
 #include <attnkit/normalizer/relu_power.hpp>
-#include <attnkit/normalizer/row_context.hpp>
 #include <attnkit/simd/simd.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_exception.hpp>

@@ -2,9 +2,9 @@
 // place, lane by lane, with nothing to rescale and nothing to divide by; the bias is the
 // call's -log(kv_len) by default, a fixed value, or one per query head; there is no row
 // statistic. Blocks are [keys, ld] with one query per lane, as the kernel hands them over.
-#include <attnkit/error.hpp>
+#include <attnkit/core/error.hpp>
+#include <attnkit/normalizer/faces.hpp>
 #include <attnkit/normalizer/relu_power.hpp>
-#include <attnkit/normalizer/row_context.hpp>
 #include <attnkit/normalizer/sigmoid.hpp>
 #include <attnkit/normalizer/softmax.hpp>
 #include <attnkit/simd/simd.hpp>

@@ -3,7 +3,7 @@
 // as the one-pass reference_row(); fully masked blocks and rows give 0 and LSE -inf, never
 // NaN; lse() is the natural-log log-sum-exp. Blocks are [keys, ld] with one query per lane.
 #include <algorithm>
-#include <attnkit/error.hpp>
+#include <attnkit/core/error.hpp>
 #include <attnkit/normalizer/softmax.hpp>
 #include <attnkit/simd/simd.hpp>
 #include <catch2/catch_test_macros.hpp>

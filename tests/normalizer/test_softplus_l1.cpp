@@ -13,7 +13,7 @@
 #include <attnkit/mask/sinks.hpp>
 #include <attnkit/mask/sliding_window.hpp>
 #include <attnkit/mask/visible_keys.hpp>
-#include <attnkit/normalizer/row_context.hpp>
+#include <attnkit/normalizer/faces.hpp>
 #include <attnkit/normalizer/softplus_l1.hpp>
 #include <attnkit/simd/simd.hpp>
 #include <catch2/catch_test_macros.hpp>

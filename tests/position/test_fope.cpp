@@ -6,7 +6,7 @@
 // The tables (FopeConfig, FopeTable) live in position/fope_table.hpp.
 #include <Eigen/Core>
 #include <algorithm>
-#include <attnkit/error.hpp>
+#include <attnkit/core/error.hpp>
 #include <attnkit/kernel/attention.hpp>
 #include <attnkit/mask/causal.hpp>
 #include <attnkit/mask/full.hpp>

@@ -7,7 +7,7 @@
 // threads) and against reference::attention() (f32, bf16, f16; each pairing and scaling,
 // Softmax and SoftplusL1, Full / Causal / SlidingWindow); the errors. Built natively.
 // Position ids are position/position_ids.hpp's; every row reaches the policy with its
-// position/row_at.hpp RowAt.
+// position/faces.hpp RowAt.
 #include <Eigen/Core>
 #include <algorithm>
 #include <attnkit/kernel/attention.hpp>

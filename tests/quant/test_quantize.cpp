@@ -1,4 +1,4 @@
-// Block-quantized K/V (quant/blocks.hpp, quant/quantize.hpp, detail/half_bits.hpp): the half
+// Block-quantized K/V (storage/blocks.hpp, storage/quantize.hpp, core/half_bits.hpp): the half
 // conversions of the block scales against Eigen::half (every half, every midpoint between
 // two halves and its neighbours, the overflow edge, random floats); quantize_row() byte for
 // byte against a transcription of llama.cpp's quantize_row_q8_0_ref / quantize_row_q4_0_ref
@@ -12,14 +12,14 @@
 #include <algorithm>
 #include <attnkit/cache/kv_cache.hpp>
 #include <attnkit/cache/paged_kv.hpp>
-#include <attnkit/detail/half_bits.hpp>
+#include <attnkit/core/half_bits.hpp>
 #include <attnkit/kernel/attention.hpp>
 #include <attnkit/kernel/decode.hpp>
 #include <attnkit/kernel/varlen.hpp>  // detail::seq_rows
 #include <attnkit/mask/causal.hpp>
-#include <attnkit/quant/quantize.hpp>
 #include <attnkit/reference/attention.hpp>
 #include <attnkit/spec.hpp>
+#include <attnkit/storage/quantize.hpp>
 #include <catch2/catch_template_test_macros.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <cfloat>

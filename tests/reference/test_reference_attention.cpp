@@ -2,14 +2,14 @@
 // below come from the formulas in the comments, not from any attnkit code. Inputs are
 // doubles so that the hand values are exact up to f64 rounding. Also NoPosition
 // (position/no_position.hpp), the default Position, which leaves Q and K as given.
-#include <attnkit/error.hpp>
+#include <attnkit/core/error.hpp>
+#include <attnkit/core/tensor.hpp>
 #include <attnkit/mask/causal.hpp>
 #include <attnkit/options.hpp>
 #include <attnkit/position/no_position.hpp>
 #include <attnkit/reference/attention.hpp>
 #include <attnkit/score/softcap.hpp>
 #include <attnkit/spec.hpp>
-#include <attnkit/tensor.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_exception.hpp>
 #include <catch2/matchers/catch_matchers_floating_point.hpp>

@@ -6,7 +6,7 @@
 // Built for the native ISA and x86-64-v2 (ATTNKIT_PATH_TESTS; the aarch64 preset too).
 #include <Eigen/Core>
 #include <algorithm>
-#include <attnkit/error.hpp>
+#include <attnkit/core/error.hpp>
 #include <attnkit/kernel/attention.hpp>
 #include <attnkit/mask/causal.hpp>
 #include <attnkit/mask/combine.hpp>

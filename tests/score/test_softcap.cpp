@@ -2,12 +2,12 @@
 // the element rule modify() that the reference uses, stays within (-cap, cap), leaves the
 // tile's padding alone, and an invalid cap is refused. Also Dot (score/dot.hpp), the
 // default score, which needs no hook: the kernel folds `scale` into the packed Q tile.
+#include <attnkit/core/error.hpp>
+#include <attnkit/core/slots.hpp>
 #include <attnkit/detail/traits.hpp>
-#include <attnkit/error.hpp>
 #include <attnkit/score/dot.hpp>
 #include <attnkit/score/softcap.hpp>
 #include <attnkit/simd/simd.hpp>
-#include <attnkit/slots.hpp>
 #include <attnkit/spec.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>

@@ -207,7 +207,7 @@ TEST_CASE("simd ops: load_i8 and load_u4 widen every byte exactly, at every offs
 }
 
 TEST_CASE("simd ops: half_to_float equals the bit form for every half", "[simd][memory]") {
-  // F16C's instruction where the ISA has it, detail/half_bits.hpp's bit form elsewhere: the
+  // F16C's instruction where the ISA has it, core/half_bits.hpp's bit form elsewhere: the
   // same f32 bits for each of the 65536 patterns (NaN payloads included).
   std::uint32_t mismatches = 0, first = 0;
   for (std::uint32_t h = 0; h <= 0xFFFFu; ++h) {

@@ -4,8 +4,8 @@
 #pragma once
 
 #include <algorithm>
-#include <attnkit/quant/quantize.hpp>
-#include <attnkit/tensor.hpp>
+#include <attnkit/core/tensor.hpp>
+#include <attnkit/storage/quantize.hpp>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -101,7 +101,7 @@ struct Tensor {
   Tensor(const Tensor&) = delete;  // the view points into `memory`
   Tensor& operator=(const Tensor&) = delete;
 
-  // For the quantized blocks (attnkit/quant/blocks.hpp) the elements are blocks of 32 values:
+  // For the quantized blocks (attnkit/storage/blocks.hpp) the elements are blocks of 32 values:
   // strides count blocks, for_each() visits blocks, randomize() quantizes its draws.
   static constexpr bool kBlocks = detail::is_block_quantized<T>();
 

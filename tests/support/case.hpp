@@ -4,8 +4,8 @@
 // no SIMD code.
 #pragma once
 
+#include <attnkit/core/tensor.hpp>
 #include <attnkit/options.hpp>
-#include <attnkit/tensor.hpp>
 #include <optional>
 #include <string>
 #include <vector>

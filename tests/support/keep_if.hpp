@@ -4,8 +4,8 @@
 // reference to run against the kernel's own faces.
 #pragma once
 
-#include <attnkit/slots.hpp>
-#include <attnkit/tensor.hpp>
+#include <attnkit/core/slots.hpp>
+#include <attnkit/core/tensor.hpp>
 
 namespace attnkit::test {
 

@@ -3,8 +3,8 @@
 // blocks and read vectors back lane by lane, the same way for every normalizer.
 #pragma once
 
+#include <attnkit/core/tensor.hpp>
 #include <attnkit/simd/simd.hpp>
-#include <attnkit/tensor.hpp>
 #include <cstddef>
 #include <limits>
 #include <vector>

@@ -4,7 +4,7 @@
 #pragma once
 
 #include <algorithm>
-#include <attnkit/tensor.hpp>
+#include <attnkit/core/tensor.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <limits>

@@ -3,7 +3,7 @@
 // (case.hpp, tolerance.hpp are light); it is compiled for each ISA the tests are, for the
 // reason tests/CMakeLists.txt gives.
 #include <algorithm>
-#include <attnkit/error.hpp>
+#include <attnkit/core/error.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_exception.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>

@@ -3,7 +3,7 @@
 // worst error of one comparison over its allowance, and the rows that see no key.
 #pragma once
 
-#include <attnkit/tensor.hpp>
+#include <attnkit/core/tensor.hpp>
 #include <limits>
 #include <vector>
 

@@ -13,16 +13,17 @@
 #include <vector>
 
 #include "attnkit/cache/paged_decode.hpp"
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/parallel.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/detail/view_checks.hpp"
-#include "attnkit/error.hpp"
 #include "attnkit/kernel/attention.hpp"
 #include "attnkit/kernel/merge.hpp"
 #include "attnkit/kernel/split_kv.hpp"
 #include "attnkit/mask/remap.hpp"
 #include "attnkit/mask/visible_keys.hpp"
-#include "attnkit/normalizer/row_context.hpp"
+#include "attnkit/normalizer/faces.hpp"
 #include "attnkit/normalizer/sigmoid.hpp"
 #include "attnkit/normalizer/softmax.hpp"
 #include "attnkit/normalizer/softplus_l1.hpp"
@@ -30,7 +31,6 @@
 #include "attnkit/position/no_position.hpp"
 #include "attnkit/problem.hpp"
 #include "attnkit/spec.hpp"
-#include "attnkit/tensor.hpp"
 
 namespace attnkit {
 

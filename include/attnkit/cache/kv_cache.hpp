@@ -20,15 +20,15 @@
 #include <vector>
 
 #include "attnkit/cache/kv_storage.hpp"
-#include "attnkit/detail/checked.hpp"
-#include "attnkit/detail/pack.hpp"
+#include "attnkit/core/checked.hpp"
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/detail/view_checks.hpp"
-#include "attnkit/error.hpp"
+#include "attnkit/position/faces.hpp"
 #include "attnkit/position/no_position.hpp"
-#include "attnkit/position/row_at.hpp"
 #include "attnkit/problem.hpp"
-#include "attnkit/tensor.hpp"
+#include "attnkit/storage/f32_rows.hpp"
 
 namespace attnkit {
 

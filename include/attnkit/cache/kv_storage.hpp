@@ -13,13 +13,13 @@
 #include <type_traits>
 #include <vector>
 
+#include "attnkit/core/checked.hpp"
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/aligned.hpp"
-#include "attnkit/detail/checked.hpp"
-#include "attnkit/detail/storage_rows.hpp"
 #include "attnkit/detail/view_checks.hpp"
-#include "attnkit/error.hpp"
 #include "attnkit/problem.hpp"
-#include "attnkit/tensor.hpp"
+#include "attnkit/storage/storage_rows.hpp"
 
 namespace attnkit::detail {
 
@@ -157,7 +157,7 @@ class KvStorage {
   }
 
   // Throws Error naming the first row of x holding a value T cannot encode (not finite, or
-  // too large for the block's half scale: quant/quantize.hpp). Nothing for other storage.
+  // too large for the block's half scale: storage/quantize.hpp). Nothing for other storage.
  public:
   template <class S>
   static void require_encodable_rows(const View<S>& x, const char* name) {

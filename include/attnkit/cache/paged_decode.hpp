@@ -15,13 +15,13 @@
 #include <limits>
 #include <vector>
 
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/parallel.hpp"
 #include "attnkit/kernel/decode_rows.hpp"
 #include "attnkit/kernel/merge.hpp"
 #include "attnkit/kernel/split_kv.hpp"
 #include "attnkit/options.hpp"
 #include "attnkit/problem.hpp"
-#include "attnkit/tensor.hpp"
 
 namespace attnkit {
 

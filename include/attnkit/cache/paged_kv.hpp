@@ -14,10 +14,10 @@
 
 #include "attnkit/cache/attention_paged.hpp"
 #include "attnkit/cache/kv_storage.hpp"
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/traits.hpp"
-#include "attnkit/error.hpp"
 #include "attnkit/problem.hpp"
-#include "attnkit/tensor.hpp"
 
 namespace attnkit {
 

@@ -15,7 +15,7 @@
 #include <omp.h>
 #endif
 
-#include "attnkit/index.hpp"
+#include "attnkit/core/index.hpp"
 
 namespace attnkit::detail {
 

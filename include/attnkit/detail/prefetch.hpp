@@ -28,8 +28,8 @@
 
 #include <atomic>
 
+#include "attnkit/core/index.hpp"
 #include "attnkit/detail/aligned.hpp"
-#include "attnkit/index.hpp"
 
 namespace attnkit {
 

@@ -8,7 +8,7 @@
 #include <memory>
 #include <new>
 
-#include "attnkit/index.hpp"
+#include "attnkit/core/index.hpp"
 
 namespace attnkit::detail {
 

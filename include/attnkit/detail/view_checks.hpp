@@ -8,10 +8,10 @@
 #include <iterator>
 #include <string>
 
-#include "attnkit/detail/checked.hpp"
-#include "attnkit/error.hpp"
-#include "attnkit/span.hpp"
-#include "attnkit/tensor.hpp"
+#include "attnkit/core/checked.hpp"
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/span.hpp"
+#include "attnkit/core/tensor.hpp"
 
 namespace attnkit::detail {
 
@@ -48,8 +48,8 @@ void check_view(const View<T>& v, const Name& name) {
   require(v.seq >= 0, cat(name, ".seq"), ">= 0", v.seq);
   require(v.dim >= 0, cat(name, ".dim"), ">= 0", v.dim);
   if constexpr (is_block_quantized<T>())
-    require(v.dim % kQuantBlock == 0, cat(name, ".dim"),
-            cat("a multiple of ", kQuantBlock, " (quantized blocks)"), v.dim);
+    require(v.dim % values_per_element<T>() == 0, cat(name, ".dim"),
+            cat("a multiple of ", values_per_element<T>(), " (quantized blocks)"), v.dim);
   require(v.batch_stride >= 0, cat(name, ".batch_stride"), ">= 0", v.batch_stride);
   require(v.head_stride >= 0, cat(name, ".head_stride"), ">= 0", v.head_stride);
   require(v.seq_stride >= 0, cat(name, ".seq_stride"), ">= 0", v.seq_stride);

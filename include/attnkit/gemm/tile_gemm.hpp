@@ -10,8 +10,8 @@
 #include <cstddef>
 #include <type_traits>
 
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/simd/simd.hpp"
-#include "attnkit/tensor.hpp"
 
 namespace attnkit::gemm {
 

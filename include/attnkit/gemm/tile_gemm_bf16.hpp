@@ -14,10 +14,10 @@
 #include <cstdint>
 #include <cstring>
 
-#include "attnkit/detail/bf16_round.hpp"
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/simd/bf16_dot.hpp"
 #include "attnkit/simd/vec.hpp"
-#include "attnkit/tensor.hpp"
+#include "attnkit/storage/bf16_round.hpp"
 
 namespace attnkit::gemm {
 
@@ -71,7 +71,7 @@ inline bool pair_products_chosen() {
 /// Columns of one vector of pairs: B and C have n a multiple of this.
 inline constexpr Index kBf16Lanes = 16;
 
-/// The bits of x rounded to bf16 (detail/bf16_round.hpp: the high half of the rounded f32).
+/// The bits of x rounded to bf16 (storage/bf16_round.hpp: the high half of the rounded f32).
 inline std::uint16_t bf16_bits(float x) {
   const float rounded = attnkit::detail::round_to_bf16(x);
   std::uint32_t bits;

@@ -8,15 +8,15 @@
 #include <type_traits>
 #include <vector>
 
-#include "attnkit/detail/pack.hpp"
 #include "attnkit/detail/parallel.hpp"
 #include "attnkit/kernel/attention_tiles.hpp"
 #include "attnkit/kernel/kernel_keys.hpp"
+#include "attnkit/kernel/pack.hpp"
 #include "attnkit/kernel/split_kv.hpp"
 #include "attnkit/kernel/tile_plan.hpp"
 #include "attnkit/options.hpp"
 #include "attnkit/position/apply.hpp"
-#include "attnkit/position/row_at.hpp"
+#include "attnkit/position/faces.hpp"
 #include "attnkit/problem.hpp"
 #include "attnkit/spec.hpp"
 

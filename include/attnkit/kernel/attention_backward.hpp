@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "attnkit/detail/aligned.hpp"
-#include "attnkit/detail/pack.hpp"
 #include "attnkit/detail/parallel.hpp"
 #include "attnkit/kernel/backward_checks.hpp"
 #include "attnkit/kernel/backward_tiles.hpp"
 #include "attnkit/kernel/kernel_keys.hpp"
+#include "attnkit/kernel/pack.hpp"
 #include "attnkit/kernel/row_norms.hpp"
 #include "attnkit/options.hpp"
 #include "attnkit/param_grads.hpp"

@@ -12,8 +12,6 @@
 #include <limits>
 #include <vector>
 
-#include "attnkit/detail/bf16_round.hpp"
-#include "attnkit/detail/pack.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/gemm/tile_gemm.hpp"
 #include "attnkit/kernel/tile_band.hpp"
@@ -27,14 +25,17 @@
 #include "attnkit/kernel/tile_queries.hpp"
 #include "attnkit/kernel/tile_rows.hpp"
 #include "attnkit/kernel/value_guard.hpp"
+#include "attnkit/mask/faces.hpp"
 #include "attnkit/mask/key_columns.hpp"
 #include "attnkit/mask/key_schedule.hpp"
 #include "attnkit/mask/tile_kind.hpp"
 #include "attnkit/mask/visible_keys.hpp"
-#include "attnkit/normalizer/row_context.hpp"
+#include "attnkit/normalizer/faces.hpp"
 #include "attnkit/problem.hpp"
-#include "attnkit/score/score_tile.hpp"
+#include "attnkit/score/faces.hpp"
 #include "attnkit/simd/simd.hpp"
+#include "attnkit/storage/bf16_round.hpp"
+#include "attnkit/storage/f32_rows.hpp"
 
 namespace attnkit {
 namespace detail {

@@ -8,7 +8,7 @@
 
 #include <algorithm>
 
-#include "attnkit/tensor.hpp"
+#include "attnkit/core/tensor.hpp"
 
 namespace attnkit::detail {
 

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/simd/simd.hpp"
-#include "attnkit/tensor.hpp"
 
 namespace attnkit::detail {
 

@@ -12,7 +12,7 @@
 #include "attnkit/kernel/backward_stages.hpp"  // project_out
 #include "attnkit/kernel/backward_traits.hpp"
 #include "attnkit/kernel/row_norms.hpp"
-#include "attnkit/position/row_at.hpp"
+#include "attnkit/position/faces.hpp"
 #include "attnkit/problem.hpp"
 
 namespace attnkit::detail {

@@ -20,7 +20,6 @@
 #include <limits>
 #include <vector>
 
-#include "attnkit/detail/pack.hpp"
 #include "attnkit/detail/scratch.hpp"
 #include "attnkit/gemm/tile_gemm.hpp"
 #include "attnkit/kernel/backward_keys.hpp"
@@ -28,6 +27,7 @@
 #include "attnkit/kernel/backward_store.hpp"
 #include "attnkit/kernel/backward_traits.hpp"
 #include "attnkit/kernel/owned_products.hpp"
+#include "attnkit/kernel/pack.hpp"
 #include "attnkit/kernel/query_row.hpp"
 #include "attnkit/kernel/row_norms.hpp"
 #include "attnkit/kernel/tile_config.hpp"
@@ -36,7 +36,7 @@
 #include "attnkit/mask/key_schedule.hpp"
 #include "attnkit/mask/visible_keys.hpp"
 #include "attnkit/problem.hpp"
-#include "attnkit/score/score_tile.hpp"
+#include "attnkit/score/faces.hpp"
 #include "attnkit/simd/simd.hpp"
 
 namespace attnkit::detail {

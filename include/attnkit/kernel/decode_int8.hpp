@@ -15,11 +15,11 @@
 #include <optional>
 #include <type_traits>
 
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/prefetch.hpp"
 #include "attnkit/problem.hpp"
-#include "attnkit/quant/blocks.hpp"
 #include "attnkit/simd/simd.hpp"
-#include "attnkit/tensor.hpp"
+#include "attnkit/storage/blocks.hpp"
 
 namespace attnkit::detail {
 

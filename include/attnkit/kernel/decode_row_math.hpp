@@ -12,11 +12,11 @@
 #include <limits>
 #include <type_traits>
 
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/prefetch.hpp"
-#include "attnkit/detail/storage_rows.hpp"
 #include "attnkit/normalizer/softmax.hpp"
 #include "attnkit/simd/simd.hpp"
-#include "attnkit/tensor.hpp"
+#include "attnkit/storage/storage_rows.hpp"
 
 namespace Eigen {  // the storage types, declared: a program that stores them includes Eigen
 struct bfloat16;
@@ -73,7 +73,7 @@ struct DecodeRowMath {
   // dot product or an elementwise sum does not care about the order of its elements.
   static constexpr bool kPairsK = std::is_same_v<std::remove_const_t<K>, Eigen::bfloat16>;
   static constexpr bool kPairsV = std::is_same_v<std::remove_const_t<V>, Eigen::bfloat16>;
-  // Quantized K / V rows (quant/blocks.hpp): kPer vectors a block (kW divides 32). One row
+  // Quantized K / V rows (storage/blocks.hpp): kPer vectors a block (kW divides 32). One row
   // scales each block's products once (K: the block's partial dot product; V: the weight);
   // rows that share a load dequantize it (one multiply a vector, shared: cheaper than a
   // scaled partial sum or weight for each row, and the f16 scale converted once).

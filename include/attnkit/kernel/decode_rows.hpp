@@ -20,7 +20,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "attnkit/detail/pack.hpp"
 #include "attnkit/detail/prefetch.hpp"
 #include "attnkit/detail/scratch.hpp"
 #include "attnkit/detail/traits.hpp"
@@ -32,13 +31,14 @@
 #include "attnkit/mask/key_columns.hpp"
 #include "attnkit/mask/tile_kind.hpp"
 #include "attnkit/normalizer/softmax.hpp"
+#include "attnkit/position/faces.hpp"
 #include "attnkit/position/no_position.hpp"
-#include "attnkit/position/row_at.hpp"
 #include "attnkit/problem.hpp"
 #include "attnkit/score/dot.hpp"
-#include "attnkit/score/score_tile.hpp"
+#include "attnkit/score/faces.hpp"
 #include "attnkit/score/softcap.hpp"
 #include "attnkit/simd/simd.hpp"
+#include "attnkit/storage/f32_rows.hpp"
 
 namespace attnkit::detail {
 

@@ -5,14 +5,14 @@
 
 #include <type_traits>
 
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/mask/key_columns.hpp"
 #include "attnkit/normalizer/softmax.hpp"
+#include "attnkit/position/faces.hpp"
 #include "attnkit/position/no_position.hpp"
-#include "attnkit/position/row_at.hpp"
 #include "attnkit/score/dot.hpp"
 #include "attnkit/score/softcap.hpp"
-#include "attnkit/tensor.hpp"
 
 namespace attnkit::detail {
 

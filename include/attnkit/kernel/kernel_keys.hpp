@@ -1,17 +1,17 @@
 // The keys a kernel reads: k as it is, or a contiguous f32 copy of it where the tiles gain
-// from one (detail::tile_rows, detail/pack.hpp), or -- with a Position that turns rows (Rope,
+// from one (detail::tile_rows, kernel/pack.hpp), or -- with a Position that turns rows (Rope,
 // Fope) -- every key row turned once per call into an f32 copy [B, Hkv, Lk, D]. One step for
 // attention() (kernel/attention.hpp) and attention_backward() (kernel/attention_backward.hpp).
 #pragma once
 
 #include <vector>
 
-#include "attnkit/detail/pack.hpp"
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/parallel.hpp"
 #include "attnkit/detail/traits.hpp"
+#include "attnkit/kernel/pack.hpp"
 #include "attnkit/position/apply.hpp"
 #include "attnkit/problem.hpp"
-#include "attnkit/tensor.hpp"
 
 namespace attnkit::detail {
 

@@ -18,11 +18,11 @@
 #include <type_traits>
 #include <vector>
 
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/span.hpp"
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/view_checks.hpp"
-#include "attnkit/error.hpp"
-#include "attnkit/normalizer/row_context.hpp"
-#include "attnkit/span.hpp"
-#include "attnkit/tensor.hpp"
+#include "attnkit/normalizer/faces.hpp"
 
 namespace attnkit {
 

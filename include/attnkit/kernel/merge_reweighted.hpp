@@ -11,8 +11,8 @@
 #include <limits>
 #include <vector>
 
+#include "attnkit/core/error.hpp"
 #include "attnkit/detail/view_checks.hpp"
-#include "attnkit/error.hpp"
 #include "attnkit/kernel/merge.hpp"
 #include "attnkit/normalizer/softplus_l1_reweighted.hpp"
 

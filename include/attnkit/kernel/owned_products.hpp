@@ -9,10 +9,10 @@
 
 #include <algorithm>
 
-#include "attnkit/detail/pack.hpp"
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/gemm/tile_gemm.hpp"
 #include "attnkit/kernel/tile_config.hpp"
-#include "attnkit/tensor.hpp"
+#include "attnkit/storage/f32_rows.hpp"
 
 namespace attnkit::detail {
 

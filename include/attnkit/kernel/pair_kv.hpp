@@ -12,12 +12,12 @@
 #include <new>
 #include <vector>
 
-#include "attnkit/detail/bf16_round.hpp"
-#include "attnkit/detail/checked.hpp"
+#include "attnkit/core/checked.hpp"
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/parallel.hpp"
-#include "attnkit/detail/storage_rows.hpp"
 #include "attnkit/gemm/tile_gemm_bf16.hpp"
-#include "attnkit/tensor.hpp"
+#include "attnkit/storage/bf16_round.hpp"
+#include "attnkit/storage/storage_rows.hpp"
 
 namespace attnkit::detail {
 

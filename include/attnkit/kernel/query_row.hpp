@@ -6,13 +6,13 @@
 // backward's (kernel/backward_tiles.hpp), so the three see the same bits.
 #pragma once
 
-#include "attnkit/detail/storage_rows.hpp"
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/kernel/row_norms.hpp"
-#include "attnkit/position/row_at.hpp"
+#include "attnkit/position/faces.hpp"
 #include "attnkit/problem.hpp"
 #include "attnkit/simd/simd.hpp"
-#include "attnkit/tensor.hpp"
+#include "attnkit/storage/storage_rows.hpp"
 
 namespace attnkit::detail {
 

@@ -7,8 +7,8 @@
 #include <cstddef>
 #include <vector>
 
-#include "attnkit/detail/storage_rows.hpp"
-#include "attnkit/tensor.hpp"
+#include "attnkit/core/tensor.hpp"
+#include "attnkit/storage/storage_rows.hpp"
 
 namespace attnkit::detail {
 

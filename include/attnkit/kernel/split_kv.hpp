@@ -19,7 +19,7 @@
 #include "attnkit/kernel/attention_tiles.hpp"
 #include "attnkit/kernel/decode_rows.hpp"
 #include "attnkit/kernel/merge.hpp"
-#include "attnkit/normalizer/row_context.hpp"
+#include "attnkit/normalizer/faces.hpp"
 #include "attnkit/normalizer/softmax.hpp"
 #include "attnkit/problem.hpp"
 

@@ -13,13 +13,14 @@
 #include <cstddef>
 #include <limits>
 
-#include "attnkit/detail/pack.hpp"
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/gemm/tile_gemm.hpp"
 #include "attnkit/kernel/tile_config.hpp"
+#include "attnkit/mask/faces.hpp"
 #include "attnkit/mask/tile_kind.hpp"
 #include "attnkit/simd/simd.hpp"
-#include "attnkit/tensor.hpp"
+#include "attnkit/storage/f32_rows.hpp"
 
 namespace attnkit::detail {
 

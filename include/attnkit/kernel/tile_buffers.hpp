@@ -5,10 +5,10 @@
 
 #include <algorithm>
 
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/scratch.hpp"
 #include "attnkit/kernel/tile_config.hpp"
 #include "attnkit/simd/simd.hpp"
-#include "attnkit/tensor.hpp"
 
 namespace attnkit::detail {
 

@@ -21,16 +21,17 @@
 #include <utility>
 #include <vector>
 
-#include "attnkit/detail/bf16_round.hpp"
-#include "attnkit/detail/pack.hpp"
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/prefetch.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/gemm/tile_gemm.hpp"
 #include "attnkit/kernel/tile_plan.hpp"
 #include "attnkit/kernel/value_guard.hpp"
 #include "attnkit/mask/key_columns.hpp"
+#include "attnkit/score/faces.hpp"
 #include "attnkit/simd/simd.hpp"
-#include "attnkit/tensor.hpp"
+#include "attnkit/storage/bf16_round.hpp"
+#include "attnkit/storage/f32_rows.hpp"
 
 namespace attnkit::detail {
 

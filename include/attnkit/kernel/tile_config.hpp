@@ -1,9 +1,9 @@
 // TileConfig: the tile sizes of the tiled attention kernel, tuned with bench_dense.
 #pragma once
 
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/gemm/tile_gemm.hpp"
 #include "attnkit/simd/simd.hpp"
-#include "attnkit/tensor.hpp"
 
 namespace attnkit {
 

@@ -7,10 +7,11 @@
 #include <cstddef>
 #include <limits>
 
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/traits.hpp"
+#include "attnkit/mask/faces.hpp"
 #include "attnkit/mask/tile_kind.hpp"
 #include "attnkit/simd/simd.hpp"
-#include "attnkit/tensor.hpp"
 
 namespace attnkit::detail {
 

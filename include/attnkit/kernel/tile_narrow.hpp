@@ -4,9 +4,9 @@
 // lane of each GEMM vector. The queries come in rows (kernel/tile_queries.hpp packs them).
 #pragma once
 
-#include "attnkit/detail/pack.hpp"
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/simd/simd.hpp"
-#include "attnkit/tensor.hpp"
+#include "attnkit/storage/f32_rows.hpp"
 
 namespace attnkit::detail::narrow {
 

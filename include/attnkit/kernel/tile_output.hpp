@@ -6,9 +6,9 @@
 
 #include <algorithm>
 
-#include "attnkit/normalizer/row_context.hpp"
+#include "attnkit/core/tensor.hpp"
+#include "attnkit/normalizer/faces.hpp"
 #include "attnkit/simd/simd.hpp"
-#include "attnkit/tensor.hpp"
 
 namespace attnkit::detail {
 

@@ -12,13 +12,13 @@
 #include <cstdint>
 #include <vector>
 
-#include "attnkit/detail/pack.hpp"
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/gemm/tile_gemm_bf16.hpp"
 #include "attnkit/kernel/pair_kv.hpp"
 #include "attnkit/kernel/tile_config.hpp"
 #include "attnkit/problem.hpp"
 #include "attnkit/simd/simd.hpp"
-#include "attnkit/tensor.hpp"
+#include "attnkit/storage/f32_rows.hpp"
 
 namespace attnkit::detail {
 

@@ -5,14 +5,14 @@
 // the rounding to bf16, last.
 #pragma once
 
-#include "attnkit/detail/bf16_round.hpp"
-#include "attnkit/detail/pack.hpp"
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/traits.hpp"
+#include "attnkit/kernel/pack.hpp"
 #include "attnkit/kernel/query_row.hpp"
 #include "attnkit/kernel/row_norms.hpp"
-#include "attnkit/position/row_at.hpp"
+#include "attnkit/position/faces.hpp"
 #include "attnkit/problem.hpp"
-#include "attnkit/tensor.hpp"
+#include "attnkit/storage/bf16_round.hpp"
 
 namespace attnkit::detail {
 

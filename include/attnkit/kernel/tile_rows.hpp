@@ -10,7 +10,7 @@
 
 #include "attnkit/kernel/tile_output.hpp"
 #include "attnkit/mask/visible_keys.hpp"
-#include "attnkit/normalizer/row_context.hpp"
+#include "attnkit/normalizer/faces.hpp"
 #include "attnkit/problem.hpp"
 #include "attnkit/simd/simd.hpp"
 

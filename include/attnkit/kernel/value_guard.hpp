@@ -7,10 +7,11 @@
 #include <algorithm>
 #include <vector>
 
-#include "attnkit/detail/pack.hpp"
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/traits.hpp"
+#include "attnkit/mask/faces.hpp"
 #include "attnkit/simd/simd.hpp"
-#include "attnkit/tensor.hpp"
+#include "attnkit/storage/f32_rows.hpp"
 
 namespace attnkit::detail {
 

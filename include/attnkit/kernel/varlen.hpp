@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "attnkit/error.hpp"
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/kernel/attention.hpp"
 #include "attnkit/options.hpp"
 #include "attnkit/problem.hpp"
-#include "attnkit/tensor.hpp"
 
 namespace attnkit {
 namespace detail {

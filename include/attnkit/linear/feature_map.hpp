@@ -13,8 +13,8 @@
 #include <cmath>
 #include <type_traits>
 
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/simd/simd.hpp"
-#include "attnkit/tensor.hpp"
 
 namespace attnkit {
 

@@ -8,9 +8,8 @@
 #include <string>
 #include <type_traits>
 
-#include "attnkit/detail/pack.hpp"
+#include "attnkit/core/error.hpp"
 #include "attnkit/detail/parallel.hpp"
-#include "attnkit/error.hpp"
 #include "attnkit/kernel/attention.hpp"
 #include "attnkit/linear/feature_map.hpp"
 #include "attnkit/linear/linear_heads.hpp"
@@ -18,6 +17,7 @@
 #include "attnkit/linear/linear_state.hpp"
 #include "attnkit/options.hpp"
 #include "attnkit/problem.hpp"
+#include "attnkit/storage/f32_rows.hpp"
 
 namespace attnkit {
 namespace detail {

@@ -8,10 +8,9 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "attnkit/detail/pack.hpp"
+#include "attnkit/core/error.hpp"
 #include "attnkit/detail/parallel.hpp"
 #include "attnkit/detail/view_checks.hpp"
-#include "attnkit/error.hpp"
 #include "attnkit/kernel/backward_checks.hpp"
 #include "attnkit/linear/feature_map.hpp"
 #include "attnkit/linear/linear_attention.hpp"
@@ -20,6 +19,7 @@
 #include "attnkit/linear/linear_state.hpp"
 #include "attnkit/options.hpp"
 #include "attnkit/problem.hpp"
+#include "attnkit/storage/f32_rows.hpp"
 
 namespace attnkit {
 namespace detail {

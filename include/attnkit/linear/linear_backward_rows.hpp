@@ -7,12 +7,12 @@
 #include <algorithm>
 #include <cmath>
 
-#include "attnkit/detail/pack.hpp"
 #include "attnkit/detail/scratch.hpp"
 #include "attnkit/linear/feature_map.hpp"
 #include "attnkit/linear/linear_spec.hpp"
 #include "attnkit/problem.hpp"
 #include "attnkit/simd/simd.hpp"
+#include "attnkit/storage/f32_rows.hpp"
 
 namespace attnkit::detail {
 

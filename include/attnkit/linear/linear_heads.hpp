@@ -15,7 +15,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "attnkit/detail/pack.hpp"
 #include "attnkit/detail/scratch.hpp"
 #include "attnkit/gemm/tile_gemm.hpp"
 #include "attnkit/linear/feature_map.hpp"
@@ -23,6 +22,7 @@
 #include "attnkit/linear/linear_state.hpp"
 #include "attnkit/problem.hpp"
 #include "attnkit/simd/simd.hpp"
+#include "attnkit/storage/f32_rows.hpp"
 
 namespace attnkit::detail {
 

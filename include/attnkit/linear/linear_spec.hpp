@@ -12,9 +12,9 @@
 #include <utility>
 #include <vector>
 
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/policy_tag.hpp"
 #include "attnkit/linear/feature_map.hpp"
-#include "attnkit/tensor.hpp"
 
 namespace attnkit {
 

@@ -9,10 +9,10 @@
 #include <algorithm>
 #include <vector>
 
-#include "attnkit/detail/checked.hpp"
-#include "attnkit/error.hpp"
+#include "attnkit/core/checked.hpp"
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/simd/simd.hpp"
-#include "attnkit/tensor.hpp"
 
 namespace attnkit {
 

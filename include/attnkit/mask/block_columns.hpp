@@ -18,13 +18,13 @@
 #include <cstddef>
 #include <utility>
 
-#include "attnkit/detail/checked.hpp"
-#include "attnkit/error.hpp"
+#include "attnkit/core/checked.hpp"
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/slots.hpp"
 #include "attnkit/mask/block_mask.hpp"
 #include "attnkit/mask/key_columns.hpp"
 #include "attnkit/mask/key_ranges.hpp"
 #include "attnkit/mask/tile_kind.hpp"
-#include "attnkit/slots.hpp"
 
 namespace attnkit {
 

@@ -20,12 +20,13 @@
 #include <utility>
 #include <vector>
 
-#include "attnkit/detail/checked.hpp"
+#include "attnkit/core/checked.hpp"
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/slots.hpp"
 #include "attnkit/detail/policy_tag.hpp"
 #include "attnkit/detail/traits.hpp"
-#include "attnkit/error.hpp"
+#include "attnkit/mask/faces.hpp"
 #include "attnkit/mask/tile_kind.hpp"
-#include "attnkit/slots.hpp"
 
 namespace attnkit {
 

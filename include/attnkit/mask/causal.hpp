@@ -3,9 +3,9 @@
 // bottom-right aligned (queries sit at the end of the keys, as in decode).
 #pragma once
 
+#include "attnkit/core/slots.hpp"
 #include "attnkit/mask/key_ranges.hpp"
 #include "attnkit/mask/tile_kind.hpp"
-#include "attnkit/slots.hpp"
 
 namespace attnkit {
 

@@ -11,12 +11,13 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "attnkit/core/slots.hpp"
 #include "attnkit/detail/policy_tag.hpp"
 #include "attnkit/detail/traits.hpp"
+#include "attnkit/mask/faces.hpp"
 #include "attnkit/mask/key_columns.hpp"
 #include "attnkit/mask/key_ranges.hpp"
 #include "attnkit/mask/tile_kind.hpp"
-#include "attnkit/slots.hpp"
 
 namespace attnkit {
 namespace detail {

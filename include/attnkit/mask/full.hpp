@@ -1,8 +1,8 @@
 // Full: every query sees every key (the default mask).
 #pragma once
 
+#include "attnkit/core/slots.hpp"
 #include "attnkit/mask/tile_kind.hpp"
-#include "attnkit/slots.hpp"
 
 namespace attnkit {
 

@@ -18,7 +18,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "attnkit/tensor.hpp"
+#include "attnkit/core/tensor.hpp"
 
 namespace attnkit {
 

@@ -9,6 +9,7 @@
 
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/mask/combine.hpp"
+#include "attnkit/mask/faces.hpp"
 #include "attnkit/mask/tile_kind.hpp"
 
 namespace attnkit::detail {

@@ -12,8 +12,9 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/slots.hpp"
 #include "attnkit/detail/policy_tag.hpp"
-#include "attnkit/error.hpp"
 #include "attnkit/mask/causal.hpp"
 #include "attnkit/mask/combine.hpp"
 #include "attnkit/mask/key_columns.hpp"
@@ -21,7 +22,6 @@
 #include "attnkit/mask/sinks.hpp"
 #include "attnkit/mask/sliding_window.hpp"
 #include "attnkit/mask/tile_kind.hpp"
-#include "attnkit/slots.hpp"
 
 namespace attnkit {
 

@@ -18,12 +18,13 @@
 #include <algorithm>
 #include <cstddef>
 
+#include "attnkit/core/slots.hpp"
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/mask/combine.hpp"
+#include "attnkit/mask/faces.hpp"
 #include "attnkit/mask/key_ranges.hpp"
 #include "attnkit/mask/tile_kind.hpp"
-#include "attnkit/slots.hpp"
-#include "attnkit/tensor.hpp"
 
 namespace attnkit {
 

@@ -6,11 +6,11 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/slots.hpp"
 #include "attnkit/detail/policy_tag.hpp"
-#include "attnkit/error.hpp"
 #include "attnkit/mask/key_ranges.hpp"
 #include "attnkit/mask/tile_kind.hpp"
-#include "attnkit/slots.hpp"
 
 namespace attnkit {
 

@@ -3,7 +3,7 @@
 // Partial (keep() evaluated per element).
 #pragma once
 
-#include "attnkit/tensor.hpp"
+#include "attnkit/core/tensor.hpp"
 
 namespace attnkit {
 

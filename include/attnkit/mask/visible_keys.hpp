@@ -8,9 +8,10 @@
 #include <cstddef>
 #include <vector>
 
-#include "attnkit/detail/checked.hpp"
+#include "attnkit/core/checked.hpp"
+#include "attnkit/core/error.hpp"
 #include "attnkit/detail/traits.hpp"
-#include "attnkit/error.hpp"
+#include "attnkit/mask/faces.hpp"
 #include "attnkit/mask/key_columns.hpp"
 #include "attnkit/mask/key_schedule.hpp"
 

@@ -15,12 +15,12 @@
 #include <utility>
 #include <vector>
 
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/slots.hpp"
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/policy_tag.hpp"
-#include "attnkit/error.hpp"
-#include "attnkit/normalizer/row_context.hpp"
+#include "attnkit/normalizer/faces.hpp"
 #include "attnkit/simd/simd.hpp"
-#include "attnkit/slots.hpp"
-#include "attnkit/tensor.hpp"
 
 namespace attnkit {
 

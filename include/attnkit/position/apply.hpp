@@ -8,14 +8,14 @@
 #include <type_traits>
 #include <vector>
 
-#include "attnkit/detail/pack.hpp"
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/parallel.hpp"
-#include "attnkit/detail/storage_rows.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/detail/view_checks.hpp"
-#include "attnkit/error.hpp"
-#include "attnkit/position/row_at.hpp"
-#include "attnkit/tensor.hpp"
+#include "attnkit/position/faces.hpp"
+#include "attnkit/storage/f32_rows.hpp"
+#include "attnkit/storage/storage_rows.hpp"
 
 namespace attnkit {
 

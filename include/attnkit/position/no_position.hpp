@@ -1,7 +1,7 @@
 // NoPosition: the default Position policy; queries and keys are used as given.
 #pragma once
 
-#include "attnkit/slots.hpp"
+#include "attnkit/core/slots.hpp"
 
 namespace attnkit {
 

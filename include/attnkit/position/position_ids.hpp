@@ -11,10 +11,10 @@
 #include <utility>
 #include <vector>
 
-#include "attnkit/detail/checked.hpp"
-#include "attnkit/error.hpp"
-#include "attnkit/position/row_at.hpp"
-#include "attnkit/tensor.hpp"
+#include "attnkit/core/checked.hpp"
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/tensor.hpp"
+#include "attnkit/position/faces.hpp"
 
 namespace attnkit {
 

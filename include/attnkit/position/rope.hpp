@@ -18,13 +18,13 @@
 #include <utility>
 #include <vector>
 
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/slots.hpp"
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/policy_tag.hpp"
-#include "attnkit/error.hpp"
+#include "attnkit/position/faces.hpp"
 #include "attnkit/position/position_ids.hpp"
 #include "attnkit/position/rope_table.hpp"
-#include "attnkit/position/row_at.hpp"
-#include "attnkit/slots.hpp"
-#include "attnkit/tensor.hpp"
 
 namespace attnkit {
 

@@ -22,9 +22,9 @@
 #include <string>
 #include <vector>
 
-#include "attnkit/detail/checked.hpp"
-#include "attnkit/error.hpp"
-#include "attnkit/tensor.hpp"
+#include "attnkit/core/checked.hpp"
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/tensor.hpp"
 
 namespace attnkit {
 

@@ -16,10 +16,10 @@
 #include <cmath>
 #include <string>
 
-#include "attnkit/error.hpp"
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/slots.hpp"
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/simd/simd.hpp"
-#include "attnkit/slots.hpp"
-#include "attnkit/tensor.hpp"
 
 namespace attnkit {
 

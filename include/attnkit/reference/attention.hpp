@@ -11,13 +11,14 @@
 #include <type_traits>
 #include <vector>
 
-#include "attnkit/detail/storage_rows.hpp"
 #include "attnkit/detail/traits.hpp"
-#include "attnkit/normalizer/row_context.hpp"
+#include "attnkit/normalizer/faces.hpp"
 #include "attnkit/options.hpp"
-#include "attnkit/position/row_at.hpp"
+#include "attnkit/position/faces.hpp"
 #include "attnkit/problem.hpp"
+#include "attnkit/score/faces.hpp"
 #include "attnkit/spec.hpp"
+#include "attnkit/storage/storage_rows.hpp"
 
 namespace attnkit::reference {
 namespace detail {
@@ -74,7 +75,7 @@ auto dequantized(const View<T>& x, std::vector<float>& buf) {
 
 /// Same contract as attnkit::attention(); `o` may be a View<double> to keep full
 /// precision. options.threads is ignored (the reference is serial). Quantized K or V
-/// (quant/blocks.hpp) are dequantized first: the reference is that of the stored values.
+/// (storage/blocks.hpp) are dequantized first: the reference is that of the stored values.
 template <class Spec, class Q, class K, class V, class O>
 void attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
                const View<O>& o, const Options& options = {}) {

@@ -14,11 +14,11 @@
 #include <utility>
 #include <vector>
 
-#include "attnkit/error.hpp"
-#include "attnkit/score/score_tile.hpp"
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/slots.hpp"
+#include "attnkit/core/tensor.hpp"
+#include "attnkit/score/faces.hpp"
 #include "attnkit/simd/simd.hpp"
-#include "attnkit/slots.hpp"
-#include "attnkit/tensor.hpp"
 
 namespace attnkit {
 

@@ -2,7 +2,7 @@
 // Q tile, so the score tile leaves the GEMM already scaled and Dot needs no hook at all.
 #pragma once
 
-#include "attnkit/slots.hpp"
+#include "attnkit/core/slots.hpp"
 
 namespace attnkit {
 

@@ -16,8 +16,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "attnkit/detail/checked.hpp"
-#include "attnkit/error.hpp"
+#include "attnkit/core/checked.hpp"
+#include "attnkit/core/error.hpp"
 #include "attnkit/kernel/attention.hpp"
 #include "attnkit/mask/causal.hpp"
 #include "attnkit/mask/combine.hpp"

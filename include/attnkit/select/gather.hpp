@@ -11,13 +11,13 @@
 #include <type_traits>
 #include <vector>
 
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/mask/full.hpp"
 #include "attnkit/normalizer/sigmoid.hpp"
 #include "attnkit/normalizer/softmax.hpp"
 #include "attnkit/position/no_position.hpp"
 #include "attnkit/score/dot.hpp"
 #include "attnkit/score/softcap.hpp"
-#include "attnkit/tensor.hpp"
 
 namespace attnkit::select {
 

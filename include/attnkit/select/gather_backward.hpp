@@ -16,12 +16,12 @@
 #include <type_traits>
 #include <vector>
 
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/kernel/attention_backward.hpp"
 #include "attnkit/options.hpp"
 #include "attnkit/param_grads.hpp"
 #include "attnkit/problem.hpp"
 #include "attnkit/select/gather.hpp"
-#include "attnkit/tensor.hpp"
 
 namespace attnkit::select {
 

@@ -18,9 +18,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "attnkit/detail/checked.hpp"
+#include "attnkit/core/checked.hpp"
+#include "attnkit/core/error.hpp"
 #include "attnkit/detail/view_checks.hpp"
-#include "attnkit/error.hpp"
 #include "attnkit/kernel/attention.hpp"
 #include "attnkit/kernel/merge.hpp"
 #include "attnkit/mask/causal.hpp"

@@ -17,8 +17,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "attnkit/core/error.hpp"
 #include "attnkit/detail/parallel.hpp"
-#include "attnkit/error.hpp"
 #include "attnkit/kernel/attention.hpp"
 #include "attnkit/mask/causal.hpp"
 #include "attnkit/mask/remap.hpp"

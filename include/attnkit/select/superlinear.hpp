@@ -27,9 +27,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "attnkit/detail/checked.hpp"
+#include "attnkit/core/checked.hpp"
+#include "attnkit/core/error.hpp"
 #include "attnkit/detail/parallel.hpp"
-#include "attnkit/error.hpp"
 #include "attnkit/kernel/attention.hpp"
 #include "attnkit/mask/full.hpp"
 #include "attnkit/normalizer/softmax.hpp"

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "attnkit/detail/checked.hpp"
+#include "attnkit/core/checked.hpp"
+#include "attnkit/core/error.hpp"
 #include "attnkit/detail/parallel.hpp"
 #include "attnkit/detail/view_checks.hpp"
-#include "attnkit/error.hpp"
 #include "attnkit/kernel/attention.hpp"
 #include "attnkit/mask/tile_kind.hpp"
 #include "attnkit/options.hpp"

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "attnkit/detail/half_bits.hpp"
+#include "attnkit/core/half_bits.hpp"
 #include "attnkit/simd/vec.hpp"
 
 namespace attnkit::simd {

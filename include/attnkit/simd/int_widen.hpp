@@ -1,5 +1,5 @@
 // kWidth int8 values, or kWidth 4-bit values (a byte's low or high nibble), widened to an f32
-// Vec in registers: the quantized blocks' values (quant/blocks.hpp) as the decode engine and
+// Vec in registers: the quantized blocks' values (storage/blocks.hpp) as the decode engine and
 // the packing read them. AVX-512, AVX2 and SSE4.1 sign- or zero-extend the bytes to 32-bit
 // lanes in one instruction (vpmovsxbd / vpmovzxbd; AVX without AVX2 has no 256-bit form);
 // NEON widens twice (vmovl); other paths go through memory. Never reads past the kWidth bytes at p.

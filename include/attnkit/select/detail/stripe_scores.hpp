@@ -8,14 +8,14 @@
 #include <type_traits>
 #include <vector>
 
-#include "attnkit/detail/pack.hpp"
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/view_checks.hpp"
-#include "attnkit/error.hpp"
 #include "attnkit/mask/tile_kind.hpp"
 #include "attnkit/options.hpp"
 #include "attnkit/problem.hpp"
 #include "attnkit/simd/simd.hpp"
-#include "attnkit/tensor.hpp"
+#include "attnkit/storage/f32_rows.hpp"
 
 namespace attnkit {
 

@@ -1,4 +1,4 @@
-// The distributed component (attnkit/dist/), run by CTest under mpirun with 2 and 3 ranks
+// The distributed component (attnkit/distributed/), run by CTest under mpirun with 2 and 3 ranks
 // (tests/dist/CMakeLists.txt). Every rank runs every case on its own part of inputs all ranks
 // draw alike. ring_attention() (dist/ring_attention.hpp, its ring in dist/ring_steps.hpp): the
 // ranks' output rows and row statistics, gathered, against the f64 reference of the whole
@@ -23,10 +23,10 @@
 // clang-format off: Eigen's types after attnkit.hpp (above)
 #include <Eigen/Core>
 // clang-format on
-#include <attnkit/dist/linear_attention.hpp>
-#include <attnkit/dist/ring_attention.hpp>
-#include <attnkit/dist/ring_backward.hpp>
-#include <attnkit/dist/sharded_decode.hpp>
+#include <attnkit/distributed/linear_attention.hpp>
+#include <attnkit/distributed/ring_attention.hpp>
+#include <attnkit/distributed/ring_backward.hpp>
+#include <attnkit/distributed/sharded_decode.hpp>
 #include <catch2/catch_session.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <chrono>
@@ -141,8 +141,8 @@ class Watchdog {
     thread_ = std::thread([this] {
       std::unique_lock<std::mutex> lock(mutex_);
       if (!done_cv_.wait_for(lock, std::chrono::seconds(60), [this] { return done_; })) {
-        std::fprintf(stderr, "test_dist: rank %d: %s did not return within 60 s (a hang)\n", rank_,
-                     what_.c_str());
+        std::fprintf(stderr, "test_distributed: rank %d: %s did not return within 60 s (a hang)\n",
+                     rank_, what_.c_str());
         std::fflush(stderr);
         std::_Exit(3);
       }

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "attnkit/index.hpp"
+#include "attnkit/core/index.hpp"
 
 namespace attnkit::detail {
 

@@ -4,7 +4,7 @@
 #include <attnkit/kernel/attention.hpp>
 #include <attnkit/mask/causal.hpp>
 #include <attnkit/reference/attention.hpp>
-#include <attnkit/score/score_tile.hpp>
+#include <attnkit/score/faces.hpp>
 #include <catch2/catch_test_macros.hpp>
 
 #include "support/attnkit_test.hpp"

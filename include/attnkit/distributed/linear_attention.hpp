@@ -14,9 +14,9 @@
 #include <cstddef>
 #include <vector>
 
-#include "attnkit/dist/agreement.hpp"
-#include "attnkit/dist/collective.hpp"
-#include "attnkit/dist/layout.hpp"
+#include "attnkit/distributed/agreement.hpp"
+#include "attnkit/distributed/collective.hpp"
+#include "attnkit/distributed/layout.hpp"
 #include "attnkit/linear/linear_attention.hpp"
 
 namespace attnkit::dist {

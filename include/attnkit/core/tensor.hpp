@@ -1,5 +1,5 @@
 // View<T>: a non-owning 4-D strided view [batch, heads, seq, dim] over caller memory.
-// Strides are in elements (for quantized blocks, quant/blocks.hpp: in blocks, with dim still
+// Strides are in elements (for quantized blocks, storage/blocks.hpp: in blocks, with dim still
 // counting values); the last dimension is contiguous. bhsd() and bshd() build the
 // two common layouts; any other layout is described by strides, never by a copy.
 #pragma once
@@ -10,10 +10,9 @@
 #include <string>
 #include <type_traits>
 
-#include "attnkit/detail/checked.hpp"
-#include "attnkit/error.hpp"
-#include "attnkit/index.hpp"
-#include "attnkit/quant/blocks.hpp"
+#include "attnkit/core/checked.hpp"
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/index.hpp"
 
 namespace attnkit {
 
@@ -44,6 +43,32 @@ View<T> strided(T* data, std::array<Index, 4> sizes, std::array<Index, 3> stride
 
 namespace detail {
 
+// Values one storage element holds: a block format says so itself with a static member
+// kBlockValues (storage/blocks.hpp); every other element holds 1.
+template <class T, class = void>
+struct ElementValues : std::integral_constant<std::ptrdiff_t, 1> {};
+template <class T>
+struct ElementValues<T, std::void_t<decltype(T::kBlockValues)>>
+    : std::integral_constant<std::ptrdiff_t, T::kBlockValues> {};
+
+/// Values one storage element holds: a block's count, 1 otherwise.
+template <class T>
+constexpr std::ptrdiff_t values_per_element() {
+  return ElementValues<std::remove_const_t<T>>::value;
+}
+
+/// True for the block types (const or not).
+template <class T>
+constexpr bool is_block_quantized() {
+  return values_per_element<T>() > 1;
+}
+
+/// Storage elements of a row of `dim` values (dim a multiple of a block's count for blocks).
+template <class T>
+constexpr std::ptrdiff_t row_elements(std::ptrdiff_t dim) {
+  return dim / values_per_element<T>();
+}
+
 // The stride of a dense layout: the product of the inner sizes. A product that overflows
 // Index would wrap to a wrong (even zero) stride, so it is an Error instead.
 inline Index dense_stride(const char* factory, const char* product,
@@ -60,8 +85,8 @@ inline Index dense_stride(const char* factory, const char* product,
 template <class T>
 Index row_extent(const char* factory, Index D) {
   if constexpr (is_block_quantized<T>())
-    require(D % kQuantBlock == 0, std::string(factory) + ": D",
-            cat("a multiple of ", kQuantBlock, " (quantized blocks)"), D);
+    require(D % values_per_element<T>() == 0, std::string(factory) + ": D",
+            cat("a multiple of ", values_per_element<T>(), " (quantized blocks)"), D);
   return row_elements<T>(D);
 }
 

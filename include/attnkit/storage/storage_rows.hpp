@@ -1,6 +1,6 @@
 // Rows of any K/V storage type read as f32 and written from f32: float, Eigen::bfloat16 and
 // Eigen::half element by element (or widened with SIMD), the quantized blocks of
-// quant/blocks.hpp block by block. Everything that reads a K or V row whole (the tile
+// storage/blocks.hpp block by block. Everything that reads a K or V row whole (the tile
 // packing, the key transforms of positions, cosine norms, the reference) or one vector at a
 // column (the decode engine) goes through these, so each storage type is written once.
 #pragma once
@@ -9,11 +9,11 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "attnkit/quant/quantize.hpp"
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/simd/convert.hpp"
 #include "attnkit/simd/int_widen.hpp"
 #include "attnkit/simd/vec.hpp"
-#include "attnkit/tensor.hpp"
+#include "attnkit/storage/quantize.hpp"
 
 namespace Eigen {  // the storage types, declared here so this header needs no Eigen include
 struct bfloat16;

@@ -1,5 +1,5 @@
 // IEEE half (binary16) bit patterns to and from f32, one value at a time, bit-exact and
-// without Eigen or intrinsics: the scales of the quantized blocks (quant/blocks.hpp) are
+// without Eigen or intrinsics: the scales of the quantized blocks (storage/blocks.hpp) are
 // stored as halves. The decode engine's per-block conversion uses simd::half_to_float()
 // (simd/convert.hpp: F16C's instruction where the ISA has it, else this).
 // float_to_half_bits() rounds to nearest, ties to even, as the F16C instruction and Eigen::half

@@ -20,7 +20,8 @@
 #include <type_traits>
 #include <utility>
 
-#include "attnkit/tensor.hpp"
+#include "attnkit/core/tensor.hpp"
+#include "attnkit/simd/simd.hpp"
 
 namespace attnkit {
 
@@ -200,6 +201,36 @@ double reference_row(const N& n, double* s, Index count, const RowContext& ctx) 
   else
     return n.reference_row(s, count);
 }
+
+// Backward faces (attention_backward()): begin_backward(RowContext, Vec stat, Vec delta) ->
+// BackwardState, backward(state, s, ds, keys, ld) -> Vec, reference_backward(...); optional
+// row_param_grad(state) and kTrainedParam.
+template <class N, class = void>
+struct has_normalizer_backward : std::false_type {};
+template <class N>
+struct has_normalizer_backward<
+    N, std::void_t<typename N::BackwardState,
+                   decltype(std::declval<const N&>().begin_backward(RowContext{}, simd::Vec{},
+                                                                    simd::Vec{})),
+                   decltype(std::declval<const N&>().backward(
+                       std::declval<const typename N::BackwardState&>(), std::declval<float*>(),
+                       std::declval<float*>(), Index{}, Index{})),
+                   decltype(std::declval<const N&>().reference_backward(
+                       std::declval<const double*>(), std::declval<const double*>(),
+                       std::declval<double*>(), Index{}, double{}, RowContext{}))>>
+    : std::true_type {};
+
+template <class N, class = void>
+struct has_row_param_grad : std::false_type {};
+template <class N>
+struct has_row_param_grad<N, std::void_t<decltype(std::declval<const N&>().row_param_grad(
+                                 std::declval<const typename N::BackwardState&>()))>>
+    : std::true_type {};
+
+template <class N, class = void>
+struct has_trained_param : std::false_type {};
+template <class N>
+struct has_trained_param<N, std::void_t<decltype(N::kTrainedParam)>> : std::true_type {};
 
 }  // namespace detail
 

@@ -1,6 +1,6 @@
 // Index: the signed size type of every shape, stride, length and position in attnkit
 // (std::ptrdiff_t). Sizes that come from user data are checked against its range before they
-// are multiplied (detail/checked.hpp), so no size arithmetic overflows.
+// are multiplied (core/checked.hpp), so no size arithmetic overflows.
 #pragma once
 
 #include <cstddef>

@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "attnkit/detail/traits.hpp"
-#include "attnkit/dist/agreement.hpp"
-#include "attnkit/dist/collective.hpp"
-#include "attnkit/dist/ring_steps.hpp"  // part_normalizer, the spec limits
+#include "attnkit/distributed/agreement.hpp"
+#include "attnkit/distributed/collective.hpp"
+#include "attnkit/distributed/ring_steps.hpp"  // part_normalizer, the spec limits
 #include "attnkit/kernel/attention.hpp"
 #include "attnkit/kernel/merge.hpp"
 #include "attnkit/mask/remap.hpp"

@@ -1,4 +1,4 @@
-// Rows of f32 values to and from the GGUF blocks of quant/blocks.hpp, bit for bit as
+// Rows of f32 values to and from the GGUF blocks of storage/blocks.hpp, bit for bit as
 // llama.cpp's reference quantizers (quantize_row_q8_0_ref, quantize_row_q4_0_ref) write them,
 // so caches move between the two:
 //   q8_0: d = max|x| / 127, q = round(x / d) (halves away from 0), d stored as a half;
@@ -16,10 +16,10 @@
 #include <string>
 #include <type_traits>
 
-#include "attnkit/detail/half_bits.hpp"
-#include "attnkit/error.hpp"
-#include "attnkit/quant/blocks.hpp"
-#include "attnkit/tensor.hpp"
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/half_bits.hpp"
+#include "attnkit/core/tensor.hpp"
+#include "attnkit/storage/blocks.hpp"
 
 namespace attnkit {
 namespace detail {
@@ -31,7 +31,7 @@ inline float inverse_or_zero(float d) {
   return std::isfinite(id) ? id : 0.f;
 }
 
-/// The largest |x| a block can encode (BlockFormat, quant/blocks.hpp: d = |x| / 127 for
+/// The largest |x| a block can encode (BlockFormat, storage/blocks.hpp: d = |x| / 127 for
 /// q8_0, / 8 for q4_0, below 65520, which rounds to the half's infinity).
 template <class Block>
 constexpr float max_encodable() {

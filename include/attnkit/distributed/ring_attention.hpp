@@ -26,10 +26,10 @@
 #include <vector>
 
 #include "attnkit/detail/traits.hpp"
-#include "attnkit/dist/agreement.hpp"
-#include "attnkit/dist/collective.hpp"
-#include "attnkit/dist/layout.hpp"
-#include "attnkit/dist/ring_steps.hpp"
+#include "attnkit/distributed/agreement.hpp"
+#include "attnkit/distributed/collective.hpp"
+#include "attnkit/distributed/layout.hpp"
+#include "attnkit/distributed/ring_steps.hpp"
 #include "attnkit/kernel/merge.hpp"
 #include "attnkit/kernel/merge_reweighted.hpp"
 #include "attnkit/normalizer/softplus_l1_reweighted.hpp"

@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/policy_tag.hpp"
-#include "attnkit/dist/collective.hpp"
+#include "attnkit/distributed/collective.hpp"
 #include "attnkit/options.hpp"
-#include "attnkit/tensor.hpp"
 
 namespace attnkit::dist {
 

@@ -22,7 +22,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "attnkit/tensor.hpp"
+#include "attnkit/core/tensor.hpp"
 
 namespace attnkit {
 
@@ -83,6 +83,48 @@ struct has_product<P, std::void_t<decltype(std::declval<const P&>().combine(
 template <class P>
 constexpr bool owns_product() {
   return has_product<P>::value;
+}
+
+template <class P, class = void>
+struct has_apply_transpose : std::false_type {};
+template <class P>
+struct has_apply_transpose<P,
+                           std::void_t<decltype(std::declval<const P&>().apply_transpose(
+                                           std::declval<float*>(), Index{}, RowAt{})),
+                                       decltype(std::declval<const P&>().reference_apply_transpose(
+                                           std::declval<double*>(), Index{}, RowAt{}))>>
+    : std::true_type {};
+
+template <class P, class = void>
+struct has_product_backward : std::false_type {};
+template <class P>
+struct has_product_backward<
+    P,
+    std::void_t<decltype(std::declval<const P&>().combine_backward(
+                    std::declval<const float*>(), std::declval<const float*>(),
+                    std::declval<float*>(), std::declval<float*>(), Index{}, Index{}, Index{},
+                    Index{}, Index{}, Index{}, std::declval<float*>())),
+                decltype(std::declval<const P&>().reference_logit_grad(
+                    std::declval<const double*>(), std::declval<const double*>(), Index{}, Index{},
+                    Index{}, double{}, std::declval<double*>(), std::declval<double*>()))>>
+    : std::true_type {};
+
+template <class P, class = void>
+struct has_position_param_grad : std::false_type {};
+template <class P>
+struct has_position_param_grad<
+    P, std::void_t<decltype(std::declval<const P&>().param_count()),
+                   decltype(std::declval<const P&>().accumulate_param_grad(
+                       std::declval<const float*>(), std::declval<const float*>(), RowAt{},
+                       std::declval<double*>()))>> : std::true_type {};
+
+/// The Position's trained parameters (0 for a Position without any).
+template <class P>
+Index position_param_count(const P& position) {
+  if constexpr (has_position_param_grad<P>::value)
+    return position.param_count();
+  else
+    return 0;
 }
 
 }  // namespace detail

@@ -15,11 +15,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "attnkit/detail/storage_rows.hpp"
 #include "attnkit/detail/traits.hpp"
-#include "attnkit/dist/agreement.hpp"
-#include "attnkit/dist/collective.hpp"
-#include "attnkit/dist/layout.hpp"
+#include "attnkit/distributed/agreement.hpp"
+#include "attnkit/distributed/collective.hpp"
+#include "attnkit/distributed/layout.hpp"
 #include "attnkit/kernel/attention.hpp"
 #include "attnkit/mask/remap.hpp"
 #include "attnkit/mask/visible_keys.hpp"
@@ -28,6 +27,7 @@
 #include "attnkit/normalizer/softplus_l1.hpp"
 #include "attnkit/position/no_position.hpp"
 #include "attnkit/spec.hpp"
+#include "attnkit/storage/storage_rows.hpp"
 
 namespace attnkit::dist {
 

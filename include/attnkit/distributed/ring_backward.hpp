@@ -25,15 +25,15 @@
 #include <vector>
 
 #include "attnkit/detail/traits.hpp"
-#include "attnkit/dist/agreement.hpp"
-#include "attnkit/dist/collective.hpp"
-#include "attnkit/dist/layout.hpp"
-#include "attnkit/dist/ring_steps.hpp"
+#include "attnkit/distributed/agreement.hpp"
+#include "attnkit/distributed/collective.hpp"
+#include "attnkit/distributed/layout.hpp"
+#include "attnkit/distributed/ring_steps.hpp"
 #include "attnkit/kernel/attention_backward.hpp"
 #include "attnkit/kernel/backward_traits.hpp"
 #include "attnkit/mask/remap.hpp"
+#include "attnkit/position/faces.hpp"
 #include "attnkit/position/no_position.hpp"
-#include "attnkit/position/row_at.hpp"
 #include "attnkit/spec.hpp"
 
 namespace attnkit::dist {

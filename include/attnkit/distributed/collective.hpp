@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "attnkit/error.hpp"
+#include "attnkit/core/error.hpp"
 
 namespace attnkit::dist {
 

@@ -12,10 +12,10 @@
 #include <cstddef>
 #include <vector>
 
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/view_checks.hpp"
-#include "attnkit/error.hpp"
 #include "attnkit/mask/tile_kind.hpp"
-#include "attnkit/tensor.hpp"
 
 namespace attnkit::dist {
 
