@@ -37,40 +37,18 @@ namespace attnkit {
 template <class T>
 class PagedKv;  // cache/paged_kv.hpp
 
-struct Alibi;  // score/alibi.hpp: refused by attention_paged() (it reads positions)
-
 namespace detail {
 
-// The normalizer the pages of one sequence (length kv_len, query rows at q_offset + r) run
-// with: a softmax sink is added once, by the merge; a sigmoid with the default bias gets the
-// whole sequence's -log Lk; SoftplusL1 gets each row's key count N_i over the whole sequence
-// (a page's own counts would differ). The others, as given.
+// What the pages of one sequence (length kv_len, query rows at q_offset + r) know of it, for
+// the normalizer they run with (KeyPart): they run as a call of their own, rows b * Hq * Lq
+// on of the call's, each row's visible keys counted over the whole sequence.
 template <class Mask>
-Softmax page_normalizer(const Softmax&, const Mask&, Index, Index, Index, Index, Index) {
-  return Softmax{};
-}
-template <class Mask>
-Sigmoid page_normalizer(const Sigmoid& s, const Mask&, Index, Index, Index, Index kv_len, Index) {
-  if (!s.head_bias.empty() || s.bias) return s;
-  return Sigmoid{kv_len > 0 ? -std::log(static_cast<float>(kv_len)) : 0.f};
-}
-template <class Mask>
-SoftplusL1 page_normalizer(const SoftplusL1& s, const Mask& mask, Index b, Index q_heads,
-                           Index q_len, Index kv_len, Index q_offset) {
-  const Index rows = q_heads * q_len;
-  if (!s.key_counts.empty()) {  // given for the whole call [B * Hq * Lq]: this sequence's
-    detail::require(static_cast<Index>(s.key_counts.size()) >= (b + 1) * rows,
-                    "SoftplusL1.key_counts.size()", "q.batch * q.heads * q.seq",
-                    s.key_counts.size());
-    const auto first = s.key_counts.begin() + b * rows;
-    return SoftplusL1::with_key_counts(std::vector<float>(first, first + rows));
-  }
-  return SoftplusL1::with_key_counts(
-      visible_key_counts(remap(mask, nullptr, nullptr, 0, b), 1, q_heads, q_len, kv_len, q_offset));
-}
-template <class N, class Mask>
-const N& page_normalizer(const N& n, const Mask&, Index, Index, Index, Index, Index) {
-  return n;
+KeyPart page_part(const Mask& mask, Index b, Index q_heads, Index q_len, Index kv_len,
+                  Index q_offset) {
+  return KeyPart::own(kv_len, b * q_heads * q_len, q_heads * q_len, [=, &mask] {
+    return visible_key_counts(remap(mask, nullptr, nullptr, 0, b), 1, q_heads, q_len, kv_len,
+                              q_offset);
+  });
 }
 
 }  // namespace detail
@@ -126,8 +104,9 @@ void attention_paged(const Spec& spec, const View<Q>& q, const PagedKv<T>& paged
   static_assert(std::is_same_v<typename Spec::Position, NoPosition>,
                 "attention_paged(): a Position policy would see page-local key indices: store "
                 "the keys rotated and turn the queries with apply_position()");
-  static_assert(!std::is_same_v<typename Spec::Score, Alibi>,
-                "attention_paged(): Alibi would see page-local key indices");
+  static_assert(!detail::reads_positions<typename Spec::Score>(),
+                "attention_paged(): a Score that reads positions (Alibi; a Score of yours "
+                "unless it says kReadsPositions = false) would see page-local key indices");
   using detail::require;
   using detail::require_dim;
   detail::check_view(q, "q");
@@ -225,8 +204,9 @@ void attention_paged(const Spec& spec, const View<Q>& q, const PagedKv<T>& paged
   std::vector<Normalizer> norms;  // per sequence, before any thread starts
   norms.reserve(static_cast<std::size_t>(B));
   for (Index b = 0; b < B; ++b)
-    norms.push_back(detail::page_normalizer(spec.normalizer, spec.mask, b, Hq, Lq, paged.length(b),
-                                            q_off[static_cast<std::size_t>(b)]));
+    norms.push_back(detail::part_normalizer(spec.normalizer,
+                                            detail::page_part(spec.mask, b, Hq, Lq, paged.length(b),
+                                                              q_off[static_cast<std::size_t>(b)])));
   const auto run_item = [&](const Item& it) {
     const View<const T> k = paged.sequence_keys(it.b, it.page);
     const View<const T> v = paged.sequence_values(it.b, it.page);

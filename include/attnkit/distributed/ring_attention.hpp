@@ -54,13 +54,14 @@ void ring_attention(MPI_Comm comm, const Spec& spec, const View<Q>& q, const Vie
   using Score = typename Spec::Score;
   using Normalizer = typename Spec::Normalizer;
   using Position = typename Spec::Position;
-  static_assert(std::is_same_v<Score, Dot> || std::is_same_v<Score, Softcap>,
-                "ring_attention(): the score mod must not read positions (Dot or Softcap): "
-                "each step runs on the visiting shard's gathered keys");
+  static_assert(!attnkit::detail::reads_positions<Score>(),
+                "ring_attention(): the score mod must not read positions (Dot, Softcap; a "
+                "Score of yours: kReadsPositions = false): each step runs on the visiting "
+                "shard's gathered keys");
   static_assert(
       std::is_same_v<Position, NoPosition> || attnkit::detail::transforms_rows<Position>(),
       "ring_attention(): the Position must turn rows (Rope, Fope) or be NoPosition");
-  constexpr bool kTwoRounds = std::is_same_v<Normalizer, SoftplusL1Reweighted>;
+  constexpr bool kTwoRounds = attnkit::detail::has_second_round<Normalizer>::value;
   static_assert(attnkit::detail::passes<Normalizer>() == 1 || kTwoRounds,
                 "ring_attention(): this normalizer makes more than one pass and has no "
                 "two-round form");

@@ -73,9 +73,9 @@ void ring_attention_backward(MPI_Comm comm, const Spec& spec, const View<Q>& q, 
   using Score = typename Spec::Score;
   using Mask = typename Spec::Mask;
   using Normalizer = typename Spec::Normalizer;
-  static_assert(std::is_same_v<Score, Dot> || std::is_same_v<Score, Softcap>,
-                "ring_attention_backward(): the score mod must not read positions (Dot or "
-                "Softcap)");
+  static_assert(!attnkit::detail::reads_positions<Score>(),
+                "ring_attention_backward(): the score mod must not read positions (Dot, "
+                "Softcap; a Score of yours: kReadsPositions = false)");
   using Position = typename Spec::Position;
   constexpr bool kTurns = attnkit::detail::transforms_rows<Position>();
   static_assert(std::is_same_v<Position, NoPosition> ||

@@ -70,31 +70,23 @@ struct RingOptions {
 
 namespace ring {
 
-// The normalizer each step runs with: a softmax sink is added once, by the merge; a sigmoid
-// with the default bias gets the whole sequence's -log L; SoftplusL1 gets each local row's
-// key count over the whole sequence (a shard's own counts would differ). Others as given.
+// What each step knows of the whole sequence (length len), for the normalizer it runs with
+// (KeyPart): it runs as a call of its own, over the local rows, each row's visible keys
+// counted over the whole sequence.
 template <class Mask>
-Softmax part_normalizer(const Softmax&, const Mask&, const std::vector<Index>&, Index, Index,
-                        Index) {
-  return Softmax{};
+KeyPart key_part(const Mask& mask, const std::vector<Index>& q_pos, Index batch, Index q_heads,
+                 Index len) {
+  return KeyPart::own(len, 0, -1, [&mask, &q_pos, batch, q_heads, len] {
+    const Index n = static_cast<Index>(q_pos.size());
+    return visible_key_counts(remap(mask, q_pos.data(), nullptr, 0), batch, q_heads, n, len, 0);
+  });
 }
-template <class Mask>
-Sigmoid part_normalizer(const Sigmoid& s, const Mask&, const std::vector<Index>&, Index, Index,
-                        Index len) {
-  if (!s.head_bias.empty() || s.bias) return s;
-  return Sigmoid{len > 0 ? -std::log(static_cast<float>(len)) : 0.f};
-}
-template <class Mask>
-SoftplusL1 part_normalizer(const SoftplusL1& s, const Mask& mask, const std::vector<Index>& q_pos,
-                           Index batch, Index q_heads, Index len) {
-  if (!s.key_counts.empty()) return s;  // given for the local rows
-  const Index n = static_cast<Index>(q_pos.size());
-  return SoftplusL1::with_key_counts(
-      visible_key_counts(remap(mask, q_pos.data(), nullptr, 0), batch, q_heads, n, len, 0));
-}
+
+/// The normalizer each step runs with: the spec's normalizer's part() face (KeyPart).
 template <class N, class Mask>
-const N& part_normalizer(const N& n, const Mask&, const std::vector<Index>&, Index, Index, Index) {
-  return n;
+decltype(auto) part_normalizer(const N& n, const Mask& mask, const std::vector<Index>& q_pos,
+                               Index batch, Index q_heads, Index len) {
+  return attnkit::detail::part_normalizer(n, key_part(mask, q_pos, batch, q_heads, len));
 }
 
 // Rows of storage T of one shard, [B, H, n, D] dense (bhsd), as they travel.

@@ -240,7 +240,7 @@ class DecodeRows {
     for (Index x = 0; x < R; ++x) {
       const Index r = r0 + x, h = head(g, r), i = query_position(r);
       float* s = blk.logits + r * kSPad;
-      if constexpr (std::is_same_v<typename Spec::Score, Softcap>)  // elementwise: keys in lanes
+      if constexpr (has_apply_tile<typename Spec::Score>::value)  // position-free: keys in lanes
         spec_.score.apply_tile(s, 1, lanes, lanes, ScoreTile{b, h, i, k0});
       seen_[r] = seen_[r] || blk.kind(r) == TileKind::Full;
       if (blk.kind(r) == TileKind::Partial)  // R = 1: the row's keep bits, for weigh_block()

@@ -11,8 +11,7 @@
 #include "attnkit/normalizer/softmax.hpp"
 #include "attnkit/position/faces.hpp"
 #include "attnkit/position/no_position.hpp"
-#include "attnkit/score/dot.hpp"
-#include "attnkit/score/softcap.hpp"
+#include "attnkit/score/faces.hpp"
 
 namespace attnkit::detail {
 
@@ -24,17 +23,17 @@ namespace attnkit::detail {
 /// 2; bf16 26 -> 16-18, 13 -> 8.4-9.1; q8_0 26-32 -> 22-29, 13-15 -> 12-13), so up to 8.
 inline constexpr Index kDecodeRowsMaxQueries = 8;
 
-/// True when DecodeRows can run the spec: softmax rows (sinks are added by the merge), a
-/// logit mod that does not depend on positions or heads (none, Softcap), no Position or
-/// one that turns rows (the key rows then arrive turned), and a mask without gathered
-/// columns (AttentionTiles reads only their rows). Others take AttentionTiles.
+/// True when DecodeRows can run the spec: softmax rows (the engine writes softmax's online
+/// rescale itself; sinks are added by the merge), a logit mod that does not read positions
+/// (none, Softcap, a Score with kReadsPositions = false: its tiles hold keys in lanes), no Position
+/// or one that turns rows (the key rows then arrive turned), and a mask without gathered columns
+/// (AttentionTiles reads only their rows). Others take AttentionTiles.
 template <class Spec>
 constexpr bool decode_rows_fit() {
   using Score = typename Spec::Score;
   using Position = typename Spec::Position;
-  return std::is_same_v<typename Spec::Normalizer, Softmax> &&
-         (std::is_same_v<Score, Dot> || std::is_same_v<Score, Softcap>)&&(
-             std::is_same_v<Position, NoPosition> || transforms_rows<Position>()) &&
+  return std::is_same_v<typename Spec::Normalizer, Softmax> && !reads_positions<Score>() &&
+         (std::is_same_v<Position, NoPosition> || transforms_rows<Position>()) &&
          !has_columns<typename Spec::Mask>::value;
 }
 

@@ -28,11 +28,6 @@ namespace attnkit {
 
 namespace detail {
 
-template <class N, class = void>
-struct has_sinks : std::false_type {};
-template <class N>
-struct has_sinks<N, std::void_t<decltype(std::declval<const N&>().sinks)>> : std::true_type {};
-
 // The sink logit of head h, or -inf.
 template <class N>
 float sink_of(const N& n, Index h) {

@@ -31,13 +31,6 @@ inline constexpr Index kMaxDecodeQueries = 16;
 
 namespace detail {
 
-// The normalizer a chunk runs with: a softmax sink is added once, by the merge.
-inline Softmax chunk_normalizer(const Softmax&) { return Softmax{}; }
-template <class N>
-const N& chunk_normalizer(const N& n) {
-  return n;
-}
-
 // Item `item` of a split-KV call: batch b, KV head g and chunk c (the fastest), whose keys
 // are [c * kDecodeChunk, min(kv_len, (c + 1) * kDecodeChunk)).
 struct SplitItem {
@@ -110,7 +103,7 @@ void run_split_kv(const Spec& spec, const Problem& p, const View<Q>& q, const Vi
     });
   } else {
     Spec part_spec = spec;
-    part_spec.normalizer = chunk_normalizer(spec.normalizer);
+    part_spec.normalizer = part_normalizer(spec.normalizer, KeyPart::inside(p.kv_len));
     run_split_kv_tiles(part_spec, p, q, k, v, o, chunks, part_out.get(), part_stat.get());
   }
 

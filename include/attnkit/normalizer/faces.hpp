@@ -15,10 +15,21 @@
 //     statistics only; the last pass absorbs and accumulates values. A normalizer may also
 //     ask for the last pass again for some rows: another_pass(State&) -> bool (see
 //     softplus_l1_reweighted.hpp).
+// Faces for the paths that cut a call into parts, each with its default:
+//   part(const KeyPart&) -> a normalizer     the normalizer a part of the keys runs with
+//                                            (default: itself; Softmax drops its sinks,
+//                                            which the merge adds once)
+//   for_head(h) -> a normalizer              the normalizer of a one-head gathered call
+//                                            standing for head h (default: itself)
+//   second_round(row sums) (kPasses 2)       the two-round form that merges (LSSAR)
+//   a sinks member                           the sink logits the merge adds
+// The backward faces are listed before has_normalizer_backward below.
 #pragma once
 
+#include <functional>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "attnkit/core/tensor.hpp"
 #include "attnkit/simd/simd.hpp"
@@ -39,6 +50,39 @@ struct RowContext {
 /// LogSumExp (softmax: log of the denominator, natural log), Sum (l1 normalizers: the row
 /// sum of the weights), None (unnormalized weights, e.g. sigmoid).
 enum class RowStat { LogSumExp, Sum, None };
+
+/// What a part of a call -- a run of its keys: a split-KV chunk, one sequence's pages, a ring
+/// step -- knows of the whole call, handed to a normalizer's part() face. A part that runs
+/// as a call of its own (pages, ring steps: own_call) sees only its keys in its RowContext,
+/// so a normalizer with per-call defaults takes them from here: the whole call's key count
+/// and, on request, each of the part's query rows' visible keys over the whole call.
+struct KeyPart {
+  Index kv_len = 0;       // the whole call's keys
+  bool own_call = false;  // false: the part runs inside the whole call (split-KV chunks)
+  // The part's rows among the rows that per-row data given to the normalizer covers
+  // ([B * Hq * Lq] of the whole call): [first_row, first_row + rows); rows < 0: all of them.
+  Index first_row = 0, rows = -1;
+  std::function<std::vector<float>()> visible_keys;  // own_call: each row's whole-call count
+
+  /// A part that runs inside the whole call (a split-KV chunk).
+  static KeyPart inside(Index kv_len) {
+    KeyPart part;
+    part.kv_len = kv_len;
+    return part;
+  }
+  /// A part that runs as a call of its own, over rows [first_row, first_row + rows) of the
+  /// call's (rows < 0: all), with each row's visible keys over the whole call on request.
+  static KeyPart own(Index kv_len, Index first_row, Index rows,
+                     std::function<std::vector<float>()> visible) {
+    KeyPart part;
+    part.kv_len = kv_len;
+    part.own_call = true;
+    part.first_row = first_row;
+    part.rows = rows;
+    part.visible_keys = std::move(visible);
+    return part;
+  }
+};
 
 namespace detail {
 
@@ -200,6 +244,55 @@ double reference_row(const N& n, double* s, Index count, const RowContext& ctx) 
     return n.reference_row(s, count, ctx);
   else
     return n.reference_row(s, count);
+}
+
+template <class N, class = void>
+struct has_part : std::false_type {};
+template <class N>
+struct has_part<N, std::void_t<decltype(std::declval<const N&>().part(KeyPart{}))>>
+    : std::true_type {};
+
+/// The normalizer a part of the keys runs with: n.part(part), or n itself.
+template <class N>
+decltype(auto) part_normalizer(const N& n, const KeyPart& part) {
+  if constexpr (has_part<N>::value)
+    return n.part(part);
+  else
+    return (n);
+}
+
+template <class N, class = void>
+struct has_for_head : std::false_type {};
+template <class N>
+struct has_for_head<N, std::void_t<decltype(std::declval<const N&>().for_head(Index{}))>>
+    : std::true_type {};
+
+/// The normalizer of a one-head gathered call standing for head h: n.for_head(h), or n.
+template <class N>
+decltype(auto) head_normalizer(const N& n, Index h) {
+  if constexpr (has_for_head<N>::value)
+    return n.for_head(h);
+  else
+    return (n);
+}
+
+template <class N, class = void>
+struct has_second_round : std::false_type {};
+template <class N>
+struct has_second_round<
+    N, std::void_t<decltype(std::declval<const N&>().second_round(std::vector<float>{}))>>
+    : std::true_type {};
+
+template <class N, class = void>
+struct has_sinks : std::false_type {};
+template <class N>
+struct has_sinks<N, std::void_t<decltype(std::declval<const N&>().sinks)>> : std::true_type {};
+
+/// True when parts of a row computed apart merge exactly by their LSE (o = sum_p
+/// exp(lse_p - lse) o_p): one pass, a LogSumExp statistic.
+template <class N>
+constexpr bool merges_by_lse() {
+  return row_stat_kind<N>() == RowStat::LogSumExp && passes<N>() == 1;
 }
 
 // Backward faces (attention_backward()): begin_backward(RowContext, Vec stat, Vec delta) ->

@@ -50,6 +50,18 @@ struct Sigmoid {
     return s;
   }
 
+  /// A part that runs as a call of its own (pages, ring steps) keeps the whole call's
+  /// default bias, -log Lk of all the keys (normalizer/faces.hpp, KeyPart).
+  Sigmoid part(const KeyPart& part) const {
+    if (!part.own_call || !head_bias.empty() || bias) return *this;
+    return Sigmoid{part.kv_len > 0 ? -std::log(static_cast<float>(part.kv_len)) : 0.f};
+  }
+  /// A one-head gathered call standing for head h keeps head h's bias.
+  Sigmoid for_head(Index h) const {
+    if (head_bias.empty()) return *this;
+    return per_head({head_bias[static_cast<std::size_t>(h)]});
+  }
+
   /// Throws Error naming the first bias that is not finite (a NaN makes every row NaN, an
   /// infinite one every weight 0 or 1).
   void check_biases() const {

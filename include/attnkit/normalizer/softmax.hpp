@@ -46,6 +46,14 @@ struct Softmax {
     return s;
   }
 
+  /// A part of the keys (split-KV, pages, ring steps) runs without sinks: the merge adds
+  /// them once (normalizer/faces.hpp, KeyPart).
+  Softmax part(const KeyPart& /*part*/) const { return Softmax{}; }
+  /// A one-head gathered call standing for head h keeps head h's sink.
+  Softmax for_head(Index h) const {
+    return sinks.empty() ? *this : with_sinks({sinks[static_cast<std::size_t>(h)]});
+  }
+
   static constexpr float kLog2e = 1.4426950408889634f;
   static constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 

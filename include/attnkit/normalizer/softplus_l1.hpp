@@ -48,6 +48,19 @@ struct SoftplusL1 {
     return s;
   }
 
+  /// A part that runs as a call of its own (pages, ring steps) needs each row's N_i over
+  /// the whole call, not over its own keys: the counts given for its rows, else the part's
+  /// (normalizer/faces.hpp, KeyPart).
+  SoftplusL1 part(const KeyPart& part) const {
+    if (!part.own_call) return *this;
+    if (key_counts.empty()) return with_key_counts(part.visible_keys());
+    if (part.rows < 0) return *this;  // given for the part's own rows
+    detail::require(static_cast<Index>(key_counts.size()) >= part.first_row + part.rows,
+                    "SoftplusL1.key_counts.size()", "q.batch * q.heads * q.seq", key_counts.size());
+    const auto first = key_counts.begin() + part.first_row;
+    return with_key_counts(std::vector<float>(first, first + part.rows));
+  }
+
   /// Throws Error naming the first key count that is NaN, infinite or negative (a NaN makes
   /// its row NaN, a negative one a finite but wrong row).
   void check_key_counts() const {

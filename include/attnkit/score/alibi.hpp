@@ -24,6 +24,7 @@ namespace attnkit {
 
 struct Alibi {
   using slot = ScoreSlot;
+  static constexpr bool kReadsPositions = true;  // a bias by distance i - j
   // The bias is added: d(modified logit) / d(logit) = 1 (attention_backward() needs no
   // derivative face; the slopes are fixed, not trained).
   static constexpr bool kUnitDerivative = true;

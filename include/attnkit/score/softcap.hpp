@@ -17,6 +17,7 @@ namespace attnkit {
 
 struct Softcap {
   using slot = ScoreSlot;
+  static constexpr bool kReadsPositions = false;  // c tanh(s / c): the logit alone
 
   float cap;
   float inv_cap;  // hoisted: the tile loop multiplies, never divides

@@ -33,10 +33,10 @@ constexpr void check_gathered_spec() {
   static_assert(std::is_same_v<typename Spec::Position, NoPosition>,
                 "gathered driver: gathered calls see gathered indices: Position NoPosition only "
                 "(apply RoPE to q and k before)");
-  static_assert(
-      std::is_same_v<typename Spec::Score, Dot> || std::is_same_v<typename Spec::Score, Softcap>,
-      "gathered driver: gathered calls see gathered indices: a position-free Score "
-      "(Dot, Softcap) only, not one that reads positions (Alibi)");
+  static_assert(!detail::reads_positions<typename Spec::Score>(),
+                "gathered driver: gathered calls see gathered indices: a position-free Score "
+                "(Dot, Softcap; a Score of yours: kReadsPositions = false), not one that reads "
+                "positions (Alibi)");
 }
 
 /// Head h of batch b of v as a [1, 1, seq, dim] view of the same memory.
@@ -90,18 +90,11 @@ void scatter_rows(const View<S>& src, const std::vector<Index>& rows, const View
 }
 
 /// The normalizer of a gathered call that stands for query head h: a gathered call has one
-/// head, so per-head parameters (softmax sinks, sigmoid biases) are cut down to head h's.
-inline Softmax for_head(const Softmax& n, Index h) {
-  return n.sinks.empty() ? n : Softmax::with_sinks({n.sinks[static_cast<std::size_t>(h)]});
-}
-inline Sigmoid for_head(const Sigmoid& n, Index h) {
-  if (n.head_bias.empty()) return n;
-  return Sigmoid::per_head({n.head_bias[static_cast<std::size_t>(h)]});
-}
-/// Normalizers without per-head parameters are used as they are.
+/// head, so per-head parameters (softmax sinks, sigmoid biases) are cut down to head h's
+/// (the normalizer's for_head() face, normalizer/faces.hpp; itself without one).
 template <class N>
-const N& for_head(const N& n, Index /*h*/) {
-  return n;
+decltype(auto) for_head(const N& n, Index h) {
+  return attnkit::detail::head_normalizer(n, h);
 }
 
 }  // namespace attnkit::select

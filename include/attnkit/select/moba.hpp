@@ -175,17 +175,18 @@ namespace select {
 /// range, routes made for this call.
 template <class Spec>
 void check_moba_call(const Spec& spec, const Problem& p, const BlockRoutes& routes, Index block) {
-  detail::require(spec.normalizer.sinks.empty(), "Softmax.sinks", "empty (no sinks in MoBA)",
-                  "a sink per head");
+  if constexpr (detail::has_sinks<typename Spec::Normalizer>::value)
+    detail::require(spec.normalizer.sinks.empty(), "Softmax.sinks", "empty (no sinks in MoBA)",
+                    "a sink per head");
   detail::require(block >= 1 && block <= (Index{1} << 60), "block", "1 to 2^60", block);
   detail::check_routes(routes, p, block);
 }
 
-/// A MoBA part's spec: the Score of `spec` with `mask` and plain Softmax.
+/// A MoBA part's spec: the Score and normalizer of `spec` (no sinks) with `mask`.
 template <class Spec, class Mask>
-AttentionSpec<typename Spec::Score, Mask, Softmax, NoPosition> moba_part(const Spec& spec,
-                                                                         const Mask& mask) {
-  return {spec.score, mask, Softmax{}, {}};
+AttentionSpec<typename Spec::Score, Mask, typename Spec::Normalizer, NoPosition> moba_part(
+    const Spec& spec, const Mask& mask) {
+  return {spec.score, mask, spec.normalizer, {}};
 }
 
 /// The past-block parts of a MoBA call, in the order its forward and backward both take them:
@@ -234,8 +235,9 @@ template <class Spec, class Q, class K, class V, class O>
 void moba_attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
                     const View<O>& o, const BlockRoutes& routes, Index block = 512,
                     const Options& options = {}) {
-  static_assert(std::is_same_v<typename Spec::Normalizer, Softmax>,
-                "moba_attention(): parts merge by their LSE: Softmax only");
+  static_assert(detail::merges_by_lse<typename Spec::Normalizer>(),
+                "moba_attention(): parts merge by their LSE: a one-pass normalizer with a "
+                "LogSumExp row statistic (Softmax)");
   select::check_gathered_spec<Spec>();
   const Problem p = make_problem(q, k, v, o, options);
   validate_policies(spec, p, options);
@@ -284,7 +286,7 @@ void moba_attention(const Spec& spec, const View<Q>& q, const View<K>& k, const 
     }
     parts.push_back(select::head_view(View<const float>(own), b, h));
     stats.push_back(own_lse.data() + routes.row(b, h, 0));
-    merge(Softmax{}, parts, stats, select::head_view(o, b, h),
+    merge(spec.normalizer, parts, stats, select::head_view(o, b, h),
           options.lse.empty() ? Span<float>()
                               : Span<float>(options.lse.data() + routes.row(b, h, 0), p.q_len));
     std::fill(slot_out.begin(), slot_out.end(), 0.f);  // the next head starts empty

@@ -38,17 +38,20 @@ void superlinear_attention_backward(const Spec& spec, const View<Q>& q, const Vi
                                     const View<GQ>& dq, const View<GK>& dk, const View<GV>& dv,
                                     const SpanSelection& sel, const Options& options = {}) {
   using Score = typename Spec::Score;
-  static_assert(std::is_same_v<typename Spec::Normalizer, Softmax>,
-                "superlinear_attention_backward(): an exact softmax over the spans: Softmax "
-                "only");
+  static_assert(detail::merges_by_lse<typename Spec::Normalizer>(),
+                "superlinear_attention_backward(): parts merge by their LSE: a one-pass normalizer "
+                "with a LogSumExp row statistic (Softmax)");
   select::check_gathered_spec<Spec>();
   const Problem p =
       detail::make_backward_problem(spec, q, k, v, o, d_o, dq, dk, dv, options, ParamGrads{});
-  detail::require(spec.normalizer.sinks.empty(), "Softmax.sinks", "empty (no sinks here)",
-                  "a sink per head");
+  if constexpr (detail::has_sinks<typename Spec::Normalizer>::value)
+    detail::require(spec.normalizer.sinks.empty(), "Softmax.sinks", "empty (no sinks here)",
+                    "a sink per head");
   detail::check_spans(sel, p);
 
-  const AttentionSpec<Score, Full, Softmax, NoPosition> row_spec{spec.score, Full{}, Softmax{}, {}};
+  using Normalizer = typename Spec::Normalizer;
+  const AttentionSpec<Score, Full, Normalizer, NoPosition> row_spec{
+      spec.score, Full{}, spec.normalizer, {}};
   select::CallSums sums(p);
   std::vector<Range> runs(static_cast<std::size_t>(sel.topk + 1));
   std::vector<Index> cols;

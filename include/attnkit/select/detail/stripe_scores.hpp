@@ -37,18 +37,9 @@ Problem stripe_problem(const View<Q>& q, const View<K>& k, const Params& params,
   require(params.init >= 0, "StripeParams.init", ">= 0", params.init);
   require(params.local >= 0, "StripeParams.local", ">= 0", params.local);
   require(!std::isnan(params.theta), "StripeParams.theta", "not NaN", params.theta);
-  Problem p;
-  p.batch = q.batch;
-  p.q_heads = q.heads;
-  p.kv_heads = k.heads;
-  p.q_len = q.seq;
-  p.kv_len = k.seq;
-  p.head_dim = p.value_dim = q.dim;
-  p.scale = detail::scale_for(options, q.dim);
-  p.q_offset = options.q_offset ? *options.q_offset : p.kv_len - p.q_len;
-  p.threads = options.threads;
-  p.validate();
-  return p;
+  // The keys stand in for the values: the scores have none (value_dim = head dim).
+  return problem_of(q, k, k, scale_for(options, q.dim),
+                    options.q_offset ? *options.q_offset : k.seq - q.seq, options.threads);
 }
 
 // Rows [begin, end) of head (b, h) of x as contiguous f32 [end - begin, dim]: f32 rows of
