@@ -11,13 +11,14 @@
 namespace attnkit::detail {
 
 /// Masked pairs and padding lanes (lanes nq .. lanes) of s[nk, ld]: logit -inf (weight 0)
-/// and dp 0, so that whatever a masked value row holds never reaches dS.
+/// and dp 0, so that whatever a masked value row holds never reaches dS (dp null: s only).
 inline void drop_masked(float* s, float* dp, Index ld, Index nk, Index nq, Index lanes) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const simd::Vec neg_inf(kNegInf), zero(0.f);
   for (Index jj = 0; jj < nk; ++jj) {
     float* row = s + jj * ld;
     std::fill(row + nq, row + lanes, kNegInf);
+    if (dp == nullptr) continue;
     for (Index c = 0; c < lanes; c += simd::kWidth) {
       const simd::Mask masked = simd::equal(simd::load(row + c), neg_inf);
       simd::store(dp + jj * ld + c, simd::select(masked, zero, simd::load(dp + jj * ld + c)));

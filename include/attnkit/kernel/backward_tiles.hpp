@@ -10,6 +10,10 @@
 //   score mods, mask; P = weights rebuilt from the forward's row statistic
 //   dP^T = V dO^T;  dS = the normalizer's backward (softmax: P (dP - D), D_i = dO_i . O_i)
 //   dV  += P^T dO,  dK += dS^T Q,  dQ_tile += dS K
+// A normalizer whose dS needs sums over the whole row first (LSSAR: kBackwardPasses = 3) gets
+// passes before that one over the same key tiles, which recompute S^T (and dP^T where the pass
+// reads it) and keep only row statistics (kernel/backward_rows.hpp); for the others the pass
+// loop is compiled out.
 // dQ of a tile is finished after its key tiles, dK and dV after the whole item (in scratch
 // [Lk, D] per thread, kernel/backward_keys.hpp); both are stored by kernel/backward_store.hpp:
 // turned rows (RoPE) get their gradients turned back by the transposed rotation, cosine
@@ -23,6 +27,7 @@
 #include "attnkit/detail/scratch.hpp"
 #include "attnkit/gemm/tile_gemm.hpp"
 #include "attnkit/kernel/backward_keys.hpp"
+#include "attnkit/kernel/backward_rows.hpp"
 #include "attnkit/kernel/backward_stages.hpp"
 #include "attnkit/kernel/backward_store.hpp"
 #include "attnkit/kernel/backward_traits.hpp"
@@ -34,7 +39,6 @@
 #include "attnkit/kernel/tile_mask.hpp"
 #include "attnkit/kernel/value_guard.hpp"
 #include "attnkit/mask/key_schedule.hpp"
-#include "attnkit/mask/visible_keys.hpp"
 #include "attnkit/problem.hpp"
 #include "attnkit/score/faces.hpp"
 #include "attnkit/simd/simd.hpp"
@@ -47,9 +51,8 @@ class BackwardTiles {
   static constexpr Index kBq = TileConfig::kBlockQ;
   static constexpr Index kBk = TileConfig::kBlockK;
   using Normalizer = typename Spec::Normalizer;
-  using BackwardState = typename Normalizer::BackwardState;
+  static constexpr int kPasses = backward_passes<Normalizer>();
   static constexpr bool kCosine = cosine_logits<Normalizer>();
-  static constexpr bool kCounts = counts_keys<Normalizer>();
   static constexpr bool kTurnsRows = transforms_rows<typename Spec::Position>();
   static constexpr bool kScoreTile = !unit_derivative<typename Spec::Score>();
   static constexpr bool kOwnsProduct = owns_product<typename Spec::Position>();
@@ -101,7 +104,7 @@ class BackwardTiles {
         inv_q_(scratch_.carve(kBq)),
         counts_(scratch_.carve(kBq)),
         lanes_(scratch_.carve(kBq)),
-        states_(kBq / simd::kWidth) {
+        rows_(kBq) {
     acc_.d_pad = d_pad_, acc_.dv_pad = dv_pad_;
     if constexpr (kOwnsProduct)
       owned_ = OwnedProducts(scratch_.carve(OwnedProducts::floats(d_pad_)), d_pad_);
@@ -156,22 +159,36 @@ class BackwardTiles {
     pack_q_transposed(d_o_, b, h, q0, nq, lanes, 1.f, dot_, kBq);  // dot_ [Dv, kBq]
     pack_rows(d_o_, b, h, q0, nq, dorow_, dv_pad_);                // dorow_ [nq, dv_pad]
     set_aside_nonfinite_rows(dorow_, nq, dv_pad_, bad_rows_, bad_do_);
-    begin_rows(b, h, q0, nq, lanes, q_pos.begin);
+    rows_.begin(spec_.normalizer, spec_.mask, p_, stat_, delta_, b, h, q0, nq, lanes, q_pos.begin,
+                counts_);
     std::fill(dq_tile_, dq_tile_ + kBq * d_pad_, 0.f);
     std::fill(lane_grad_, lane_grad_ + kBq, 0.f);
+    if constexpr (kPasses > 1) observe_passes(b, h, hk, q_pos, nq, lanes);
     for_each_key_tile(spec_.mask, b, h, q_pos, p_.kv_len, kBk, [&](Range kv, TileKind kind) {
       key_tile(b, h, hk, q_pos.begin, kv.begin, kv.end - kv.begin, nq, lanes, kind);
     });
     finish_queries(b, h, q0, nq);
     double grad = 0.0;
     for (Index r = 0; r < nq; ++r) grad += double(lane_grad_[r]);
-    if constexpr (has_row_param_grad<Normalizer>::value) {  // keys aside (softmax sinks)
-      for (Index c = 0; c < lanes; c += simd::kWidth)
-        simd::store(lanes_ + c,
-                    spec_.normalizer.row_param_grad(states_[std::size_t(c / simd::kWidth)]));
-      for (Index r = 0; r < nq; ++r) grad += double(lanes_[r]);
+    return grad + rows_.row_param_grad(spec_.normalizer, nq, lanes, lanes_);  // sinks
+  }
+
+  // The passes before the last (LSSAR: its row sums W_i, then E_i = sum_j a_ij da_ij): the
+  // last pass's key tiles, each one's logits -- and dP where the pass reads it -- handed to the
+  // normalizer, which keeps row statistics only.
+  void observe_passes(Index b, Index h, Index hk, Range q_pos, Index nq, Index lanes) {
+    for (int pass = 0; pass + 1 < kPasses; ++pass) {
+      const bool reads_dp = Normalizer::backward_pass_reads_dp(pass);
+      for_each_key_tile(spec_.mask, b, h, q_pos, p_.kv_len, kBk, [&](Range kv, TileKind kind) {
+        const Index k0 = kv.begin, nk = kv.end - kv.begin;
+        logits(b, h, hk, q_pos.begin, k0, nk, nq, lanes, kind, false);
+        if (reads_dp) value_products(b, hk, k0, nk, lanes);
+        if (kind == TileKind::Partial || nq < lanes)
+          drop_masked(s_, reads_dp ? dp_ : nullptr, kBq, nk, nq, lanes);
+        rows_.observe(spec_.normalizer, pass, s_, reads_dp ? dp_ : nullptr, nk, lanes, kBq);
+      });
+      rows_.end_pass(spec_.normalizer, pass, lanes);
     }
-    return grad;
   }
 
   // qt_ [D, kBq] and qrow_ [nq, d_pad]: the rows turned by the Position, times the scale (or
@@ -188,30 +205,10 @@ class BackwardTiles {
     for (Index c = 0; c < dim; ++c) std::fill(qt_ + c * kBq + nq, qt_ + c * kBq + lanes, 0.f);
   }
 
-  // The normalizer's backward state per lane block: the forward's statistic and D_i (0 in
-  // padding lanes), and for normalizers that count keys, each row's visible keys.
-  void begin_rows(Index b, Index h, Index q0, Index nq, Index lanes, Index i0) {
-    const Index row0 = (b * p_.q_heads + h) * p_.q_len + q0;
-    if constexpr (kCounts)
-      for (Index r = 0; r < nq; ++r)
-        counts_[r] = static_cast<float>(visible_key_count(spec_.mask, b, h, i0 + r, p_.kv_len));
-    alignas(64) float stat[simd::kWidth], delta[simd::kWidth];
-    for (Index c = 0; c < lanes; c += simd::kWidth) {
-      for (Index lane = 0; lane < simd::kWidth; ++lane) {
-        const bool real = c + lane < nq;
-        stat[lane] = real && stat_ != nullptr ? stat_[row0 + c + lane] : 0.f;
-        delta[lane] = real ? delta_[row0 + c + lane] : 0.f;
-      }
-      const RowContext ctx{
-          b, h, p_.kv_len, p_.head_dim, row0 + c, nq - c, kCounts ? counts_ + c : nullptr};
-      states_[std::size_t(c / simd::kWidth)] =
-          spec_.normalizer.begin_backward(ctx, simd::load(stat), simd::load(delta));
-    }
-  }
-
-  void key_tile(Index b, Index h, Index hk, Index i0, Index k0, Index nk, Index nq, Index lanes,
-                TileKind kind) {
-    acc_.reach(k0 + nk);
+  // s_ [nk, kBq]: the logits of keys [k0, k0 + nk) as the forward forms them (cosines: / |k|),
+  // the Score's mods (and its derivative in g_, with_derivative), the mask; returns the keys.
+  F32Rows logits(Index b, Index h, Index hk, Index i0, Index k0, Index nk, Index nq, Index lanes,
+                 TileKind kind, bool with_derivative) {
     const F32Rows keys = f32_rows(k_, k_direct_, b, hk, k0, nk, kp_, d_pad_);
     if constexpr (kOwnsProduct)
       owned_.logits(spec_.position, keys, qt_, nk, lanes, i0, k0, p_.head_dim, s_);
@@ -221,17 +218,28 @@ class BackwardTiles {
     const ScoreTile where{b, h, i0, k0};
     if constexpr (has_apply_tile<typename Spec::Score>::value)
       spec_.score.apply_tile(s_, nk, lanes, kBq, where);
-    if constexpr (kScoreTile) spec_.score.derivative_tile(s_, g_, nk, lanes, kBq, where);
+    if constexpr (kScoreTile)
+      if (with_derivative) spec_.score.derivative_tile(s_, g_, nk, lanes, kBq, where);
+    (void)with_derivative;
     if (kind == TileKind::Partial)
       mask_partial_tile(spec_.mask, s_, kBq, b, h, i0, k0, nk, nq, lanes);
+    return keys;
+  }
+
+  // dp_ [nk, kBq] = V dO^T over keys [k0, k0 + nk).
+  void value_products(Index b, Index hk, Index k0, Index nk, Index lanes) {
     const F32Rows values = f32_rows(v_, v_direct_, b, hk, k0, nk, vp_, dv_pad_);
     gemm::gemm(nk, lanes, p_.value_dim, {values.data, values.ld, 1}, dot_, kBq, dp_, kBq, false);
+  }
+
+  // The last pass over one key tile: P and dS, then the gradients' products.
+  void key_tile(Index b, Index h, Index hk, Index i0, Index k0, Index nk, Index nq, Index lanes,
+                TileKind kind) {
+    acc_.reach(k0 + nk);
+    const F32Rows keys = logits(b, h, hk, i0, k0, nk, nq, lanes, kind, true);
+    value_products(b, hk, k0, nk, lanes);
     if (kind == TileKind::Partial || nq < lanes) drop_masked(s_, dp_, kBq, nk, nq, lanes);
-    for (Index c = 0; c < lanes; c += simd::kWidth) {
-      const simd::Vec g = spec_.normalizer.backward(states_[std::size_t(c / simd::kWidth)], s_ + c,
-                                                    dp_ + c, nk, kBq);
-      simd::store(lane_grad_ + c, simd::load(lane_grad_ + c) + g);
-    }
+    rows_.backward(spec_.normalizer, s_, dp_, nk, lanes, kBq, lane_grad_);
     if (kind == TileKind::Partial && !bad_rows_.empty())
       zero_unseen_grads(spec_.mask, bad_rows_, b, h, i0, k0, nk, dp_, kBq);
     if constexpr (kScoreTile)  // dS on the raw logit: times d(modified) / d(raw)
@@ -329,9 +337,10 @@ class BackwardTiles {
   float* counts_;        // [kBq]          visible keys per row (kCountsKeys)
   float* lanes_;         // [kBq]          staging
   OwnedProducts owned_;  // a Position's own products (Tapa)
-  std::vector<BackwardState> states_;  // [kBq / kWidth]
-  std::vector<Index> bad_rows_;        // the query tile's dO rows that are not finite
-  std::vector<float> bad_do_;          // their dO [bad rows, dv_pad]
+  // The query tile's normalizer states, one per kWidth rows:
+  BackwardRows<Normalizer> rows_;
+  std::vector<Index> bad_rows_;  // the query tile's dO rows that are not finite
+  std::vector<float> bad_do_;    // their dO [bad rows, dv_pad]
 };
 
 }  // namespace attnkit::detail

@@ -5,7 +5,10 @@
 //               backward(const BackwardState&, float* s, float* ds, keys, ld) -> Vec,
 //               reference_backward(const double* s, const double* p, double* dp, n, stat,
 //                                  RowContext) -> double; optional row_param_grad(state)
-//               and kTrainedParam (the name of its per-head parameter, for messages).
+//               and kTrainedParam (the name of its per-head parameter, for messages);
+//               kBackwardPasses > 1 (LSSAR) with observe_backward(state&, pass, float* s,
+//               const float* dp, keys, ld), end_backward_pass(state&, pass) and static
+//               constexpr backward_pass_reads_dp(pass) for the passes before the last.
 //   Score:      nothing (Dot), kUnitDerivative = true (an added bias: Alibi), or
 //               derivative(double s, b, h, i, j) and derivative_tile(t, g, keys, lanes, ld,
 //               ScoreTile).
@@ -37,10 +40,10 @@ constexpr bool check_backward_spec() {
   using Position = typename Spec::Position;
   static_assert(has_normalizer_backward<Normalizer>::value,
                 "attention_backward(): the normalizer has no backward face (begin_backward(), "
-                "backward(), reference_backward(): kernel/backward_traits.hpp). LSSAR "
-                "(SoftplusL1Reweighted) has none yet");
-  static_assert(passes<Normalizer>() == 1,
-                "attention_backward(): multi-pass normalizers (LSSAR) are not supported yet");
+                "backward(), reference_backward(): kernel/backward_traits.hpp)");
+  static_assert(backward_passes<Normalizer>() == 1 || has_backward_observe<Normalizer>::value,
+                "attention_backward(): kBackwardPasses > 1 needs observe_backward(), "
+                "end_backward_pass() and backward_pass_reads_dp() for the passes before the last");
   static_assert(unit_derivative<Score>() ||
                     (has_derivative<Score>::value && has_derivative_tile<Score>::value),
                 "attention_backward(): the Score needs derivative() and derivative_tile() (or "

@@ -297,7 +297,8 @@ constexpr bool merges_by_lse() {
 
 // Backward faces (attention_backward()): begin_backward(RowContext, Vec stat, Vec delta) ->
 // BackwardState, backward(state, s, ds, keys, ld) -> Vec, reference_backward(...); optional
-// row_param_grad(state) and kTrainedParam.
+// row_param_grad(state) and kTrainedParam; kBackwardPasses > 1 with observe_backward(),
+// end_backward_pass() and backward_pass_reads_dp() (kernel/backward_traits.hpp).
 template <class N, class = void>
 struct has_normalizer_backward : std::false_type {};
 template <class N>
@@ -312,6 +313,33 @@ struct has_normalizer_backward<
                        std::declval<const double*>(), std::declval<const double*>(),
                        std::declval<double*>(), Index{}, double{}, RowContext{}))>>
     : std::true_type {};
+
+template <class N, class = void>
+struct declares_backward_passes : std::false_type {};
+template <class N>
+struct declares_backward_passes<N, std::void_t<decltype(N::kBackwardPasses)>> : std::true_type {};
+
+template <class N, class = void>
+struct has_backward_observe : std::false_type {};
+template <class N>
+struct has_backward_observe<
+    N, std::void_t<decltype(std::declval<const N&>().observe_backward(
+                       std::declval<typename N::BackwardState&>(), int{}, std::declval<float*>(),
+                       std::declval<const float*>(), Index{}, Index{})),
+                   decltype(std::declval<const N&>().end_backward_pass(
+                       std::declval<typename N::BackwardState&>(), int{})),
+                   decltype(N::backward_pass_reads_dp(int{}))>> : std::true_type {};
+
+/// How many passes over the keys the normalizer's backward makes (the last one forms dS).
+template <class N>
+constexpr int backward_passes() {
+  if constexpr (declares_backward_passes<N>::value) {
+    static_assert(N::kBackwardPasses >= 1, "Normalizer::kBackwardPasses must be at least 1");
+    return N::kBackwardPasses;
+  } else {
+    return 1;
+  }
+}
 
 template <class N, class = void>
 struct has_row_param_grad : std::false_type {};
