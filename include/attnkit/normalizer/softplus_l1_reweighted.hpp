@@ -17,6 +17,8 @@
 // runs SoftplusL1 on each part and merges the row sums; round two runs second_round(sums)
 // on each part -- one pass, no fallback, LSE statistic -- and merge_reweighted() combines the
 // parts and applies the fallback from round one's result (kernel/merge_reweighted.hpp).
+// Backward: three passes over the keys (W_i, then a sum over the row, then dS), the math in
+// reweighted_backward.hpp; a row with statistic -inf takes LSSA's backward.
 #pragma once
 
 #include <algorithm>
@@ -32,6 +34,7 @@
 #include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/policy_tag.hpp"
 #include "attnkit/normalizer/faces.hpp"
+#include "attnkit/normalizer/reweighted_backward.hpp"
 #include "attnkit/normalizer/softmax.hpp"
 #include "attnkit/normalizer/softplus_l1.hpp"
 #include "attnkit/simd/simd.hpp"
@@ -180,6 +183,57 @@ struct SoftplusL1Reweighted {
     lssa.reference_row(s, n, ctx);
     if (uniform) return -std::numeric_limits<double>::infinity();
     return detail::reference_reweight(s, n, double(lssa.key_count(ctx, 0)), power);
+  }
+
+  // Backward (attention_backward(); the math in reweighted_backward.hpp): three passes over
+  // the keys -- the LSSA row sums W_i, then E_i = sum_j a_ij da_ij, then dS -- as the forward
+  // keeps only its LSE. A row with LSE -inf took the LSSA weights and takes LSSA's backward.
+  static constexpr int kBackwardPasses = 3;
+  using BackwardState = detail::ReweightedGrad;
+
+  BackwardState begin_backward(const RowContext& ctx, simd::Vec stat, simd::Vec delta) const {
+    return BackwardState(lssa.begin(ctx), stat, delta, power);
+  }
+
+  /// Pass 0 (W_i) reads the logits only; pass 1 (E_i) dP too.
+  static constexpr bool backward_pass_reads_dp(int pass) { return pass == 1; }
+
+  /// A pass before the last over one tile: s [keys, ld] cosines (masked -inf; pass 0 leaves
+  /// the weights w_ij there), dp dP (masked 0; null in pass 0).
+  void observe_backward(BackwardState& st, int pass, float* s, const float* dp, Index keys,
+                        Index ld) const {
+    if (pass == 0)
+      lssa.weigh(st.w, s, keys, ld);
+    else
+      st.sum_da(s, dp, keys, ld);
+  }
+
+  void end_backward_pass(BackwardState& st, int pass) const {
+    if (pass == 0)
+      st.end_weight_sums(power);
+    else
+      st.end_da_sums();
+  }
+
+  /// The last pass: s: cosines -> P; ds: dP -> dS (on the cosine). Returns 0: no parameter.
+  simd::Vec backward(const BackwardState& st, float* s, float* ds, Index keys, Index ld) const {
+    st.grads(s, ds, keys, ld);
+    return simd::Vec(0.f);
+  }
+
+  /// Reference backward in double (see Softmax::reference_backward); `stat` the row's LSE.
+  double reference_backward(const double* s, const double* p, double* dp, Index n, double stat,
+                            const RowContext& ctx) const {
+    const double keys = double(lssa.key_count(ctx, 0));
+    const double c = SoftplusL1::logit_scale(double(ctx.head_dim), keys);
+    if (stat != -std::numeric_limits<double>::infinity()) {
+      detail::reference_reweighted_grads(s, p, dp, n, c, keys, power);
+      return 0.0;
+    }
+    double sum = 0.0;  // the LSSA weights' row sum, LSSA's statistic
+    for (Index j = 0; j < n; ++j)
+      sum += std::max(c * s[j], 0.0) + std::log1p(std::exp(-std::fabs(c * s[j])));
+    return lssa.reference_backward(s, p, dp, n, sum, ctx);
   }
 
   void validate(Index q_len, Index kv_len, Index q_offset, Index batch, Index q_heads) const {
