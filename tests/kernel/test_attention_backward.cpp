@@ -1,9 +1,10 @@
 // attention_backward(): the fast path against reference::attention_backward() (f64) for every
-// normalizer with a backward face, masks of each kind, Softcap, ALiBi, RoPE, GQA, ragged
-// tiles, layouts, offsets and storage types; bitwise identical gradients for 1..4 threads;
-// masked keys that hold NaN never reach a gradient; every bad input refused before a write.
-// The engine under test: kernel/backward_tiles.hpp with kernel/backward_stages.hpp and (TAPA)
-// kernel/owned_products.hpp; the parameter gradients go through param_grads.hpp (ParamGrads).
+// normalizer with a backward face (LSSAR's three passes and its fallback rows too), masks of
+// each kind, Softcap, ALiBi, RoPE, GQA, ragged tiles, layouts, offsets and storage types;
+// bitwise identical gradients for 1..4 threads; masked keys that hold NaN never reach a
+// gradient; every bad input refused before a write. The engine under test:
+// kernel/backward_tiles.hpp with kernel/backward_rows.hpp, kernel/backward_stages.hpp and
+// (TAPA) kernel/owned_products.hpp; the parameter gradients go through param_grads.hpp.
 #include <Eigen/Core>
 #include <algorithm>
 #include <attnkit/kernel/backward_keys.hpp>
@@ -18,6 +19,7 @@
 #include <attnkit/normalizer/sigmoid.hpp>
 #include <attnkit/normalizer/softmax.hpp>
 #include <attnkit/normalizer/softplus_l1.hpp>
+#include <attnkit/normalizer/softplus_l1_reweighted.hpp>
 #include <attnkit/position/fope.hpp>
 #include <attnkit/position/rope.hpp>
 #include <attnkit/position/tapa.hpp>
@@ -39,6 +41,7 @@ using ak::Causal;
 using ak::SlidingWindow;
 using ak::test::Case;
 using ak::test::check_backward;
+using ak::test::kNegInf;
 
 namespace {
 
@@ -51,6 +54,8 @@ void for_each_normalizer(Index heads, Visit&& visit) {
   visit("Sigmoid{}", ak::Sigmoid{});
   visit("ReluPower{1.5, 0.1}", ak::ReluPower{1.5f, 0.1f});
   visit("SoftplusL1", ak::SoftplusL1{});
+  visit("SoftplusL1Reweighted{15}", ak::SoftplusL1Reweighted{});
+  visit("SoftplusL1Reweighted{3}", ak::SoftplusL1Reweighted{3.f});
 }
 
 }  // namespace
@@ -95,6 +100,14 @@ TEST_CASE("attention_backward: each kind of mask and score mod matches the refer
   check_backward("Causal, Softcap{5}", ak::make_spec(Causal{}, ak::Softcap{5.f}), c);
   check_backward("Causal, Alibi::standard(2)", ak::make_spec(Causal{}, ak::Alibi::standard(2)), c);
   check_backward("Sigmoid, Softcap{5}", ak::make_spec(ak::Sigmoid{}, ak::Softcap{5.f}), c);
+  const ak::SoftplusL1Reweighted lssar;
+  check_backward("LSSAR, Causal & (Sinks{4} | SlidingWindow{40, 0})",
+                 ak::make_spec(Causal{} & (ak::Sinks{4} | SlidingWindow{40, 0}), lssar), c);
+  check_backward("LSSAR, PowerOfTwo{2, 8}", ak::make_spec(ak::PowerOfTwo{2, 8}, lssar), c);
+  check_backward("LSSAR, Chunked{64} | SlidingWindow{10, 10}",
+                 ak::make_spec(ak::Chunked{64} | SlidingWindow{10, 10}, lssar), c);
+  check_backward("LSSAR, Causal, Softcap{0.5}", ak::make_spec(Causal{}, lssar, ak::Softcap{0.5f}),
+                 c);
 }
 
 TEST_CASE("attention_backward: RoPE gradients turn back by the transposed rotation",
@@ -108,6 +121,8 @@ TEST_CASE("attention_backward: RoPE gradients turn back by the transposed rotati
       ak::make_spec(Causal{}, ak::Rope(ak::RopeTable(16, 500, 256), ak::RopePairing::GptJ),
                     ak::SoftplusL1{}),
       Case{c}.dims(32));
+  check_backward("Causal, Rope, SoftplusL1Reweighted{3}",
+                 ak::make_spec(Causal{}, rope, ak::SoftplusL1Reweighted{3.f}), c);
 }
 
 TEST_CASE("attention_backward: FoPE gradients and its coefficients' gradient",
@@ -123,6 +138,9 @@ TEST_CASE("attention_backward: FoPE gradients and its coefficients' gradient",
   fc.padding = ak::FopePadding::ReferenceCode;
   check_backward("Causal, Fope (reference-code padding), SoftplusL1",
                  ak::make_spec(Causal{}, ak::Fope::drawn(fc, 0.3, 4), ak::SoftplusL1{}), c);
+  check_backward("Causal, Fope (reference-code padding), SoftplusL1Reweighted",
+                 ak::make_spec(Causal{}, ak::Fope::drawn(fc, 0.3, 4), ak::SoftplusL1Reweighted{}),
+                 c);
 }
 
 TEST_CASE("attention_backward: TAPA splits dS into its amplitude and phase products",
@@ -145,6 +163,33 @@ TEST_CASE("attention_backward: bf16 and f16 inputs and gradients", "[backward]")
   check_backward<Eigen::half>("f16 inputs", spec, c);
   check_backward<float, Eigen::bfloat16>("bf16 gradients", spec, c);
   check_backward<Eigen::half, Eigen::half>("f16 inputs and gradients", spec, c);
+  const auto lssar = ak::make_spec(Causal{} & SlidingWindow{50, 0}, ak::SoftplusL1Reweighted{});
+  check_backward<Eigen::bfloat16>("LSSAR, bf16 inputs", lssar, c);
+  check_backward<float, Eigen::half>("LSSAR, f16 gradients", lssar, c);
+}
+
+TEST_CASE("attention_backward: LSSAR rows that fell back to the LSSA weights take LSSA's backward",
+          "[backward][lssar]") {
+  // Under Causal with q_offset 0, row 0 sees one key; keys 0 and 1 are made equal, so row 1
+  // sees two equal cosines; row 5's query is zero (every cosine 0). The three take the LSSA
+  // weights with statistic -inf (row 1 the only one whose dk is not 0 by construction: LSSA's
+  // dS moves its two keys apart). The other rows keep their r.
+  const Case c = Case{}.lengths(70, 70).heads(4, 2).dims(32).at_offset(0);
+  for (const float p : {15.f, 3.f}) {
+    const auto spec = ak::make_spec(Causal{}, ak::SoftplusL1Reweighted{p});
+    ak::test::BackwardCase<> in(spec, c);
+    for (Index h = 0; h < c.q_heads; ++h)
+      for (Index x = 0; x < c.dim; ++x) in.q.view.row(0, h, 5)[x] = 0.f;
+    for (Index h = 0; h < c.kv_heads; ++h)
+      for (Index x = 0; x < c.dim; ++x) in.k.view.row(0, h, 1)[x] = in.k.view.row(0, h, 0)[x];
+    in.forward(spec);
+    for (Index h = 0; h < c.q_heads; ++h) {
+      INFO("head " << h);
+      for (const Index r : {0, 1, 5}) REQUIRE(in.stat[std::size_t(h * c.q_len + r)] == kNegInf);
+      REQUIRE(std::isfinite(in.stat[std::size_t(h * c.q_len + 6)]));
+    }
+    check_backward(p == 15.f ? "LSSAR{15}, fallback rows" : "LSSAR{3}, fallback rows", spec, in);
+  }
 }
 
 TEST_CASE("attention_backward: decode-like and single-row calls", "[backward]") {
@@ -259,6 +304,7 @@ TEST_CASE(
   REQUIRE(ak::detail::backward_parts(shape, 32, 32) == 8);
   check_backward("MQA, Causal, sinks",
                  ak::make_spec(Causal{}, ak::Softmax::with_sinks({0.5f, -1.f, 0.f, 2.f})), c);
+  check_backward("MQA, Causal, LSSAR", ak::make_spec(Causal{}, ak::SoftplusL1Reweighted{}), c);
   ak::FopeConfig cfg{32, 1024, 300};
   cfg.kv_heads = 1;
   cfg.q_heads = 4;
@@ -347,6 +393,8 @@ TEST_CASE("attention_backward: rows that see no key get zero gradients", "[backw
                  Case{}.lengths(60, 60).at_offset(-20).dims(32));
   check_backward("Sigmoid, Causal, q_offset -20", ak::make_spec(Causal{}, ak::Sigmoid{}),
                  Case{}.lengths(60, 60).at_offset(-20).dims(32));
+  check_backward("LSSAR, Causal, q_offset -20", ak::make_spec(Causal{}, ak::SoftplusL1Reweighted{}),
+                 Case{}.lengths(60, 60).at_offset(-20).dims(32));
 }
 
 TEST_CASE("row_statistic_of: the statistic each normalizer's backward reads", "[backward]") {
@@ -354,6 +402,9 @@ TEST_CASE("row_statistic_of: the statistic each normalizer's backward reads", "[
   STATIC_REQUIRE(ak::row_statistic_of<ak::Sigmoid>() == ak::RowStat::None);
   STATIC_REQUIRE(ak::row_statistic_of<ak::ReluPower>() == ak::RowStat::Sum);
   STATIC_REQUIRE(ak::row_statistic_of<ak::SoftplusL1>() == ak::RowStat::Sum);
+  STATIC_REQUIRE(ak::row_statistic_of<ak::SoftplusL1Reweighted>() == ak::RowStat::LogSumExp);
+  STATIC_REQUIRE(ak::detail::backward_passes<ak::SoftplusL1Reweighted>() == 3);
+  STATIC_REQUIRE(ak::detail::backward_passes<ak::SoftplusL1>() == 1);
 }
 
 TEST_CASE("attention_backward: bad input throws Error naming it, before any write",

@@ -1,8 +1,9 @@
 // reference::attention_backward() checked independently of the fast kernel: central finite
 // differences of the f64 forward reference::attention() with the loss L = sum dO * O, for every
 // policy with a backward face (normalizers and their per-head parameters, masks, Softcap,
-// ALiBi, RoPE, cosine logits), GQA and offsets. Inputs are f64, so the differences resolve
-// the derivative to about 1e-10 and the named tolerance (tol::kFdRel) is far from both.
+// ALiBi, RoPE, cosine logits; LSSAR with its fallback rows), GQA and offsets. Inputs are f64,
+// so the differences resolve the derivative to about 1e-10 and the named tolerance
+// (tol::kFdRel) is far from both.
 #include <attnkit/mask/causal.hpp>
 #include <attnkit/mask/combine.hpp>
 #include <attnkit/mask/sinks.hpp>
@@ -11,6 +12,7 @@
 #include <attnkit/normalizer/sigmoid.hpp>
 #include <attnkit/normalizer/softmax.hpp>
 #include <attnkit/normalizer/softplus_l1.hpp>
+#include <attnkit/normalizer/softplus_l1_reweighted.hpp>
 #include <attnkit/position/fope.hpp>
 #include <attnkit/position/rope.hpp>
 #include <attnkit/position/tapa.hpp>
@@ -53,12 +55,16 @@ double loss(const Spec& spec, const Case& c, const F64Inputs& in) {
   return l;
 }
 
-// Every element of x's gradient `grad` against (L(x + h) - L(x - h)) / 2h.
+// Every element of x's gradient `grad` against (L(x + h) - L(x - h)) / 2h, but those of the
+// row `frozen` of batch 0 (in elements [frozen * dim, (frozen + 1) * dim) of each head).
 template <class Spec>
 void check_by_differences(const char* what, const Spec& spec, const Case& c, F64Inputs& in,
-                          Tensor<double>& x, const Tensor<double>& grad) {
+                          Tensor<double>& x, const Tensor<double>& grad, Index frozen = -1) {
   double worst = 0.0, scale = 1e-30;
   for (std::size_t e = 0; e < x.memory.size(); ++e) {
+    if (frozen >= 0 && Index(e) / x.view.dim % x.view.seq == frozen &&
+        Index(e) / (x.view.dim * x.view.seq * x.view.heads) == 0)
+      continue;
     const double keep = x.memory[e], h = ak::test::tol::kFdStep;
     x.memory[e] = keep + h;
     const double up = loss(spec, c, in);
@@ -72,10 +78,15 @@ void check_by_differences(const char* what, const Spec& spec, const Case& c, F64
   CHECK(worst <= ak::test::tol::kFdRel * std::max(1.0, scale));
 }
 
+// zero_query >= 0: that query row (every head of batch 0) is zero. Its cosines are 0 by
+// convention and jump to O(1) for any q near 0, so its dq is not checked by differences.
 template <class Spec>
-void check_reference(const std::string& name, const Spec& spec, const Case& c) {
+void check_reference(const std::string& name, const Spec& spec, const Case& c,
+                     Index zero_query = -1) {
   INFO(name << ", " << ak::test::describe(c));
   F64Inputs in(c);
+  for (Index h = 0; zero_query >= 0 && h < c.q_heads; ++h)
+    for (Index x = 0; x < c.dim; ++x) in.q.view.row(0, h, zero_query)[x] = 0.0;
   Tensor<double> o(Layout::Bhsd, c.batch, c.q_heads, c.q_len, c.dv());
   ak::test::Grads<double> g(c, Layout::Bhsd);
   std::vector<float> stat(static_cast<std::size_t>(c.rows()));
@@ -84,7 +95,7 @@ void check_reference(const std::string& name, const Spec& spec, const Case& c) {
     options = options.with_lse(stat);
   ak::reference::attention_backward(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.cview(),
                                     in.d_o.cview(), g.dq.view, g.dk.view, g.dv.view, options);
-  check_by_differences("dq", spec, c, in, in.q, g.dq);
+  check_by_differences("dq", spec, c, in, in.q, g.dq, zero_query);
   check_by_differences("dk", spec, c, in, in.k, g.dk);
   check_by_differences("dv", spec, c, in, in.v, g.dv);
 }
@@ -104,6 +115,21 @@ TEST_CASE("reference::attention_backward: each normalizer matches finite differe
   check_reference("ReluPower{1.5, 0.1}, Causal", ak::make_spec(Causal{}, ak::ReluPower{1.5f, 0.1f}),
                   kSmall);
   check_reference("SoftplusL1, Causal", ak::make_spec(Causal{}, ak::SoftplusL1{}), kSmall);
+  check_reference("SoftplusL1Reweighted{15}, Causal",
+                  ak::make_spec(Causal{}, ak::SoftplusL1Reweighted{}), kSmall);
+  check_reference("SoftplusL1Reweighted{3}, window",
+                  ak::make_spec(window, ak::SoftplusL1Reweighted{3.f}), kSmall);
+}
+
+TEST_CASE("reference::attention_backward: LSSAR's fallback rows match finite differences",
+          "[reference][backward][lssar]") {
+  // q_offset 0: row 0 sees one key; row 3's query is zero (its cosines all 0). Both take the
+  // LSSA weights (statistic -inf); the others keep their r, p = 15 and 3.
+  const Case c = Case{kSmall}.at_offset(0);
+  check_reference("SoftplusL1Reweighted{15}, Causal, fallback rows",
+                  ak::make_spec(Causal{}, ak::SoftplusL1Reweighted{}), c, 3);
+  check_reference("SoftplusL1Reweighted{3}, Full, fallback row",
+                  ak::make_spec(ak::SoftplusL1Reweighted{3.f}), c, 3);
 }
 
 TEST_CASE("reference::attention_backward: score mods, RoPE and TAPA match finite differences",
@@ -120,6 +146,8 @@ TEST_CASE("reference::attention_backward: score mods, RoPE and TAPA match finite
                   Case{kSmall}.at_offset(3));
   check_reference("Rope, SoftplusL1, Softcap{0.5}",
                   ak::make_spec(rope, ak::SoftplusL1{}, ak::Softcap{0.5f}), kSmall);
+  check_reference("Rope, SoftplusL1Reweighted{3}, Softcap{0.5}",
+                  ak::make_spec(rope, ak::SoftplusL1Reweighted{3.f}, ak::Softcap{0.5f}), kSmall);
 }
 
 TEST_CASE("reference::attention_backward: per-head parameter gradients match finite differences",

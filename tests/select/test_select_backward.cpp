@@ -14,6 +14,7 @@
 #include <attnkit/normalizer/sigmoid.hpp>
 #include <attnkit/normalizer/softmax.hpp>
 #include <attnkit/normalizer/softplus_l1.hpp>
+#include <attnkit/normalizer/softplus_l1_reweighted.hpp>
 #include <attnkit/reference/attention_backward.hpp>
 #include <attnkit/score/softcap.hpp>
 #include <attnkit/select/all_or_here_backward.hpp>
@@ -332,6 +333,7 @@ TEST_CASE("all_or_here_backward: matches the reference routing mask, every norma
       check_aha("Sigmoid::per_head", c, ak::Dot{},
                 ak::Sigmoid::per_head(ak::test::head_biases(c.q_heads)), p_full, 16, seed);
       check_aha("SoftplusL1", c, ak::Dot{}, ak::SoftplusL1{}, p_full, 16, seed);
+      check_aha("SoftplusL1Reweighted", c, ak::Dot{}, ak::SoftplusL1Reweighted{}, p_full, 16, seed);
       check_aha("Softcap{5}, Softmax", c, ak::Softcap{5.f}, ak::Softmax{}, p_full, 3, seed);
     }
 }
@@ -352,6 +354,8 @@ TEST_CASE("stripe_attention_backward: matches the reference under the selection'
                     ak::Softmax::with_sinks(ak::test::head_sinks(c.q_heads)), local, seed);
       check_stripes("Sigmoid::per_head", c, ak::Dot{},
                     ak::Sigmoid::per_head(ak::test::head_biases(c.q_heads)), local, seed);
+      check_stripes("SoftplusL1Reweighted{3}", c, ak::Dot{}, ak::SoftplusL1Reweighted{3.f}, local,
+                    seed);
       check_stripes("Softcap{5}, Softmax", c, ak::Softcap{5.f}, ak::Softmax{}, local, seed);
     }
 }

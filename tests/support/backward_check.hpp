@@ -74,9 +74,14 @@ struct BackwardCase {
     k.randomize(seed + 1, c.stddev);
     v.randomize(seed + 2);
     d_o.randomize(seed + 3);
-    // O and its statistic as a forward call saves them; from the reference (rounded to f32),
-    // which keeps the tile kernel's forward out of these tests' instantiations (the forward
-    // is tested on its own; here the backward's inputs only need to be a consistent pair).
+    forward(spec);
+  }
+  /// O and its statistic as a forward call saves them (again, after a test changed the
+  /// inputs); from the reference (rounded to f32), which keeps the tile kernel's forward out
+  /// of these tests' instantiations (the forward is tested on its own; here the backward's
+  /// inputs only need to be a consistent pair).
+  template <class Spec>
+  void forward(const Spec& spec) {
     reference::attention(spec, q.cview(), k.cview(), v.cview(), o.view, options_for(spec));
   }
   /// The case's options, with the statistic's buffer when the normalizer has one.
@@ -136,13 +141,13 @@ void run_backward(const Spec& spec, BackwardCase<T>& in, Grads<G>& g) {
                      g.dq.view, g.dk.view, g.dv.view, options, pg);
 }
 
-/// attention_backward(spec) against reference::attention_backward(spec) on case c with
-/// inputs in storage T and gradients in storage G, each gradient CHECKed.
-template <class T = float, class G = float, class Spec>
-void check_backward(const std::string& name, const Spec& spec, const Case& c) {
+/// attention_backward(spec) against reference::attention_backward(spec) on the inputs `in`
+/// (storage T) with gradients in storage G, each gradient CHECKed.
+template <class G = float, class Spec, class T>
+void check_backward(const std::string& name, const Spec& spec, BackwardCase<T>& in) {
+  const Case& c = in.c;
   INFO(name << ", " << describe(c) << ", inputs " << storage_name<T>() << ", gradients "
             << storage_name<G>());
-  BackwardCase<T> in(spec, c);
   Grads<G> got(c, c.layout);
   run_backward(spec, in, got);
   Grads<double> want(c, Layout::Bhsd);
@@ -155,6 +160,13 @@ void check_backward(const std::string& name, const Spec& spec, const Case& c) {
   CHECK(relative_error(got.dv.view, want.dv.view) <= allowed);
   if constexpr (trains_param<Spec>()) CHECK(relative_error(got.param, want.param) <= tol::kGradF32);
   CHECK(relative_error(got.position, want.position) <= tol::kGradF32);
+}
+
+/// The same on case c's random inputs.
+template <class T = float, class G = float, class Spec>
+void check_backward(const std::string& name, const Spec& spec, const Case& c) {
+  BackwardCase<T> in(spec, c);
+  check_backward<G>(name, spec, in);
 }
 
 }  // namespace attnkit::test
