@@ -1,13 +1,14 @@
 // The backward pass beside the forward, in the same run: attnkit::attention_backward() against
-// attnkit::attention() on the same inputs (full, causal, a causal window of 256, sigmoid and
-// RoPE), against an unfused backward (materialized P and dP, Eigen GEMMs: what a user writes
-// without a fused kernel) and against the in-cache peak of attnkit's tile GEMM. GFLOP/s count
-// the useful FLOPs: 4 H L^2 d for the forward (halved for causal, the window's live pairs for
-// the window), 2.5 times that for the backward (five tile products where the forward has
-// two). The summary reports bwd / fwd time and the backward's share of the tile peak, next to
-// the targets of the backward issue (causal f32, d 128, L 4096: bwd <= 3.0x fwd and >= 45% of
-// the peak), and the window's speedup over causal in both directions (a sparse mask should
-// keep its live-fraction speedup in backward). ATTNKIT_BENCH_LONG=1 adds L 8192.
+// attnkit::attention() on the same inputs (full, causal, a causal window of 256, sigmoid, RoPE and
+// LSSAR), against an unfused backward (materialized P and dP, Eigen GEMMs: what a user writes
+// without a fused kernel) and against the in-cache peak of attnkit's tile GEMM. GFLOP/s count the
+// useful FLOPs: 4 H L^2 d for the forward (halved for causal, the window's live pairs for the
+// window), 2.5 times that for the backward (five tile products where the forward has two; LSSAR's
+// passes multiply more, eight tile products against the forward's three, but the useful FLOPs
+// counted are the same). The summary reports bwd / fwd time and the backward's share of the tile
+// peak, next to the targets of the backward issue (causal f32, d 128, L 4096: bwd <= 3.0x fwd and
+// >= 45% of the peak), and the window's speedup over causal in both directions (a sparse mask
+// should keep its live-fraction speedup in backward). ATTNKIT_BENCH_LONG=1 adds L 8192.
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Core>
@@ -48,7 +49,7 @@ double forward_flops(const std::string& variant, const Shape& s) {
     const double pairs = n <= w ? n * (n + 1) / 2 : w * (w + 1) / 2 + (n - w) * w;
     return full * pairs / (n * n);
   }
-  return full / 2;  // causal, sigmoid, rope: causal
+  return full / 2;  // causal, sigmoid, rope, lssar: causal
 }
 
 // One shape's buffers, BSHD: Q, K, V, dO drawn once, O and the statistic from one forward call
@@ -200,7 +201,7 @@ void print_summary() {
       "| variant | d | L | threads | fwd ms | bwd ms | bwd / fwd | bwd GFLOP/s | / peak | "
       "unfused / bwd | met | cpu |");
   for (const Shape& s : shapes())
-    for (const char* variant : {"full", "causal", "window", "sigmoid", "rope"}) {
+    for (const char* variant : {"full", "causal", "window", "sigmoid", "rope", "lssar"}) {
       const std::string v(variant);
       const attnkit_bench::Best* f = attnkit_bench::find_best("fwd_" + v + s.suffix());
       const attnkit_bench::Best* b = attnkit_bench::find_best("bwd_" + v + s.suffix());
@@ -241,7 +242,7 @@ void print_summary() {
 
 int main(int argc, char** argv) {
   attnkit_bench::report_context("backward", kHeads, 0);
-  for (const char* v : {"full", "causal", "window", "sigmoid", "rope"})
+  for (const char* v : {"full", "causal", "window", "sigmoid", "rope", "lssar"})
     attnkit_bench::report_baseline(std::string("bwd_") + v, std::string("fwd_") + v);
   attnkit_bench::report_baseline("unfused_causal", "bwd_causal");
   for (const Index d : {64, 128})
@@ -261,6 +262,7 @@ int main(int argc, char** argv) {
       add_pair("sigmoid", ak::make_spec(ak::Causal{}, ak::Sigmoid{}), s);
       add_pair("rope", ak::make_spec(ak::Causal{}, ak::Rope(ak::RopeTable(s.dim, 10000, s.len))),
                s);
+      add_pair("lssar", ak::make_spec(ak::Causal{}, ak::SoftplusL1Reweighted{}), s);
     }
     if (s.len <= 4096) add_unfused(s);
   }
