@@ -1,8 +1,8 @@
-// ReweightedGrad: the backward of LSSAR's sharpening (SoftplusL1Reweighted; docs/mechanisms.md
-// "The backward pass"), per block of kWidth rows: from the cosines s_ij and dP_ij to dS_ij, through
-//   w = softplus(c s),  a = w / W,  u = N a - 1,  a' = ReLU(u)^p / sum_k ReLU(u_k)^p = exp(x -
-//   LSE), x = p ln u:  dx = a' (dP - D),  da = N p dx / u (0 where u <= 0),  E = sum_k a_k da_k, dS
-//   = c sigmoid(c s) (da - E) / W.
+// ReweightedGrad: the backward of LSSAR's sharpening (SoftplusL1Reweighted; the derivation is
+// in docs/mechanisms.md "LSSAR"), per block of kWidth rows: cosines s_ij and dP_ij to dS_ij.
+// With w = softplus(c s), a = w / W, u = N a - 1 and a' = exp(x - LSE), x = p ln u:
+//   dx = a' (dP - D),  da = N p dx / u (0 where u <= 0),
+//   E = sum_k a_k da_k,  dS = c sigmoid(c s) (da - E) / W.
 // W_i needs every key before any u exists, and E_i every key before any dS: three passes over
 // the keys (W, E, dS); the forward keeps only its LSE, so W is summed again. A row that fell
 // back to the LSSA weights (statistic -inf) takes LSSA's backward, which is the same chain with
@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <vector>
 
 #include "attnkit/core/tensor.hpp"
