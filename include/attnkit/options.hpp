@@ -5,6 +5,7 @@
 #pragma once
 
 #include <optional>
+#include <utility>
 
 #include "attnkit/core/span.hpp"
 #include "attnkit/core/tensor.hpp"
@@ -30,6 +31,18 @@ namespace attnkit {
 ///    stay exact.
 enum class Products { Exact, Bf16, Int8 };
 
+namespace detail {
+
+/// A copy of `self` with one field set: the chainable with_...() setters of the option
+/// structs (Options, ParamGrads, RingOptions, ShardedDecodeOptions) are one line each.
+template <class O, class F, class V>
+O with_field(O self, F O::*field, V&& value) {
+  self.*field = std::forward<V>(value);
+  return self;
+}
+
+}  // namespace detail
+
 struct Options {
   static constexpr int kMaxThreads = 1024;  // a larger `threads` is an Error
 
@@ -44,31 +57,15 @@ struct Options {
   Span<float> lse;
 
   // Setters return a modified copy, so `const auto& o = Options{}.with_lse(lse);` is safe.
-  Options with_scale(float s) const {
-    Options o = *this;
-    o.scale = s;
-    return o;
-  }
+  Options with_scale(float s) const { return detail::with_field(*this, &Options::scale, s); }
   Options with_q_offset(Index off) const {
-    Options o = *this;
-    o.q_offset = off;
-    return o;
+    return detail::with_field(*this, &Options::q_offset, off);
   }
-  Options with_threads(int n) const {
-    Options o = *this;
-    o.threads = n;
-    return o;
-  }
+  Options with_threads(int n) const { return detail::with_field(*this, &Options::threads, n); }
   Options with_products(Products how) const {
-    Options o = *this;
-    o.products = how;
-    return o;
+    return detail::with_field(*this, &Options::products, how);
   }
-  Options with_lse(Span<float> out) const {
-    Options o = *this;
-    o.lse = out;
-    return o;
-  }
+  Options with_lse(Span<float> out) const { return detail::with_field(*this, &Options::lse, out); }
   Options with_lse(float* out, Index size) const { return with_lse(Span<float>(out, size)); }
 };
 

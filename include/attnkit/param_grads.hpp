@@ -5,6 +5,7 @@
 
 #include "attnkit/core/span.hpp"
 #include "attnkit/core/tensor.hpp"
+#include "attnkit/options.hpp"
 
 namespace attnkit {
 
@@ -20,17 +21,13 @@ struct ParamGrads {
   Span<float> position;
 
   ParamGrads with_position(Span<float> out) const {
-    ParamGrads g = *this;
-    g.position = out;
-    return g;
+    return detail::with_field(*this, &ParamGrads::position, out);
   }
   ParamGrads with_position(float* out, Index size) const {
     return with_position(Span<float>(out, size));
   }
   ParamGrads with_normalizer(Span<float> out) const {
-    ParamGrads g = *this;
-    g.normalizer = out;
-    return g;
+    return detail::with_field(*this, &ParamGrads::normalizer, out);
   }
   ParamGrads with_normalizer(float* out, Index size) const {
     return with_normalizer(Span<float>(out, size));

@@ -47,24 +47,16 @@ struct RingOptions {
   RingTimes* times = nullptr;  // when not null: this rank's times, added to it
 
   RingOptions with_layout(Layout l) const {
-    RingOptions o = *this;
-    o.layout = l;
-    return o;
+    return detail::with_field(*this, &RingOptions::layout, l);
   }
   RingOptions with_seq_len(Index len) const {
-    RingOptions o = *this;
-    o.seq_len = len;
-    return o;
+    return detail::with_field(*this, &RingOptions::seq_len, len);
   }
   RingOptions with_attention(const Options& a) const {
-    RingOptions o = *this;
-    o.attention = a;
-    return o;
+    return detail::with_field(*this, &RingOptions::attention, a);
   }
   RingOptions with_times(RingTimes* t) const {
-    RingOptions o = *this;
-    o.times = t;
-    return o;
+    return detail::with_field(*this, &RingOptions::times, t);
   }
 };
 

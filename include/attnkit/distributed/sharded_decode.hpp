@@ -38,19 +38,13 @@ struct ShardedDecodeOptions {
   Options attention{};
 
   ShardedDecodeOptions with_kv_len(Index n) const {
-    ShardedDecodeOptions o = *this;
-    o.kv_len = n;
-    return o;
+    return detail::with_field(*this, &ShardedDecodeOptions::kv_len, n);
   }
   ShardedDecodeOptions with_key_offset(Index at) const {
-    ShardedDecodeOptions o = *this;
-    o.key_offset = at;
-    return o;
+    return detail::with_field(*this, &ShardedDecodeOptions::key_offset, at);
   }
   ShardedDecodeOptions with_attention(const Options& a) const {
-    ShardedDecodeOptions o = *this;
-    o.attention = a;
-    return o;
+    return detail::with_field(*this, &ShardedDecodeOptions::attention, a);
   }
 };
 
