@@ -8,8 +8,8 @@
 // pairs and more, so the window's time bounds PowerOfTwo's from below. A plain loop reading
 // its columns' K and V rows (no products) says how much of the rest is reading those rows.
 // PowerOfTwo and the strided mask run twice: as the kernel plans them (gathered columns,
-// kernel/tile_plan.hpp) and with their whole mask tiled ("/whole"), the path without the face.
-// The question a user asks: does the time follow the work the mask leaves? So the summary
+// kernel/tiles/tile_plan.hpp) and with their whole mask tiled ("/whole"), the path without the
+// face. The question a user asks: does the time follow the work the mask leaves? So the summary
 // reports, per variant, the live fraction (kept pairs / causal pairs), the effective GFLOP/s
 // over the kept pairs (4 d per kept pair), and time / (baseline time x live fraction of the
 // baseline's pairs): 1.0 means the sparse call is exactly as efficient per kept pair as the
@@ -20,7 +20,7 @@
 
 #include <algorithm>
 #include <attnkit/attnkit.hpp>
-#include <attnkit/kernel/tile_plan.hpp>
+#include <attnkit/kernel/tiles/tile_plan.hpp>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>

@@ -12,7 +12,7 @@
 
 #include <attnkit/core/tensor.hpp>
 #include <attnkit/gemm/tile_gemm.hpp>
-#include <attnkit/kernel/tile_config.hpp>
+#include <attnkit/kernel/tiles/tile_config.hpp>
 #include <attnkit/simd/simd.hpp>
 #include <chrono>
 #include <cstddef>

@@ -24,7 +24,8 @@
 #else
 #define AB_HAS_Q8 0
 #endif
-#if __has_include(<attnkit/kernel/decode_int8.hpp>)
+#if __has_include( \
+    <attnkit/kernel/decode/decode_int8.hpp>) || __has_include(<attnkit/kernel/decode_int8.hpp>)
 #define AB_HAS_INT8 1
 #else
 #define AB_HAS_INT8 0

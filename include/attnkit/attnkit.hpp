@@ -11,7 +11,7 @@
 #include "attnkit/kernel/decode.hpp"
 #include "attnkit/kernel/merge.hpp"
 #include "attnkit/kernel/merge_reweighted.hpp"
-#include "attnkit/kernel/tile_config.hpp"
+#include "attnkit/kernel/tiles/tile_config.hpp"
 #include "attnkit/kernel/varlen.hpp"
 #include "attnkit/linear/feature_map.hpp"
 #include "attnkit/linear/linear_attention.hpp"

@@ -26,9 +26,9 @@ namespace attnkit {
 ///    decode) may quantize each scaled, position-turned query row to int8 per block of 32
 ///    (q8_0's rule, f32 scale) and form Q.K with integer dot products on the keys' bytes, as
 ///    ggml and ik_llama.cpp do; the softmax and P.V stay f32. Each logit then differs from the
-///    exact one by at most sum over blocks of max|q_b| / 254 * sum |k| (kernel/decode_int8.hpp;
-///    docs/mechanisms.md, "Int8 products"). A permission too: other K storage and the tile kernel
-///    stay exact.
+///    exact one by at most sum over blocks of max|q_b| / 254 * sum |k|
+///    (kernel/decode/decode_int8.hpp; docs/mechanisms.md, "Int8 products"). A permission too: other
+///    K storage and the tile kernel stay exact.
 enum class Products { Exact, Bf16, Int8 };
 
 namespace detail {

@@ -1,10 +1,10 @@
 // attention() against reference::attention() over a grid of shapes, layouts, masks,
 // score mods, GQA ratios and thread counts; edge cases (empty rows, huge logits, empty
 // key sets); validation errors. Built for the native ISA and x86-64-v2 (ATTNKIT_PATH_TESTS).
-// The engine under test: kernel/attention_tiles.hpp with its buffers (kernel/tile_buffers.hpp),
-// its rows' normalizer states (kernel/tile_rows.hpp), its output side, kernel/tile_output.hpp,
-// and, on the last tiles of Lq 65 and 130 (<= 4 queries), the narrow path of
-// kernel/tile_narrow.hpp.
+// The engine under test: kernel/tiles/attention_tiles.hpp with its buffers
+// (kernel/tiles/tile_buffers.hpp), its rows' normalizer states (kernel/tiles/tile_rows.hpp), its
+// output side, kernel/tiles/tile_output.hpp, and, on the last tiles of Lq 65 and 130 (<= 4
+// queries), the narrow path of kernel/tiles/tile_narrow.hpp.
 #include <Eigen/Core>
 #include <algorithm>
 #include <atomic>

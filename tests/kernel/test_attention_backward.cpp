@@ -3,11 +3,12 @@
 // each kind, Softcap, ALiBi, RoPE, GQA, ragged tiles, layouts, offsets and storage types;
 // bitwise identical gradients for 1..4 threads; masked keys that hold NaN never reach a
 // gradient; every bad input refused before a write. The engine under test:
-// kernel/backward_tiles.hpp with kernel/backward_rows.hpp, kernel/backward_stages.hpp and
-// (TAPA) kernel/owned_products.hpp; the parameter gradients go through param_grads.hpp.
+// kernel/backward/backward_tiles.hpp with kernel/backward/backward_rows.hpp,
+// kernel/backward/backward_stages.hpp and (TAPA) kernel/tiles/owned_products.hpp; the parameter
+// gradients go through param_grads.hpp.
 #include <Eigen/Core>
 #include <algorithm>
-#include <attnkit/kernel/backward_keys.hpp>
+#include <attnkit/kernel/backward/backward_keys.hpp>
 #include <attnkit/mask/block_mask.hpp>
 #include <attnkit/mask/causal.hpp>
 #include <attnkit/mask/chunked.hpp>
@@ -510,8 +511,8 @@ TEST_CASE("attention_backward: bad input throws Error naming it, before any writ
 
 TEST_CASE("KeyGrads: rows zeroed as far as the key tiles reach, parts summed over their rows",
           "[backward]") {
-  // kernel/backward_keys.hpp: a part's rows past those it wrote hold garbage (NaN here) and
-  // must not be read; the sum keeps part order and zeroes the keys no part reached.
+  // kernel/backward/backward_keys.hpp: a part's rows past those it wrote hold garbage (NaN here)
+  // and must not be read; the sum keeps part order and zeroes the keys no part reached.
   constexpr Index kLen = 5, kD = 2, kDv = 1;
   std::vector<float> k(kLen * kD, 7.f), v(kLen * kDv, 7.f);
   ak::detail::KeyGrads acc;

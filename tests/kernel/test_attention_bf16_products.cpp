@@ -8,10 +8,10 @@
 //    8 delta + (2u + u^2) max|v| (the shared Tolerance rule for a logit error).
 // Each on both kernels of the mode where the build has both (f32 FMAs on the rounded operands,
 // and vdpbf16ps -- simd/bf16_dot.hpp's instruction in gemm/tile_gemm_bf16.hpp, through
-// kernel/tile_pair_products.hpp (the query tile from kernel/tile_queries.hpp), on K and V
-// packed once per call by kernel/pair_kv.hpp or per tile where those cannot serve), which are also
-// compared with each other. Every normalizer, masks, d 32 to 256, GQA, ragged lengths, a 16K
-// context, bitwise stability over thread counts, the paths that stay exact (decode), the pair
+// kernel/tiles/tile_pair_products.hpp (the query tile from kernel/tiles/tile_queries.hpp), on K and
+// V packed once per call by kernel/tiles/pair_kv.hpp or per tile where those cannot serve), which
+// are also compared with each other. Every normalizer, masks, d 32 to 256, GQA, ragged lengths, a
+// 16K context, bitwise stability over thread counts, the paths that stay exact (decode), the pair
 // GEMM alone, and the rounding itself against Eigen::bfloat16's conversion.
 #include <Eigen/Core>
 #include <algorithm>

@@ -1,9 +1,9 @@
 // attention() under masks with gathered columns (mask/key_columns.hpp): the range part runs
 // as key tiles, the query tile's columns row by row or, shared by its queries, as a gathered
-// key tile (kernel/tile_columns.hpp), under the plan the kernel picks (kernel/tile_plan.hpp)
-// or each plan forced. Against reference::attention(): PowerOfTwo alone and combined
-// (Causal &, | Sinks), dilated and landmark masks written the way a user writes them, a
-// BlockMask of narrow blocks through BlockColumns (mask/block_columns.hpp), ragged sizes,
+// key tile (kernel/tiles/tile_columns.hpp), under the plan the kernel picks
+// (kernel/tiles/tile_plan.hpp) or each plan forced. Against reference::attention(): PowerOfTwo
+// alone and combined (Causal &, | Sinks), dilated and landmark masks written the way a user writes
+// them, a BlockMask of narrow blocks through BlockColumns (mask/block_columns.hpp), ragged sizes,
 // Lq != Lk and q_offset, GQA, two batches, decode (split-KV), every normalizer, bf16 / f16 /
 // q8_0 storage, score mods (ALiBi, Softcap) and RoPE; more columns than a tile of logits
 // holds; a NaN value row in a shared tile; the gathered and the element-rule (whole-mask)
@@ -11,8 +11,8 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <attnkit/attnkit.hpp>
-#include <attnkit/kernel/tile_columns.hpp>
-#include <attnkit/kernel/tile_plan.hpp>
+#include <attnkit/kernel/tiles/tile_columns.hpp>
+#include <attnkit/kernel/tiles/tile_plan.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 #include <cmath>
@@ -228,7 +228,7 @@ TEST_CASE("columns: the plan follows the cost", "[attention][mask][columns]") {
   ak::Problem p{};
   p.q_len = p.kv_len = 16384;
   const auto plan = [&](const auto& mask) { return ak::detail::plan_tiles(mask, p); };
-  // A narrow window: 64 queries a tile, whose window tiles run banded (kernel/tile_band.hpp),
+  // A narrow window: 64 queries a tile, whose window tiles run banded (kernel/tiles/tile_band.hpp),
   // beat 16 queries a tile, whose window tiles are whole but narrow GEMMs.
   CHECK(plan(PowerOfTwo{4, 64}).gather);
   CHECK(plan(PowerOfTwo{4, 64}).rows == 64);

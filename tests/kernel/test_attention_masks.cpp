@@ -4,12 +4,12 @@
 // then properties of the kernel's mask paths: the runs() path, the keep() path and the
 // walk over every key agree; a window reaching key 0 is Causal bit for bit; keep() runs on
 // Partial tiles only. Built natively (the flavours run test_attention_paths.cpp).
-// The mask paths are kernel/tile_mask.hpp's (runs() compares, keep() per element).
+// The mask paths are kernel/tiles/tile_mask.hpp's (runs() compares, keep() per element).
 #include <Eigen/Core>
 #include <algorithm>
 #include <atomic>
 #include <attnkit/kernel/attention.hpp>
-#include <attnkit/kernel/tile_config.hpp>
+#include <attnkit/kernel/tiles/tile_config.hpp>
 #include <attnkit/mask/causal.hpp>
 #include <attnkit/mask/chunked.hpp>
 #include <attnkit/mask/combine.hpp>
@@ -276,7 +276,7 @@ TEST_CASE("attention: a mask through runs() and through keep() gives the same ou
 
 TEST_CASE("attention: banded Partial tiles give the bits of the whole tile",
           "[attention][mask][property]") {
-  // With runs(), a Partial tile whose queries see a band of it (kernel/tile_band.hpp) runs
+  // With runs(), a Partial tile whose queries see a band of it (kernel/tiles/tile_band.hpp) runs
   // its two products over each group's hull of keys only; KeepPath's tiles (no runs()) run
   // them over the whole tile. Each logit is the same dot product in the same order and the
   // skipped keys weigh exactly 0, so the outputs are equal bit for bit. The shapes give

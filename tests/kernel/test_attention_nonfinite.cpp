@@ -5,7 +5,7 @@
 //   no other row changes ("no key", LSE -inf, is never reported for a row that saw one).
 // Built for the native ISA and x86-64-v2 (ATTNKIT_PATH_TESTS): exp2, max and the product
 // handle NaN and inf differently on each.
-// Non-finite value rows on Partial tiles go through kernel/value_guard.hpp.
+// Non-finite value rows on Partial tiles go through kernel/tiles/value_guard.hpp.
 #include <Eigen/Core>
 #include <attnkit/kernel/attention.hpp>
 #include <attnkit/kernel/decode.hpp>

@@ -152,7 +152,7 @@ TEST_CASE("decode: every decode shape and GQA group matches the reference", "[de
   check("Softmax, Full, B2 Dv24", ak::make_spec(), c, kDecode);
 }
 
-// Softmax decode runs on the row engine (kernel/decode_rows.hpp): queries kept in registers
+// Softmax decode runs on the row engine (kernel/decode/decode_rows.hpp): queries kept in registers
 // for 2, 4 or 8 whole vectors of head dims (else loaded, with a scalar tail), two rows of a
 // KV group sharing each K/V load when both see a whole key block, value slabs of 1 to 8
 // vectors plus a scalar tail. These shapes reach each of those paths on every SIMD width:

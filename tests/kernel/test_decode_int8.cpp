@@ -1,4 +1,4 @@
-// Products::Int8 (kernel/decode_int8.hpp): decode over q8_0 / q4_0 K with the query rows
+// Products::Int8 (kernel/decode/decode_int8.hpp): decode over q8_0 / q4_0 K with the query rows
 // quantized to int8 per block and integer K.Q products.
 //  - exactness: with scale 1 the kernel quantizes the query as given, so its output is the f64
 //    reference's on the query as quantized (the rule written out here, not read from the
@@ -134,7 +134,7 @@ TEST_CASE("Products::Int8: decode equals the reference of the query as quantized
 TEST_CASE("Products::Int8: within the named bound of the exact decode", "[decode][quant][int8]") {
   // With the default scale s = 1/sqrt(128) (not a power of two: the scaled query is what is
   // quantized), a logit moves by at most delta_ij = sum_b s max|q_ib| / 254 * sum_{c in b}
-  // |k_jc| (kernel/decode_int8.hpp), so each softmax weight by a factor within e^(+-2 delta)
+  // |k_jc| (kernel/decode/decode_int8.hpp), so each softmax weight by a factor within e^(+-2 delta)
   // and the output by at most (e^(2 delta) - 1) max|v| (test_attention_quantized's argument),
   // plus the f32 rounding of both runs; delta = the largest delta_ij, from the inputs in double.
   const Case c = Case{}.lengths(2, 1200).heads(8, 2).dims(128).laid_out(Layout::Bhsd);

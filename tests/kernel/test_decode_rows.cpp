@@ -1,4 +1,4 @@
-// The softmax row engine (kernel/decode_rows.hpp) behind decode() and attention_paged()
+// The softmax row engine (kernel/decode/decode_rows.hpp) behind decode() and attention_paged()
 // (cache/paged_decode.hpp), at its edges: head dims that are not whole vectors (logits_any),
 // value-dim tails, odd GQA groups, q_len 2..16 under Causal (rows of one head see different
 // keys, so Full / Partial / Empty blocks mix inside one KV group), kv_len not a multiple of
@@ -12,7 +12,7 @@
 // bf16 K/V widened two vectors at a time (value dims with pairs, K and V in different
 // storage). Built for the native ISA (test_decode runs the engine on every SIMD path).
 // The block arithmetic (logits, online softmax, weighted values) is
-// kernel/decode_row_math.hpp's.
+// kernel/decode/decode_row_math.hpp's.
 #include <Eigen/Core>
 #include <algorithm>
 #include <attnkit/cache/paged_kv.hpp>

@@ -1,5 +1,5 @@
-// The keys a kernel reads (kernel/kernel_keys.hpp, detail::with_kernel_keys) and the row
-// norms cosine logits use (kernel/row_norms.hpp):
+// The keys a kernel reads (kernel/tiles/kernel_keys.hpp, detail::with_kernel_keys) and the row
+// norms cosine logits use (kernel/tiles/row_norms.hpp):
 //  - no Position: split-KV and short calls read k in place; a call of kContiguousCopyQueries
 //    queries or more reads strided f32 K (BSHD with several heads) from a contiguous copy of
 //    the same values;
@@ -7,8 +7,8 @@
 //    apply_position() turns it;
 //  - inverse_norm() is 1 / |x| in f64 terms, 0 for a zero row; inverse_row_norms() indexes
 //    [(b * heads + h) * seq + s].
-#include <attnkit/kernel/kernel_keys.hpp>
-#include <attnkit/kernel/row_norms.hpp>
+#include <attnkit/kernel/tiles/kernel_keys.hpp>
+#include <attnkit/kernel/tiles/row_norms.hpp>
 #include <attnkit/mask/causal.hpp>
 #include <attnkit/position/apply.hpp>
 #include <attnkit/position/rope.hpp>

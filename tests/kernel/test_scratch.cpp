@@ -1,14 +1,14 @@
 // The kernel's per-thread working memory and the copies into it: detail::Scratch
 // (detail/scratch.hpp) carves 64-byte aligned, disjoint buffers sized by size_for();
-// TileConfig (kernel/tile_config.hpp) keeps the query tile a whole number of vectors;
-// detail::pack_q_transposed / pack_rows (kernel/pack.hpp) transpose, scale, zero-pad and
+// TileConfig (kernel/tiles/tile_config.hpp) keeps the query tile a whole number of vectors;
+// detail::pack_q_transposed / pack_rows (kernel/tiles/pack.hpp) transpose, scale, zero-pad and
 // convert bf16 storage to f32.
 #include <Eigen/Core>
 #include <algorithm>
 #include <attnkit/core/tensor.hpp>
 #include <attnkit/detail/scratch.hpp>
-#include <attnkit/kernel/pack.hpp>
-#include <attnkit/kernel/tile_config.hpp>
+#include <attnkit/kernel/tiles/pack.hpp>
+#include <attnkit/kernel/tiles/tile_config.hpp>
 #include <attnkit/simd/simd.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_floating_point.hpp>

@@ -56,7 +56,7 @@ KeyPart page_part(const Mask& mask, Index b, Index q_heads, Index q_len, Index k
 // attention_paged(spec, q, paged, o, options) reads the pages in place, never gathering a
 // sequence first, in one of two ways:
 // - Softmax decode (q_len <= kMaxDecodeQueries, a spec the row engine takes: see
-//   decode_rows_fit() in kernel/decode_rows.hpp) runs cache/paged_decode.hpp: split-KV
+//   decode_rows_fit() in kernel/decode/decode_rows.hpp) runs cache/paged_decode.hpp: split-KV
 //   items (sequence, 512-position chunk) hand the row engine each page's rows in place, at
 //   their true positions, every KV group of a page in turn; no call per page. With 16-key
 //   pages it takes 1.3-1.5x the time of decode() on contiguous K/V with GQA (Hkv 8), 1.0x

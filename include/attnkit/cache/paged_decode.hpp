@@ -1,4 +1,4 @@
-// Decode over paged KV on the softmax row engine (kernel/decode_rows.hpp): what
+// Decode over paged KV on the softmax row engine (kernel/decode/decode_rows.hpp): what
 // attention_paged() runs for Lq <= kMaxDecodeQueries when the spec fits the engine. The items
 // are (sequence, chunk of kDecodeChunk positions); an item hands the engine the chunk's keys
 // page by page -- every KV group of a page in turn, so that a page is read whole and in
@@ -17,7 +17,7 @@
 
 #include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/parallel.hpp"
-#include "attnkit/kernel/decode_rows.hpp"
+#include "attnkit/kernel/decode/decode_rows.hpp"
 #include "attnkit/kernel/merge.hpp"
 #include "attnkit/kernel/split_kv.hpp"
 #include "attnkit/options.hpp"

@@ -1,7 +1,7 @@
 // Software prefetch of rows into the cache, for reads the hardware prefetchers do not
-// foresee: split-KV decode's K and V rows a few blocks ahead (kernel/decode_rows.hpp,
+// foresee: split-KV decode's K and V rows a few blocks ahead (kernel/decode/decode_rows.hpp,
 // cache/paged_decode.hpp), and the gathered columns' K and V rows, a few scattered rows per
-// query (PowerOfTwo's i - 2^k), asked for a few queries ahead (kernel/tile_columns.hpp).
+// query (PowerOfTwo's i - 2^k), asked for a few queries ahead (kernel/tiles/tile_columns.hpp).
 //
 // Decode's prefetch is chosen per CPU at run time, not fixed at build time: it helps one
 // microarchitecture and hurts another. Measured on decode, Lk 32K, H 32, d 128, one thread,

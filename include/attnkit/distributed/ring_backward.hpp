@@ -30,7 +30,7 @@
 #include "attnkit/distributed/layout.hpp"
 #include "attnkit/distributed/ring_steps.hpp"
 #include "attnkit/kernel/attention_backward.hpp"
-#include "attnkit/kernel/backward_traits.hpp"
+#include "attnkit/kernel/backward/backward_traits.hpp"
 #include "attnkit/mask/remap.hpp"
 #include "attnkit/position/faces.hpp"
 #include "attnkit/position/no_position.hpp"

@@ -1,6 +1,6 @@
 // attention(): the tiled ("flash") kernel for every AttentionSpec, and its dispatch. The
 // work is split into items (batch, head, query tile), shared by OpenMP threads, each with its
-// own AttentionTiles (kernel/attention_tiles.hpp): no [Lq, Lk] buffer ever exists.
+// own AttentionTiles (kernel/tiles/attention_tiles.hpp): no [Lq, Lk] buffer ever exists.
 #pragma once
 
 #include <algorithm>
@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "attnkit/detail/parallel.hpp"
-#include "attnkit/kernel/attention_tiles.hpp"
-#include "attnkit/kernel/kernel_keys.hpp"
-#include "attnkit/kernel/pack.hpp"
 #include "attnkit/kernel/split_kv.hpp"
-#include "attnkit/kernel/tile_plan.hpp"
+#include "attnkit/kernel/tiles/attention_tiles.hpp"
+#include "attnkit/kernel/tiles/kernel_keys.hpp"
+#include "attnkit/kernel/tiles/pack.hpp"
+#include "attnkit/kernel/tiles/tile_plan.hpp"
 #include "attnkit/options.hpp"
 #include "attnkit/position/apply.hpp"
 #include "attnkit/position/faces.hpp"

@@ -1,8 +1,8 @@
 // attention_backward(): the gradients of attention() -- dQ, dK, dV and the normalizer's
 // per-head parameter -- for every spec whose policies have backward faces
-// (kernel/backward_traits.hpp). FlashAttention-2's scheme on the forward's tiles
-// (kernel/backward_tiles.hpp): each logit tile is recomputed from Q, K and the forward's row
-// statistic, so no [Lq, Lk] buffer exists. Work is split by KV head (batch, hk) -- and, when
+// (kernel/backward/backward_traits.hpp). FlashAttention-2's scheme on the forward's tiles
+// (kernel/backward/backward_tiles.hpp): each logit tile is recomputed from Q, K and the forward's
+// row statistic, so no [Lq, Lk] buffer exists. Work is split by KV head (batch, hk) -- and, when
 // those are few (backward_parts()), each by ranges of query tiles whose partial dK / dV are
 // summed in a fixed order: the split follows the shape, not the thread count, so results are
 // bitwise identical for any thread count.
@@ -15,11 +15,11 @@
 
 #include "attnkit/detail/aligned.hpp"
 #include "attnkit/detail/parallel.hpp"
-#include "attnkit/kernel/backward_checks.hpp"
-#include "attnkit/kernel/backward_tiles.hpp"
-#include "attnkit/kernel/kernel_keys.hpp"
-#include "attnkit/kernel/pack.hpp"
-#include "attnkit/kernel/row_norms.hpp"
+#include "attnkit/kernel/backward/backward_checks.hpp"
+#include "attnkit/kernel/backward/backward_tiles.hpp"
+#include "attnkit/kernel/tiles/kernel_keys.hpp"
+#include "attnkit/kernel/tiles/pack.hpp"
+#include "attnkit/kernel/tiles/row_norms.hpp"
 #include "attnkit/options.hpp"
 #include "attnkit/param_grads.hpp"
 #include "attnkit/position/apply.hpp"

@@ -3,7 +3,7 @@
 // shared by the threads, the query heads of a KV group read each chunk once, and the chunks
 // merge in a fixed order, so the result is bitwise identical for any thread count. Softmax
 // with no score mod or Softcap and up to kDecodeRowsMaxQueries rows runs the row engine
-// (kernel/decode_rows.hpp: keys in the SIMD lanes, the rows of a KV group sharing each K/V
+// (kernel/decode/decode_rows.hpp: keys in the SIMD lanes, the rows of a KV group sharing each K/V
 // load); the rest runs query tiles. attention() routes such shapes here by itself (the row
 // engine's always, others when Lk >= 2 kDecodeChunk); call decode() to ask for it explicitly. Every
 // mask, score mod, position policy and one-pass normalizer works; a multi-pass normalizer (LSSAR)

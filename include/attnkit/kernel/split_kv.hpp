@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "attnkit/detail/parallel.hpp"
-#include "attnkit/kernel/attention_tiles.hpp"
-#include "attnkit/kernel/decode_rows.hpp"
+#include "attnkit/kernel/decode/decode_rows.hpp"
 #include "attnkit/kernel/merge.hpp"
+#include "attnkit/kernel/tiles/attention_tiles.hpp"
 #include "attnkit/normalizer/faces.hpp"
 #include "attnkit/normalizer/softmax.hpp"
 #include "attnkit/problem.hpp"

@@ -11,7 +11,7 @@
 #include "attnkit/core/error.hpp"
 #include "attnkit/detail/parallel.hpp"
 #include "attnkit/detail/view_checks.hpp"
-#include "attnkit/kernel/backward_checks.hpp"
+#include "attnkit/kernel/backward/backward_checks.hpp"
 #include "attnkit/linear/feature_map.hpp"
 #include "attnkit/linear/linear_attention.hpp"
 #include "attnkit/linear/linear_backward_heads.hpp"

@@ -4,7 +4,7 @@
 // blocks are scattered: a 64-key tile over them is Partial and its pairs are looked up one by
 // one. Through the face each query's kept keys are its columns, at most N of them, and the
 // kernel gathers them: into dense key tiles where the queries of a tile share them (query
-// blocks of 8 rows or more), row by row where they do not. The plan (kernel/tile_plan.hpp)
+// blocks of 8 rows or more), row by row where they do not. The plan (kernel/tiles/tile_plan.hpp)
 // still compares that with walking the blocks.
 //
 //   const auto blocks = ak::make_block_mask(picked, q_len, kv_len, /*block_q=*/16, /*block_k=*/1);

@@ -298,7 +298,7 @@ constexpr bool merges_by_lse() {
 // Backward faces (attention_backward()): begin_backward(RowContext, Vec stat, Vec delta) ->
 // BackwardState, backward(state, s, ds, keys, ld) -> Vec, reference_backward(...); optional
 // row_param_grad(state) and kTrainedParam; kBackwardPasses > 1 with observe_backward(),
-// end_backward_pass() and backward_pass_reads_dp() (kernel/backward_traits.hpp).
+// end_backward_pass() and backward_pass_reads_dp() (kernel/backward/backward_traits.hpp).
 template <class N, class = void>
 struct has_normalizer_backward : std::false_type {};
 template <class N>

@@ -139,7 +139,7 @@ struct Softmax {
   /// The same without a sink (the rule of plain softmax, for callers without a context).
   double reference_row(double* s, Index n) const { return Softmax{}.reference_row(s, n, {}); }
 
-  // Backward (attention_backward(); the faces are listed in kernel/backward_tiles.hpp).
+  // Backward (attention_backward(); the faces are listed in kernel/backward/backward_tiles.hpp).
   // With the forward's LSE the weights are rebuilt as P = exp(s - LSE), and
   // dS = P (dP - D), D_i = dO_i . O_i. A sink logit's gradient is -P_sink D_i per row,
   // P_sink = exp(sink - LSE_i).

@@ -14,7 +14,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "attnkit/kernel/backward_checks.hpp"
+#include "attnkit/kernel/backward/backward_checks.hpp"
 #include "attnkit/reference/attention.hpp"
 
 namespace attnkit::reference {

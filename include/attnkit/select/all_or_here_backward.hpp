@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "attnkit/kernel/attention_backward.hpp"
-#include "attnkit/kernel/backward_checks.hpp"
+#include "attnkit/kernel/backward/backward_checks.hpp"
 #include "attnkit/mask/causal.hpp"
 #include "attnkit/mask/combine.hpp"
 #include "attnkit/mask/remap.hpp"

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "attnkit/kernel/attention_backward.hpp"
-#include "attnkit/kernel/backward_checks.hpp"
+#include "attnkit/kernel/backward/backward_checks.hpp"
 #include "attnkit/mask/causal.hpp"
 #include "attnkit/mask/chunked.hpp"
 #include "attnkit/mask/combine.hpp"

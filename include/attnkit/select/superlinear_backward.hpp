@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "attnkit/kernel/attention_backward.hpp"
-#include "attnkit/kernel/backward_checks.hpp"
+#include "attnkit/kernel/backward/backward_checks.hpp"
 #include "attnkit/mask/full.hpp"
 #include "attnkit/normalizer/softmax.hpp"
 #include "attnkit/options.hpp"

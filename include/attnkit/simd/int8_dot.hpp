@@ -1,5 +1,5 @@
 // Integer dot products of a block-quantized key row with a query row quantized to int8 per
-// block of 32: the products of decode's Products::Int8 mode (kernel/decode_row_math.hpp).
+// block of 32: the products of decode's Products::Int8 mode (kernel/decode/decode_row_math.hpp).
 // Key rows are GGUF blocks read in place, named here by layout (simd/ sits below quant/):
 //  - Q8: 34 bytes a block, a half scale dk and 32 int8 values;
 //  - Q4: 18 bytes a block, dk and 16 bytes of nibbles: value j < 16 is the low nibble of byte

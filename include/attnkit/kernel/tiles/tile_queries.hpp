@@ -1,4 +1,4 @@
-// The query tile of the tile engine (kernel/attention_tiles.hpp): the rows of one query tile,
+// The query tile of the tile engine (kernel/tiles/attention_tiles.hpp): the rows of one query tile,
 // transposed into the layout both products read, with everything that happens to a query row
 // before its products -- the Position's transform (RoPE: each row turned at its position),
 // the logit scale or, for cosine logits, 1/|q_i|, and with bf16 products (Options::products)
@@ -7,9 +7,9 @@
 
 #include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/traits.hpp"
-#include "attnkit/kernel/pack.hpp"
-#include "attnkit/kernel/query_row.hpp"
-#include "attnkit/kernel/row_norms.hpp"
+#include "attnkit/kernel/tiles/pack.hpp"
+#include "attnkit/kernel/tiles/query_row.hpp"
+#include "attnkit/kernel/tiles/row_norms.hpp"
 #include "attnkit/position/faces.hpp"
 #include "attnkit/problem.hpp"
 #include "attnkit/storage/bf16_round.hpp"

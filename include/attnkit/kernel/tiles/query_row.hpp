@@ -2,13 +2,13 @@
 // its position (RoPE; RowAt says which), then multiplied by the logit scale -- or by 1/|q|
 // for normalizers with cosine logits (SoftplusL1), or left as it is where the Position forms
 // the logits itself (TAPA). One step for the tile engine's query tiles
-// (kernel/tile_queries.hpp), the decode row engine (kernel/decode_rows.hpp) and the
-// backward's (kernel/backward_tiles.hpp), so the three see the same bits.
+// (kernel/tiles/tile_queries.hpp), the decode row engine (kernel/decode/decode_rows.hpp) and the
+// backward's (kernel/backward/backward_tiles.hpp), so the three see the same bits.
 #pragma once
 
 #include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/traits.hpp"
-#include "attnkit/kernel/row_norms.hpp"
+#include "attnkit/kernel/tiles/row_norms.hpp"
 #include "attnkit/position/faces.hpp"
 #include "attnkit/problem.hpp"
 #include "attnkit/simd/simd.hpp"

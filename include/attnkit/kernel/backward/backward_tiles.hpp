@@ -12,12 +12,11 @@
 //   dV  += P^T dO,  dK += dS^T Q,  dQ_tile += dS K
 // A normalizer whose dS needs sums over the whole row first (LSSAR: kBackwardPasses = 3) gets
 // passes before that one over the same key tiles, which recompute S^T (and dP^T where the pass
-// reads it) and keep only row statistics (kernel/backward_rows.hpp); for the others the pass
-// loop is compiled out.
-// dQ of a tile is finished after its key tiles, dK and dV after the whole item (in scratch
-// [Lk, D] per thread, kernel/backward_keys.hpp); both are stored by kernel/backward_store.hpp:
-// turned rows (RoPE) get their gradients turned back by the transposed rotation, cosine
-// logits the projection of the normalization's derivative.
+// reads it) and keep only row statistics (kernel/backward/backward_rows.hpp); for the others the
+// pass loop is compiled out. dQ of a tile is finished after its key tiles, dK and dV after the
+// whole item (in scratch [Lk, D] per thread, kernel/backward/backward_keys.hpp); both are stored by
+// kernel/backward/backward_store.hpp: turned rows (RoPE) get their gradients turned back by the
+// transposed rotation, cosine logits the projection of the normalization's derivative.
 #pragma once
 
 #include <algorithm>
@@ -26,18 +25,18 @@
 
 #include "attnkit/detail/scratch.hpp"
 #include "attnkit/gemm/tile_gemm.hpp"
-#include "attnkit/kernel/backward_keys.hpp"
-#include "attnkit/kernel/backward_rows.hpp"
-#include "attnkit/kernel/backward_stages.hpp"
-#include "attnkit/kernel/backward_store.hpp"
-#include "attnkit/kernel/backward_traits.hpp"
-#include "attnkit/kernel/owned_products.hpp"
-#include "attnkit/kernel/pack.hpp"
-#include "attnkit/kernel/query_row.hpp"
-#include "attnkit/kernel/row_norms.hpp"
-#include "attnkit/kernel/tile_config.hpp"
-#include "attnkit/kernel/tile_mask.hpp"
-#include "attnkit/kernel/value_guard.hpp"
+#include "attnkit/kernel/backward/backward_keys.hpp"
+#include "attnkit/kernel/backward/backward_rows.hpp"
+#include "attnkit/kernel/backward/backward_stages.hpp"
+#include "attnkit/kernel/backward/backward_store.hpp"
+#include "attnkit/kernel/backward/backward_traits.hpp"
+#include "attnkit/kernel/tiles/owned_products.hpp"
+#include "attnkit/kernel/tiles/pack.hpp"
+#include "attnkit/kernel/tiles/query_row.hpp"
+#include "attnkit/kernel/tiles/row_norms.hpp"
+#include "attnkit/kernel/tiles/tile_config.hpp"
+#include "attnkit/kernel/tiles/tile_mask.hpp"
+#include "attnkit/kernel/tiles/value_guard.hpp"
 #include "attnkit/mask/key_schedule.hpp"
 #include "attnkit/problem.hpp"
 #include "attnkit/score/faces.hpp"

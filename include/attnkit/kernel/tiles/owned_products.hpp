@@ -1,5 +1,5 @@
-// OwnedProducts: the products of a backward tile (kernel/backward_tiles.hpp) for a Position
-// that owns them (Tapa: the logit joins an amplitude product q_A . k_A and a phase product
+// OwnedProducts: the products of a backward tile (kernel/backward/backward_tiles.hpp) for a
+// Position that owns them (Tapa: the logit joins an amplitude product q_A . k_A and a phase product
 // q_P . k_P over two parts of the head dims). Forward: the two half-width products, the
 // amplitude product kept, combine(). Backward: the Position's combine_backward() splits dS
 // into the gradients of the two products; each part's dK and dQ come from the rows with the
@@ -11,7 +11,7 @@
 
 #include "attnkit/core/tensor.hpp"
 #include "attnkit/gemm/tile_gemm.hpp"
-#include "attnkit/kernel/tile_config.hpp"
+#include "attnkit/kernel/tiles/tile_config.hpp"
 #include "attnkit/storage/f32_rows.hpp"
 
 namespace attnkit::detail {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "attnkit/detail/view_checks.hpp"
-#include "attnkit/kernel/backward_traits.hpp"
+#include "attnkit/kernel/backward/backward_traits.hpp"
 #include "attnkit/options.hpp"
 #include "attnkit/param_grads.hpp"
 #include "attnkit/problem.hpp"

@@ -1,5 +1,5 @@
-// The value guard of the tile engine (kernel/attention_tiles.hpp). A masked pair weighs 0, but
-// 0 * inf and 0 * NaN are NaN: on a Partial tile a value row that is not finite (garbage past
+// The value guard of the tile engine (kernel/tiles/attention_tiles.hpp). A masked pair weighs 0,
+// but 0 * inf and 0 * NaN are NaN: on a Partial tile a value row that is not finite (garbage past
 // a KV cache's length, a poisoned future key) would leak into rows that cannot see it. These
 // find such rows and add each one only to the rows whose mask keeps it.
 #pragma once

@@ -1,14 +1,14 @@
 // The normalizer side of one query tile of attention_backward()'s tile engine
-// (kernel/backward_tiles.hpp), as kernel/tile_rows.hpp is the forward's: one BackwardState per
-// kWidth rows (a SIMD lane per query), begun from the forward's row statistic and D_i, fed the
-// passes before the last where the normalizer makes several (LSSAR: row statistics only), and
-// in the last pass turning each key tile's logits into weights P and dP into dS.
+// (kernel/backward/backward_tiles.hpp), as kernel/tiles/tile_rows.hpp is the forward's: one
+// BackwardState per kWidth rows (a SIMD lane per query), begun from the forward's row statistic and
+// D_i, fed the passes before the last where the normalizer makes several (LSSAR: row statistics
+// only), and in the last pass turning each key tile's logits into weights P and dP into dS.
 #pragma once
 
 #include <cstddef>
 #include <vector>
 
-#include "attnkit/kernel/backward_traits.hpp"
+#include "attnkit/kernel/backward/backward_traits.hpp"
 #include "attnkit/mask/visible_keys.hpp"
 #include "attnkit/normalizer/faces.hpp"
 #include "attnkit/problem.hpp"

@@ -2,7 +2,7 @@
 // the columns gathered or not, and with query tiles of 64 or 16 rows. A tile of 64 queries
 // fills the GEMM's register block, but under a narrow range part (PowerOfTwo's window of 64)
 // its key tiles are mostly masked: 16 queries visit 80 keys of a window of 64 where 64
-// queries visit 128, unless the tile runs banded (kernel/tile_band.hpp: each 16 queries
+// queries visit 128, unless the tile runs banded (kernel/tiles/tile_band.hpp: each 16 queries
 // over their 80 keys, with narrower GEMMs). A gathered column costs more than a tiled pair (its K
 // and V rows are read for one query, from L3 or memory). The plan compares the three costs on a
 // sample of query tiles, in units of one tiled (query, key) pair, with the weights below.
@@ -12,8 +12,8 @@
 #include <atomic>
 #include <vector>
 
-#include "attnkit/kernel/tile_band.hpp"
-#include "attnkit/kernel/tile_config.hpp"
+#include "attnkit/kernel/tiles/tile_band.hpp"
+#include "attnkit/kernel/tiles/tile_config.hpp"
 #include "attnkit/mask/key_columns.hpp"
 #include "attnkit/mask/key_schedule.hpp"
 #include "attnkit/problem.hpp"
@@ -29,9 +29,9 @@ struct TilePlan {
 // d 128, f32, one thread, AVX-512): a pair of a 16-query tile costs 1.3 (one GEMM vector of
 // queries), a Partial pair masked by keep() 1.5 more, by runs() 0.1 more, and a gathered
 // column 6 (two rows read for one query; about 2 when they sit in L2). Columns that the
-// tile's queries share form key tiles (kernel/tile_columns.hpp): a pair of those costs 2.5,
+// tile's queries share form key tiles (kernel/tiles/tile_columns.hpp): a pair of those costs 2.5,
 // its mask walked query by query (and 16-row tiles 1.3 times that). A Partial tile whose
-// queries see a band of it (kernel/tile_band.hpp) costs 1.15 a pair of the band.
+// queries see a band of it (kernel/tiles/tile_band.hpp) costs 1.15 a pair of the band.
 struct TileCosts {
   static constexpr double kNarrowRows = 1.3;
   static constexpr double kKeepMasked = 1.5;

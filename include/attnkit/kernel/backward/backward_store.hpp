@@ -1,6 +1,6 @@
-// The last stage of attention_backward()'s tile engine (kernel/backward_tiles.hpp): the f32
-// rows of dQ (one query tile's) and of dK, dV (one item's, kernel/backward_keys.hpp) taken
-// back through what the forward did to Q and K before the products -- the scale, a cosine
+// The last stage of attention_backward()'s tile engine (kernel/backward/backward_tiles.hpp): the
+// f32 rows of dQ (one query tile's) and of dK, dV (one item's, kernel/backward/backward_keys.hpp)
+// taken back through what the forward did to Q and K before the products -- the scale, a cosine
 // normalization's projection, the Position's turn (its transpose) -- with the Position's own
 // parameter gradient taken on the way, and stored in the gradients' storage.
 #pragma once
@@ -8,10 +8,10 @@
 #include <algorithm>
 
 #include "attnkit/detail/traits.hpp"
-#include "attnkit/kernel/backward_keys.hpp"
-#include "attnkit/kernel/backward_stages.hpp"  // project_out
-#include "attnkit/kernel/backward_traits.hpp"
-#include "attnkit/kernel/row_norms.hpp"
+#include "attnkit/kernel/backward/backward_keys.hpp"
+#include "attnkit/kernel/backward/backward_stages.hpp"  // project_out
+#include "attnkit/kernel/backward/backward_traits.hpp"
+#include "attnkit/kernel/tiles/row_norms.hpp"
 #include "attnkit/position/faces.hpp"
 #include "attnkit/problem.hpp"
 

@@ -1,4 +1,4 @@
-// The block math of the softmax row engine (kernel/decode_rows.hpp): one block's logits with
+// The block math of the softmax row engine (kernel/decode/decode_rows.hpp): one block's logits with
 // the keys in the SIMD lanes, the online softmax over them, the weighted sum of its value
 // rows and the rows' final scaling. None of it depends on the spec (mask, score mod and
 // position stay in DecodeRows), only on the storage of K and V: DecodeRowMath<K, V> is

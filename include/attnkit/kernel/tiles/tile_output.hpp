@@ -1,4 +1,4 @@
-// The output side of the tile engine (kernel/attention_tiles.hpp): each row's finalize factor
+// The output side of the tile engine (kernel/tiles/attention_tiles.hpp): each row's finalize factor
 // from its normalizer state (one state per kWidth rows, a lane per row), the row statistics
 // (log-sum-exp or row sum) copied out for the valid rows, and the output rows acc * factor
 // written in the output view's storage type.

@@ -1,4 +1,4 @@
-// The normalizer side of one query tile of the tile engine (kernel/attention_tiles.hpp): one
+// The normalizer side of one query tile of the tile engine (kernel/tiles/attention_tiles.hpp): one
 // normalizer State per kWidth queries (a SIMD lane per query), begun with each block's
 // context, fed tile after tile of logits s[keys, lanes] (rows ld apart), and finished into
 // per-row output factors and row statistics.
@@ -8,7 +8,7 @@
 #include <limits>
 #include <vector>
 
-#include "attnkit/kernel/tile_output.hpp"
+#include "attnkit/kernel/tiles/tile_output.hpp"
 #include "attnkit/mask/visible_keys.hpp"
 #include "attnkit/normalizer/faces.hpp"
 #include "attnkit/problem.hpp"

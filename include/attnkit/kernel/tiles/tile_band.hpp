@@ -1,12 +1,12 @@
-// The band of a Partial key tile (kernel/attention_tiles.hpp): for each query, the hull of the
-// tile's keys it may see, from the mask's runs(). A sliding window's tiles, PowerOfTwo's
-// window and the causal diagonal see a band of the tile: with 64 queries and a 64-key window,
-// half of the 64 x 128 box the tile GEMMs would compute. When the hulls of groups of kLanes
-// queries leave enough of the box out, the tile's two products run over the band: the logits
-// block by block of gemm::kMR keys over the vectors of queries that see one of them (the other
-// logits are -inf without a product, and the masking leaves them so), the weighted sum block
-// by block of at most gemm::kMR queries over the keys those see (the others weigh 0). On a
-// window of 64 that is 11% less work than whole groups of 16 queries over their hulls.
+// The band of a Partial key tile (kernel/tiles/attention_tiles.hpp): for each query, the hull of
+// the tile's keys it may see, from the mask's runs(). A sliding window's tiles, PowerOfTwo's window
+// and the causal diagonal see a band of the tile: with 64 queries and a 64-key window, half of the
+// 64 x 128 box the tile GEMMs would compute. When the hulls of groups of kLanes queries leave
+// enough of the box out, the tile's two products run over the band: the logits block by block of
+// gemm::kMR keys over the vectors of queries that see one of them (the other logits are -inf
+// without a product, and the masking leaves them so), the weighted sum block by block of at most
+// gemm::kMR queries over the keys those see (the others weigh 0). On a window of 64 that is 11%
+// less work than whole groups of 16 queries over their hulls.
 #pragma once
 
 #include <algorithm>
@@ -16,7 +16,7 @@
 #include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/gemm/tile_gemm.hpp"
-#include "attnkit/kernel/tile_config.hpp"
+#include "attnkit/kernel/tiles/tile_config.hpp"
 #include "attnkit/mask/faces.hpp"
 #include "attnkit/mask/tile_kind.hpp"
 #include "attnkit/simd/simd.hpp"

@@ -40,7 +40,7 @@ constexpr bool check_backward_spec() {
   using Position = typename Spec::Position;
   static_assert(has_normalizer_backward<Normalizer>::value,
                 "attention_backward(): the normalizer has no backward face (begin_backward(), "
-                "backward(), reference_backward(): kernel/backward_traits.hpp)");
+                "backward(), reference_backward(): kernel/backward/backward_traits.hpp)");
   static_assert(backward_passes<Normalizer>() == 1 || has_backward_observe<Normalizer>::value,
                 "attention_backward(): kBackwardPasses > 1 needs observe_backward(), "
                 "end_backward_pass() and backward_pass_reads_dp() for the passes before the last");

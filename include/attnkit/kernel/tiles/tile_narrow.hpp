@@ -1,7 +1,7 @@
-// The narrow path of the tile engine (kernel/attention_tiles.hpp): a tile of at most
+// The narrow path of the tile engine (kernel/tiles/attention_tiles.hpp): a tile of at most
 // AttentionTiles::kNarrow queries forms its products row by row -- a dot product per key and
 // query, vectorized over the head dimension -- instead of as tile GEMMs, which would fill one
-// lane of each GEMM vector. The queries come in rows (kernel/tile_queries.hpp packs them).
+// lane of each GEMM vector. The queries come in rows (kernel/tiles/tile_queries.hpp packs them).
 #pragma once
 
 #include "attnkit/core/tensor.hpp"

@@ -1,4 +1,4 @@
-// The gathered columns of a query tile (kernel/attention_tiles.hpp), for masks with the
+// The gathered columns of a query tile (kernel/tiles/attention_tiles.hpp), for masks with the
 // gathered-columns face (mask/key_columns.hpp). Each query's isolated keys are not in any key
 // tile: they form one more tile of logits s[t, lanes], which the normalizer absorbs like any
 // key tile, in one of two forms:
@@ -25,8 +25,8 @@
 #include "attnkit/detail/prefetch.hpp"
 #include "attnkit/detail/traits.hpp"
 #include "attnkit/gemm/tile_gemm.hpp"
-#include "attnkit/kernel/tile_plan.hpp"
-#include "attnkit/kernel/value_guard.hpp"
+#include "attnkit/kernel/tiles/tile_plan.hpp"
+#include "attnkit/kernel/tiles/value_guard.hpp"
 #include "attnkit/mask/key_columns.hpp"
 #include "attnkit/score/faces.hpp"
 #include "attnkit/simd/simd.hpp"

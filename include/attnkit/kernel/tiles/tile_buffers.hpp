@@ -1,4 +1,4 @@
-// The scratch buffers of one thread's tile engine (kernel/attention_tiles.hpp), sized once
+// The scratch buffers of one thread's tile engine (kernel/tiles/attention_tiles.hpp), sized once
 // from the call and carved from one allocation (detail/scratch.hpp): nothing is allocated
 // per tile. A buffer the call does not need is not carved (nullptr).
 #pragma once
@@ -7,7 +7,7 @@
 
 #include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/scratch.hpp"
-#include "attnkit/kernel/tile_config.hpp"
+#include "attnkit/kernel/tiles/tile_config.hpp"
 #include "attnkit/simd/simd.hpp"
 
 namespace attnkit::detail {

@@ -1,5 +1,5 @@
 // PairKv: the K and V of one attention() call in the layouts of the bf16 pair products
-// (kernel/tile_pair_products.hpp, gemm/tile_gemm_bf16.hpp), packed and rounded to bf16 once
+// (kernel/tiles/tile_pair_products.hpp, gemm/tile_gemm_bf16.hpp), packed and rounded to bf16 once
 // per call, so that every query tile multiplies them in place instead of packing each key
 // tile again: key rows [B, Hkv, Lk, D'] (D' = D rounded up to even), value rows in pairs of
 // keys [B, Hkv, ceil(Lk / 2), dv_pad] (pair p holds keys 2p and 2p + 1: a key tile that starts

@@ -1,6 +1,6 @@
 // DecodeRows: the split-KV engine for softmax rows (kernel/split_kv.hpp runs it when the spec
-// allows, see kernel/decode_rows_fit.hpp, for up to kDecodeRowsMaxQueries rows per head; paged
-// decode runs it over pages, cache/paged_decode.hpp). One item is one KV group over one key
+// allows, see kernel/decode/decode_rows_fit.hpp, for up to kDecodeRowsMaxQueries rows per head;
+// paged decode runs it over pages, cache/paged_decode.hpp). One item is one KV group over one key
 // chunk: all the rows of the group -- its query heads times Lq -- read each block of
 // kDecodeBlock keys while it is in L1, and each row keeps its logits with the keys in the
 // SIMD lanes: a block of kWidth dot products ends in one transposing horizontal add, the
@@ -23,10 +23,10 @@
 #include "attnkit/detail/prefetch.hpp"
 #include "attnkit/detail/scratch.hpp"
 #include "attnkit/detail/traits.hpp"
-#include "attnkit/kernel/decode_int8.hpp"
-#include "attnkit/kernel/decode_row_math.hpp"
-#include "attnkit/kernel/decode_rows_fit.hpp"
-#include "attnkit/kernel/query_row.hpp"
+#include "attnkit/kernel/decode/decode_int8.hpp"
+#include "attnkit/kernel/decode/decode_row_math.hpp"
+#include "attnkit/kernel/decode/decode_rows_fit.hpp"
+#include "attnkit/kernel/tiles/query_row.hpp"
 #include "attnkit/mask/combine.hpp"
 #include "attnkit/mask/key_columns.hpp"
 #include "attnkit/mask/tile_kind.hpp"
@@ -206,7 +206,7 @@ class DecodeRows {
     seen_ = seen_all_.data() + at * rows_;
   }
 
-  // Row r's int8 query (Products::Int8 over quantized K: kernel/decode_int8.hpp).
+  // Row r's int8 query (Products::Int8 over quantized K: kernel/decode/decode_int8.hpp).
   std::byte* query_ints(Index r) const {
     return reinterpret_cast<std::byte*>(q8_ + r * q8_floats_);
   }

@@ -1,5 +1,5 @@
 // The keys a kernel reads: k as it is, or a contiguous f32 copy of it where the tiles gain
-// from one (detail::tile_rows, kernel/pack.hpp), or -- with a Position that turns rows (Rope,
+// from one (detail::tile_rows, kernel/tiles/pack.hpp), or -- with a Position that turns rows (Rope,
 // Fope) -- every key row turned once per call into an f32 copy [B, Hkv, Lk, D]. One step for
 // attention() (kernel/attention.hpp) and attention_backward() (kernel/attention_backward.hpp).
 #pragma once
@@ -9,7 +9,7 @@
 #include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/parallel.hpp"
 #include "attnkit/detail/traits.hpp"
-#include "attnkit/kernel/pack.hpp"
+#include "attnkit/kernel/tiles/pack.hpp"
 #include "attnkit/position/apply.hpp"
 #include "attnkit/problem.hpp"
 

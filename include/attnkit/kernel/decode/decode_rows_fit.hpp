@@ -1,4 +1,4 @@
-// Which calls the decode row engine (kernel/decode_rows.hpp) runs: the specs it can take
+// Which calls the decode row engine (kernel/decode/decode_rows.hpp) runs: the specs it can take
 // (decode_rows_fit()) and the query rows per head up to which it is faster than query tiles
 // (kDecodeRowsMaxQueries). split-KV (kernel/split_kv.hpp), attention() and paged decode ask.
 #pragma once

@@ -1,5 +1,5 @@
 // KeyGrads: the dK and dV accumulators of one item of attention_backward()'s tile engine
-// (kernel/backward_tiles.hpp) -- rows [Lk, d_pad] and [Lk, dv_pad] the key tiles add into.
+// (kernel/backward/backward_tiles.hpp) -- rows [Lk, d_pad] and [Lk, dv_pad] the key tiles add into.
 // Rows are zeroed only as far as the key tiles reach, so a part of an item (a range of its
 // query tiles: kernel/attention_backward.hpp, backward_parts()) need not clear the rows of
 // keys it never reaches; an item's parts are summed in part order, so the gradients do not

@@ -35,7 +35,7 @@ inline Range lanes_hull(const float* lo, const float* hi, int slots, Index real)
 /// s[nk, ld]: keys k0 .. k0+nk-1 against queries i0 .. i0+nq-1 (lanes up to `lanes` are
 /// padding and get -inf too when masked by runs; they are never written out). With
 /// `seen_by_all` [nk] (runs path only, else left alone), each key row is marked 1 when all nq
-/// queries see it, else 0: only the others need the value guard (kernel/value_guard.hpp).
+/// queries see it, else 0: only the others need the value guard (kernel/tiles/value_guard.hpp).
 template <class Mask>
 void mask_partial_tile(const Mask& mask, float* s, Index ld, Index b, Index h, Index i0, Index k0,
                        Index nk, Index nq, Index lanes, char* seen_by_all = nullptr,

@@ -1,5 +1,5 @@
 // Decode's Products::Int8 logits (options.hpp): with q8_0 or q4_0 K, the row engine
-// (kernel/decode_rows.hpp) quantizes each query row -- scaled and position-turned -- to int8
+// (kernel/decode/decode_rows.hpp) quantizes each query row -- scaled and position-turned -- to int8
 // per block of 32 once per call (simd/int8_dot.hpp has the rule: q8_0's, with an f32 scale)
 // and forms a block's logits with integer dot products on the keys' own bytes, the convention
 // of ggml's and ik_llama.cpp's quantized K.Q. The softmax, the weights and P.V stay f32 (V's

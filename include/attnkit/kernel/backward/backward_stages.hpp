@@ -1,5 +1,5 @@
-// Small stages of the backward tile (kernel/backward_tiles.hpp) that need none of its state:
-// masked pairs out of dP, rows times a per-key factor, and a normalization's projection.
+// Small stages of the backward tile (kernel/backward/backward_tiles.hpp) that need none of its
+// state: masked pairs out of dP, rows times a per-key factor, and a normalization's projection.
 #pragma once
 
 #include <algorithm>

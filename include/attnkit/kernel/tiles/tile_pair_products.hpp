@@ -1,9 +1,9 @@
-// TilePairProducts: the tile engine's two products (kernel/attention_tiles.hpp) on bf16
+// TilePairProducts: the tile engine's two products (kernel/tiles/attention_tiles.hpp) on bf16
 // pairs, for Products::Bf16 where gemm::pair_products_chosen() (vdpbf16ps,
 // gemm/tile_gemm_bf16.hpp): it packs the operands, rounding them to bf16 as the portable form
 // does -- the query columns in pairs of dims once per query tile, the weights in a row per
 // query for each key tile -- and multiplies them with the call's K rows and V pairs, packed
-// once for every query tile (kernel/pair_kv.hpp). A tile the call's pairs cannot serve (one
+// once for every query tile (kernel/tiles/pair_kv.hpp). A tile the call's pairs cannot serve (one
 // that starts at an odd key; a run around a non-finite value row) packs its own K and V.
 // Elsewhere it is off and holds nothing.
 #pragma once
@@ -14,8 +14,8 @@
 
 #include "attnkit/core/tensor.hpp"
 #include "attnkit/gemm/tile_gemm_bf16.hpp"
-#include "attnkit/kernel/pair_kv.hpp"
-#include "attnkit/kernel/tile_config.hpp"
+#include "attnkit/kernel/tiles/pair_kv.hpp"
+#include "attnkit/kernel/tiles/tile_config.hpp"
 #include "attnkit/problem.hpp"
 #include "attnkit/simd/simd.hpp"
 #include "attnkit/storage/f32_rows.hpp"
