@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "support/backward_check.hpp"
+#include "support/catalogue.hpp"
 #include "support/error_checks.hpp"
 #include "support/keep_if.hpp"
 #include "support/test_names.hpp"
@@ -46,17 +47,12 @@ using ak::test::kNegInf;
 
 namespace {
 
-// Each normalizer with a backward face, per-head parameters sized for `heads`.
+// Each normalizer with a backward face (support/catalogue.hpp), per-head parameters sized for
+// `heads`.
 template <class Visit>
 void for_each_normalizer(Index heads, Visit&& visit) {
-  visit("Softmax", ak::Softmax{});
-  visit("Softmax::with_sinks", ak::Softmax::with_sinks(ak::test::head_sinks(heads)));
-  visit("Sigmoid::per_head", ak::Sigmoid::per_head(ak::test::head_biases(heads)));
-  visit("Sigmoid{}", ak::Sigmoid{});
-  visit("ReluPower{1.5, 0.1}", ak::ReluPower{1.5f, 0.1f});
-  visit("SoftplusL1", ak::SoftplusL1{});
-  visit("SoftplusL1Reweighted{15}", ak::SoftplusL1Reweighted{});
-  visit("SoftplusL1Reweighted{3}", ak::SoftplusL1Reweighted{3.f});
+  ak::test::for_each_normalizer<ak::test::HasBackward>(
+      heads, [&](const std::string& name, const auto& n) { visit(name.c_str(), n); });
 }
 
 }  // namespace

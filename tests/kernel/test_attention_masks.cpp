@@ -16,11 +16,6 @@
 #include <attnkit/mask/power_of_two.hpp>
 #include <attnkit/mask/sinks.hpp>
 #include <attnkit/mask/sliding_window.hpp>
-#include <attnkit/normalizer/relu_power.hpp>
-#include <attnkit/normalizer/sigmoid.hpp>
-#include <attnkit/normalizer/softmax.hpp>
-#include <attnkit/normalizer/softplus_l1.hpp>
-#include <attnkit/normalizer/softplus_l1_reweighted.hpp>
 #include <attnkit/reference/attention.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
@@ -29,41 +24,18 @@
 #include <type_traits>
 
 #include "support/attention_runner.hpp"
+#include "support/catalogue.hpp"
 #include "support/reference_check.hpp"
 #include "support/test_names.hpp"
 
 using ak::Causal;
 using ak::Range;
 using ak::SlidingWindow;
+using ak::test::Breadth;
 using ak::test::Case;
+using ak::test::for_each_mask;
 
 namespace {
-
-// The masks of the grid, each with its name. Windows and chunks are shorter than a key
-// tile, so that most tiles are Partial (the runs() and keep() masking) and key ranges start
-// mid-sequence; "long windows" below covers Full tiles.
-template <class Visit>
-void for_each_mask(Visit&& visit) {
-  visit("SlidingWindow{40, 0}", SlidingWindow{40, 0});
-  visit("Causal & SlidingWindow{100, 0}", Causal{} & SlidingWindow{100, 0});
-  visit("SlidingWindow{30, 17}", SlidingWindow{30, 17});
-  visit("Chunked{50}", ak::Chunked{50});
-  visit("Causal & Chunked{96}", Causal{} & ak::Chunked{96});
-  visit("Sinks{4}", ak::Sinks{4});
-  visit("Causal & (Sinks{4} | SlidingWindow{64, 0})",
-        Causal{} & (ak::Sinks{4} | SlidingWindow{64, 0}));
-  visit("Chunked{64} | SlidingWindow{10, 10}", ak::Chunked{64} | SlidingWindow{10, 10});
-  visit("PowerOfTwo{2, 8}", ak::PowerOfTwo{2, 8});
-  visit("Causal & PowerOfTwo{0, 0}", Causal{} & ak::PowerOfTwo{0, 0});
-}
-
-// The masks above that have runs(), for the runs-vs-keep comparison.
-template <class Visit>
-void for_each_runs_mask(Visit&& visit) {
-  for_each_mask([&](const char* name, const auto& mask) {
-    if constexpr (ak::detail::has_runs<std::decay_t<decltype(mask)>>::value) visit(name, mask);
-  });
-}
 
 // M with its runs() hidden: the kernel masks Partial tiles with keep(), element by element,
 // over the same tiles (same classify and key_ranges).
@@ -89,17 +61,19 @@ struct KeepOnly {
 // Kernel against reference; inputs of storage T are rounded before both read them, so the
 // f32 tolerance holds for every storage type.
 template <class T = float, class Spec>
-ak::test::Outcome check(const char* mask, const Spec& spec, const Case& c) {
+ak::test::Outcome check(const std::string& mask, const Spec& spec, const Case& c) {
   INFO(mask << ", " << ak::test::describe(c) << ", " << ak::test::storage_name<T>());
   const ak::test::Outcome r = ak::test::run_case<T>(spec, c);
   ak::test::check_outcome(r);
   return r;
 }
 
+// Every mask of the catalogue (support/catalogue.hpp), its window and chunk sizes included.
 template <class T = float>
 void check_every_mask(const Case& c) {
   for_each_mask(
-      [&](const char* name, const auto& mask) { check<T>(name, ak::make_spec(mask), c); });
+      [&](const std::string& name, const auto& mask) { check<T>(name, ak::make_spec(mask), c); },
+      Breadth::Variants);
 }
 
 // One head (GQA has its own case): the masks do not depend on the head.
@@ -263,15 +237,17 @@ TEST_CASE("attention: a mask through runs() and through keep() gives the same ou
   const auto [q_len, kv_len, q_offset] = GENERATE(
       table<Index, Index, Index>({{300, 300, 0}, {130, 90, -25}, {1, 517, 516}, {100, 260, 200}}));
   const Case c = shape(q_len, kv_len, 32, 1, q_offset);
-  for_each_runs_mask([&](const char* name, const auto& mask) {
-    using M = std::decay_t<decltype(mask)>;
-    STATIC_REQUIRE_FALSE(ak::detail::has_runs<KeepPath<M>>::value);
-    const auto simd = ak::test::run_kernel(ak::make_spec(mask), c);
-    const auto element = ak::test::run_kernel(ak::make_spec(KeepPath<M>{mask}), c);
-    INFO(name << ", " << ak::test::describe(c));
-    CHECK(ak::test::max_lse_diff(simd.out, element.out) <= tol::kF32);
-    CHECK(ak::test::max_lse_diff(simd.lse, element.lse) <= tol::kLseF32);
-  });
+  for_each_mask<ak::test::WithRuns>(
+      [&](const std::string& name, const auto& mask) {
+        using M = std::decay_t<decltype(mask)>;
+        STATIC_REQUIRE_FALSE(ak::detail::has_runs<KeepPath<M>>::value);
+        const auto simd = ak::test::run_kernel(ak::make_spec(mask), c);
+        const auto element = ak::test::run_kernel(ak::make_spec(KeepPath<M>{mask}), c);
+        INFO(name << ", " << ak::test::describe(c));
+        CHECK(ak::test::max_lse_diff(simd.out, element.out) <= tol::kF32);
+        CHECK(ak::test::max_lse_diff(simd.lse, element.lse) <= tol::kLseF32);
+      },
+      Breadth::Variants);
 }
 
 TEST_CASE("attention: banded Partial tiles give the bits of the whole tile",
@@ -315,26 +291,24 @@ TEST_CASE(
   // see in part, sinks far from it (two runs per query), a ragged last tile, GQA and two
   // threads; the two-pass LSSAR observes the whole tile and absorbs the hulls.
   const Case c = Case{}.lengths(150, 150).heads(4, 2).dims(24, 24).on_threads(2);
-  const std::vector<float> sinks = ak::test::head_sinks(4);
   const auto mask = Causal{} & (ak::Sinks{3} | SlidingWindow{21, 0});
   using M = std::decay_t<decltype(mask)>;
-  const auto compare = [&](const char* name, const auto& normalizer, bool reference = true) {
-    INFO(name << ", " << ak::test::describe(c));
-    const auto runs = ak::test::run_kernel(ak::make_spec(mask, normalizer), c);
-    const auto keep = ak::test::run_kernel(ak::make_spec(KeepPath<M>{mask}, normalizer), c);
-    REQUIRE(runs.out.size() == keep.out.size());
-    CHECK(ak::test::bytes_of(runs) == ak::test::bytes_of(keep));
-    if (reference) ak::test::check_attention(name, ak::make_spec(mask, normalizer), c);
-  };
-  compare("Softmax::with_sinks", ak::Softmax::with_sinks(sinks));
-  compare("Sigmoid{}", ak::Sigmoid{});
-  compare("ReluPower{1.5, 0.3}", ak::ReluPower{1.5f, 0.3f});
-  compare("SoftplusL1 (LSSA)", ak::SoftplusL1{});
-  // LSSAR's row statistic misses the f64 reference's tolerance for rows that see only a few
-  // near-uniform keys (Causal & Sinks{3} alone fails it the same way on every path): there
-  // r = N a - 1 is a difference of near-equal f32 numbers, and p log r magnifies it. Here
-  // the bits alone are compared.
-  compare("SoftplusL1Reweighted{} (LSSAR, two passes)", ak::SoftplusL1Reweighted{}, false);
+  ak::test::for_each_normalizer(
+      c.q_heads,
+      [&](const std::string& name, const auto& normalizer) {
+        INFO(name << ", " << ak::test::describe(c));
+        const auto runs = ak::test::run_kernel(ak::make_spec(mask, normalizer), c);
+        const auto keep = ak::test::run_kernel(ak::make_spec(KeepPath<M>{mask}, normalizer), c);
+        REQUIRE(runs.out.size() == keep.out.size());
+        CHECK(ak::test::bytes_of(runs) == ak::test::bytes_of(keep));
+        // LSSAR's row statistic misses the f64 reference's tolerance for rows that see only a
+        // few near-uniform keys (Causal & Sinks{3} alone fails it the same way on every path):
+        // there r = N a - 1 is a difference of near-equal f32 numbers, and p log r magnifies
+        // it. For LSSAR (two passes) the bits alone are compared.
+        if constexpr (ak::detail::passes<std::decay_t<decltype(normalizer)>>() == 1)
+          ak::test::check_attention(name, ak::make_spec(mask, normalizer), c);
+      },
+      Breadth::Variants);
 }
 
 TEST_CASE("attention: a mask with key_ranges and the same mask with only keep() agree",
@@ -345,14 +319,16 @@ TEST_CASE("attention: a mask with key_ranges and the same mask with only keep() 
   const auto [q_len, kv_len, q_offset] =
       GENERATE(table<Index, Index, Index>({{300, 300, 0}, {130, 90, -25}, {100, 260, 200}}));
   const Case c = shape(q_len, kv_len, 32, 1, q_offset);
-  for_each_mask([&](const char* name, const auto& mask) {
-    using M = std::decay_t<decltype(mask)>;
-    const auto fast = ak::test::run_kernel(ak::make_spec(mask), c);
-    const auto walked = ak::test::run_kernel(ak::make_spec(KeepOnly<M>{mask}), c);
-    INFO(name << ", " << ak::test::describe(c));
-    CHECK(ak::test::max_lse_diff(fast.out, walked.out) <= tol::kF32);
-    CHECK(ak::test::max_lse_diff(fast.lse, walked.lse) <= tol::kLseF32);
-  });
+  for_each_mask(
+      [&](const std::string& name, const auto& mask) {
+        using M = std::decay_t<decltype(mask)>;
+        const auto fast = ak::test::run_kernel(ak::make_spec(mask), c);
+        const auto walked = ak::test::run_kernel(ak::make_spec(KeepOnly<M>{mask}), c);
+        INFO(name << ", " << ak::test::describe(c));
+        CHECK(ak::test::max_lse_diff(fast.out, walked.out) <= tol::kF32);
+        CHECK(ak::test::max_lse_diff(fast.lse, walked.lse) <= tol::kLseF32);
+      },
+      Breadth::Variants);
 }
 
 namespace {

@@ -1,6 +1,7 @@
-// attention() with the normalizers beyond plain softmax (Sigmoid, ReluPower, Softmax with
-// sinks) against reference::attention(), under Full, Causal and windowed masks with and
-// without Softcap, over ragged sizes, Lq != Lk with q_offset (rows that see nothing
+// attention() with every normalizer of the catalogue and its parameter corners
+// (support/catalogue.hpp: Softmax plain and with sinks, Sigmoid, ReluPower, LSSA, LSSAR)
+// against reference::attention(), under Full, Causal and windowed masks with and without
+// Softcap, over ragged sizes, Lq != Lk with q_offset (rows that see nothing
 // included), GQA, d 32 and 128, f32 and bf16 storage and 1 or 2 threads, row statistics
 // included; then properties: l1 rows sum to 1, a sink scales a row's weights by one factor,
 // empty rows give 0, the errors. Built natively (the flavours run test_attention_paths.cpp).
@@ -13,7 +14,6 @@
 #include <attnkit/normalizer/relu_power.hpp>
 #include <attnkit/normalizer/sigmoid.hpp>
 #include <attnkit/normalizer/softmax.hpp>
-#include <attnkit/normalizer/softplus_l1_reweighted.hpp>
 #include <attnkit/reference/attention.hpp>
 #include <attnkit/score/softcap.hpp>
 #include <catch2/catch_test_macros.hpp>
@@ -22,6 +22,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "support/catalogue.hpp"
 #include "support/error_checks.hpp"
 #include "support/reference_check.hpp"
 #include "support/test_names.hpp"
@@ -30,38 +31,21 @@ using ak::Causal;
 using ak::test::Case;
 using ak::test::check_attention;
 using ak::test::Inputs;
+using ak::test::under;
 
 namespace {
 
-// The normalizers of the grid, each with its name; per-head parameters sized for `heads`.
-template <class Visit>
-void for_each_normalizer(Index heads, Visit&& visit) {
-  const std::vector<float> biases = ak::test::head_biases(heads);
-  const std::vector<float> sinks = ak::test::head_sinks(heads);  // -1, 0 (off by one), 1
-  visit("Sigmoid{} (-log Lk)", ak::Sigmoid{});
-  visit("Sigmoid{-log 2048}", ak::Sigmoid{-std::log(2048.f)});
-  visit("Sigmoid::per_head", ak::Sigmoid::per_head(biases));
-  visit("ReluPower{1, 0}", ak::ReluPower{1.f, 0.f});
-  visit("ReluPower{2, 0.3}", ak::ReluPower{2.f, 0.3f});
-  visit("ReluPower{1.5, 0.3}", ak::ReluPower{1.5f, 0.3f});
-  visit("ReluPower{1.5, 0}", ak::ReluPower{1.5f, 0.f});
-  visit("Softmax::with_sinks", ak::Softmax::with_sinks(sinks));
-  visit("SoftplusL1 (LSSA)", ak::SoftplusL1{});
-  visit("SoftplusL1Reweighted{15} (LSSAR)", ak::SoftplusL1Reweighted{});
-  visit("SoftplusL1Reweighted{3}", ak::SoftplusL1Reweighted{3.f});
-}
-
+// Every normalizer and its parameter corners under Full, Causal and a causal window, and
+// with Softcap.
 template <class T = float>
 void check_grid(const Case& c) {
-  for_each_normalizer(c.q_heads, [&](const char* name, const auto& n) {
-    const std::string s(name);
-    check_attention<T>(s + ", Full", ak::make_spec(n), c);
-    check_attention<T>(s + ", Causal", ak::make_spec(Causal{}, n), c);
-    check_attention<T>(s + ", Causal & SlidingWindow{24, 0}",
-                       ak::make_spec(Causal{} & ak::SlidingWindow{24, 0}, n), c);
-    check_attention<T>(s + ", Causal, Softcap{5}", ak::make_spec(Causal{}, ak::Softcap{5.f}, n), c);
-    check_attention<T>(s + ", Full, Softcap{20}", ak::make_spec(ak::Softcap{20.f}, n), c);
-  });
+  ak::test::for_each_spec(
+      c.q_heads, ak::test::Breadth::Variants,
+      [&](const std::string& name, const auto& spec) { check_attention<T>(name, spec, c); },
+      under("Full"), under("Causal", Causal{}),
+      under("Causal & SlidingWindow{24, 0}", Causal{} & ak::SlidingWindow{24, 0}),
+      under("Causal, Softcap{5}", Causal{}, ak::Softcap{5.f}),
+      under("Full, Softcap{20}", ak::Softcap{20.f}));
 }
 
 }  // namespace
@@ -196,13 +180,16 @@ TEST_CASE("normalizers: rows that see no key give 0, never NaN, with every norma
           "[attention][normalizers][masked]") {
   Case c = property_case();
   c.q_offset = -c.q_len;  // under Causal, row 0..Lq-1 at positions -Lq..-1: nothing visible
-  for_each_normalizer(c.q_heads, [&](const char* name, const auto& n) {
-    INFO(name);
-    const auto r = run_on(ak::make_spec(Causal{}, n), c);
-    CHECK(std::all_of(r.out.begin(), r.out.end(), [](float x) { return x == 0.f; }));
-    for (std::size_t row = 0; row < r.lse.size(); ++row)
-      CHECK(r.lse[row] == ak::test::empty_row_stat(n, static_cast<Index>(row) / c.q_len));
-  });
+  ak::test::for_each_normalizer(
+      c.q_heads,
+      [&](const std::string& name, const auto& n) {
+        INFO(name);
+        const auto r = run_on(ak::make_spec(Causal{}, n), c);
+        CHECK(std::all_of(r.out.begin(), r.out.end(), [](float x) { return x == 0.f; }));
+        for (std::size_t row = 0; row < r.lse.size(); ++row)
+          CHECK(r.lse[row] == ak::test::empty_row_stat(n, static_cast<Index>(row) / c.q_len));
+      },
+      ak::test::Breadth::Variants);
 }
 
 TEST_CASE("normalizers: an lse buffer with Sigmoid throws and writes nothing",

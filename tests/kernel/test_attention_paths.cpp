@@ -18,16 +18,11 @@
 #include <attnkit/kernel/attention.hpp>
 #include <attnkit/mask/block_mask.hpp>
 #include <attnkit/mask/causal.hpp>
-#include <attnkit/mask/chunked.hpp>
 #include <attnkit/mask/combine.hpp>
-#include <attnkit/mask/power_of_two.hpp>
 #include <attnkit/mask/sinks.hpp>
 #include <attnkit/mask/sliding_window.hpp>
-#include <attnkit/normalizer/relu_power.hpp>
 #include <attnkit/normalizer/sigmoid.hpp>
 #include <attnkit/normalizer/softmax.hpp>
-#include <attnkit/normalizer/softplus_l1.hpp>
-#include <attnkit/normalizer/softplus_l1_reweighted.hpp>
 #include <attnkit/position/fope.hpp>
 #include <attnkit/position/rope.hpp>
 #include <attnkit/position/tapa.hpp>
@@ -39,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "support/catalogue.hpp"
 #include "support/reference_check.hpp"
 #include "support/test_names.hpp"
 
@@ -46,34 +42,23 @@ using ak::Causal;
 using ak::SlidingWindow;
 using ak::test::Case;
 using ak::test::check_attention;
+using ak::test::under;
 
 namespace {
-
-// One of each normalizer type, per-head parameters sized for `heads`.
-template <class Visit>
-void for_each_normalizer(Index heads, Visit&& visit) {
-  const std::vector<float> biases = ak::test::head_biases(heads);
-  const std::vector<float> sinks = ak::test::head_sinks(heads);  // -1, 0 (off by one), 1
-  visit("Softmax", ak::Softmax{});
-  visit("Softmax::with_sinks", ak::Softmax::with_sinks(sinks));
-  visit("Sigmoid::per_head", ak::Sigmoid::per_head(biases));
-  visit("ReluPower{1.5, 0.3}", ak::ReluPower{1.5f, 0.3f});
-  visit("SoftplusL1", ak::SoftplusL1{});
-  visit("SoftplusL1Reweighted{3}", ak::SoftplusL1Reweighted{3.f});
-}
 
 // Each normalizer with a windowed causal mask (Full, Partial and Empty tiles in one call) and
 // with Softcap over every key.
 template <class T = float>
 void check_normalizers(const Case& c) {
-  for_each_normalizer(c.q_heads, [&](const char* name, const auto& n) {
-    const std::string s(name);
-    check_attention<T>(s + ", Causal & SlidingWindow{24, 0}",
-                       ak::make_spec(Causal{} & SlidingWindow{24, 0}, n), c);
+  const auto check = [&](const std::string& name, const auto& spec) {
+    check_attention<T>(name, spec, c);
+  };
+  ak::test::for_each_spec(c.q_heads, ak::test::Breadth::Kinds, check,
+                          under("Causal & SlidingWindow{24, 0}", Causal{} & SlidingWindow{24, 0}));
 #ifndef ATTNKIT_TEST_CI_SUBSET  // there Softcap runs in the ALiBi/Softcap case only
-    check_attention<T>(s + ", Full, Softcap{20}", ak::make_spec(ak::Softcap{20.f}, n), c);
+  ak::test::for_each_spec(c.q_heads, ak::test::Breadth::Kinds, check,
+                          under("Full, Softcap{20}", ak::Softcap{20.f}));
 #endif
-  });
 }
 
 }  // namespace
@@ -95,16 +80,10 @@ TEST_CASE("paths: every normalizer matches the reference with bf16 storage", "[a
 
 TEST_CASE("paths: each kind of mask matches the reference, f32 and f16", "[attention][paths]") {
   const Case c = Case{}.lengths(150, 150).dims(64).laid_out(Layout::Padded);
-  const auto check_mask = [&](const char* name, const auto& mask) {
+  ak::test::for_each_mask([&](const std::string& name, const auto& mask) {
     check_attention(name, ak::make_spec(mask), c);
     check_attention(name, ak::make_spec(mask), Case{c}.lengths(1, 150));
-  };
-  check_mask("SlidingWindow{30, 17}", SlidingWindow{30, 17});
-  check_mask("Causal & Chunked{96}", Causal{} & ak::Chunked{96});
-  check_mask("Causal & (Sinks{4} | SlidingWindow{64, 0})",
-             Causal{} & (ak::Sinks{4} | SlidingWindow{64, 0}));
-  check_mask("Chunked{64} | SlidingWindow{10, 10}", ak::Chunked{64} | SlidingWindow{10, 10});
-  check_mask("PowerOfTwo{2, 8}", ak::PowerOfTwo{2, 8});
+  });
   for (const Index lq : {150, 1})  // a BlockMask is laid out for one (Lq, Lk)
     check_attention(
         "BlockMask(Causal & SlidingWindow{50, 0}, 64 x 128)",
@@ -187,7 +166,7 @@ TEST_CASE("paths: output and statistic are bitwise identical for 1..4 threads",
   // Prefill (the tile kernel) and Lq 3 (attention() routes it to split-KV decode), each
   // normalizer with a sliding window and sinks: Full, Partial and Empty tiles in each call.
   for (const Index lq : {150, 3})
-    for_each_normalizer(2, [&](const char* name, const auto& n) {
+    ak::test::for_each_normalizer(2, [&](const std::string& name, const auto& n) {
       const auto spec = ak::make_spec(Causal{} & (ak::Sinks{4} | SlidingWindow{60, 0}), n);
       Case c = Case{}.lengths(lq, 600).dims(64).on_threads(1);
       INFO(name << ", " << ak::test::describe(c));

@@ -19,8 +19,6 @@
 #include <attnkit/mask/combine.hpp>
 #include <attnkit/mask/sinks.hpp>
 #include <attnkit/mask/sliding_window.hpp>
-#include <attnkit/normalizer/relu_power.hpp>
-#include <attnkit/normalizer/sigmoid.hpp>
 #include <attnkit/normalizer/softmax.hpp>
 #include <attnkit/normalizer/softplus_l1.hpp>
 #include <attnkit/position/fope.hpp>
@@ -36,6 +34,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "support/catalogue.hpp"
 #include "support/error_checks.hpp"
 #include "support/reference_check.hpp"
 #include "support/test_names.hpp"
@@ -44,6 +43,9 @@ using ak::Causal;
 using ak::Sinks;
 using ak::SlidingWindow;
 using ak::test::Case;
+using ak::test::for_each_normalizer;  // every normalizer decode() takes: OnePass
+using ak::test::OnePass;
+using ak::test::under;
 
 namespace {
 
@@ -88,29 +90,6 @@ void check(const std::string& what, const Spec& spec, const Case& c, CallOf<kCal
           ak::decode(spec, in.q.cview(), in.k.cview(), in.v.cview(), o, options);
         }));
   }
-}
-
-template <class Visit>
-void for_each_normalizer(Index heads, Visit&& visit) {
-  visit("Softmax", ak::Softmax{});
-  visit("Softmax::with_sinks", ak::Softmax::with_sinks(ak::test::head_sinks(heads)));
-  visit("Sigmoid{} (-log Lk)", ak::Sigmoid{});
-  visit("ReluPower{1.5, 0.3}", ak::ReluPower{1.5f, 0.3f});
-  visit("SoftplusL1", ak::SoftplusL1{});
-}
-
-// The masks of the grid for q_len queries at the end of kv_len keys.
-template <class N, class Visit>
-void for_each_mask(const N& n, Index q_len, Index kv_len, Visit&& visit) {
-  visit("Full", ak::make_spec(n));
-  visit("Causal", ak::make_spec(Causal{}, n));
-  visit("Causal & SlidingWindow{600, 0}", ak::make_spec(Causal{} & SlidingWindow{600, 0}, n));
-  visit("Causal & (Sinks{4} | SlidingWindow{300, 0})",
-        ak::make_spec(Causal{} & (Sinks{4} | SlidingWindow{300, 0}), n));
-  visit("BlockMask(Causal & (Sinks{64} | SlidingWindow{700, 0}), 16 x 128)",
-        ak::make_spec(ak::make_block_mask(Causal{} & (Sinks{64} | SlidingWindow{700, 0}), q_len,
-                                          kv_len, 16, 128),
-                      n));
 }
 
 Case decode_case(Index q_len, Index kv_len, Index q_heads, Index kv_heads, Index dim = 32,
@@ -188,20 +167,26 @@ TEST_CASE("decode: each normalizer under each mask matches the reference", "[dec
   for (const Index lq : {1, 5, 16})
     for (const Index lk : {513, 1500}) {
       const Case c = decode_case(lq, lk, 4, 1);
-      for_each_normalizer(c.q_heads, [&](const char* nname, const auto& n) {
-        for_each_mask(n, lq, lk, [&](const char* mname, const auto& spec) {
-          const std::string what = std::string(nname) + ", " + mname;
-          check(what, spec, c, kDecode);
-          if (lk == 1500) check(what, spec, c, kAttention);
-        });
-      });
+      ak::test::for_each_spec<OnePass>(
+          c.q_heads, ak::test::Breadth::Kinds,
+          [&](const std::string& what, const auto& spec) {
+            check(what, spec, c, kDecode);
+            if (lk == 1500) check(what, spec, c, kAttention);
+          },
+          under("Full"), under("Causal", Causal{}),
+          under("Causal & SlidingWindow{600, 0}", Causal{} & SlidingWindow{600, 0}),
+          under("Causal & (Sinks{4} | SlidingWindow{300, 0})",
+                Causal{} & (Sinks{4} | SlidingWindow{300, 0})),
+          under("BlockMask(Causal & (Sinks{64} | SlidingWindow{700, 0}), 16 x 128)",
+                ak::make_block_mask(Causal{} & (Sinks{64} | SlidingWindow{700, 0}), lq, lk, 16,
+                                    128)));
     }
 }
 
 TEST_CASE("decode: score mods and positions match the reference", "[decode]") {
   for (const Index lq : {1, 16}) {
     const Case c = decode_case(lq, 1500, 4, 2, 32);
-    for_each_normalizer(c.q_heads, [&](const char* nname, const auto& n) {
+    for_each_normalizer<OnePass>(c.q_heads, [&](const std::string& nname, const auto& n) {
       const std::string s(nname);
       check(s + ", Causal, Softcap{5}", ak::make_spec(Causal{}, ak::Softcap{5.f}, n), c, kDecode);
       if constexpr (!ak::detail::cosine_logits<std::decay_t<decltype(n)>>())  // see below
@@ -241,7 +226,7 @@ TEST_CASE("decode: bf16 and f16 K/V stay at f32 accuracy against the rounded inp
   for (const Index lq : {1, 16})
     for (const Index lk : {512, 3000}) {
       const Case c = decode_case(lq, lk, 8, 1, 32);
-      for_each_normalizer(c.q_heads, [&](const char* nname, const auto& n) {
+      for_each_normalizer<OnePass>(c.q_heads, [&](const std::string& nname, const auto& n) {
         const std::string s(nname);
         const auto spec = ak::make_spec(Causal{} & (Sinks{4} | SlidingWindow{1000, 0}), n);
         check<float>(s + ", sinks | window", spec, c, kDecode);
@@ -276,7 +261,7 @@ TEST_CASE("decode: output and LSE are bitwise identical for 1..4 threads", "[dec
     const Inputs<Eigen::half> half_in(c, 5);  // drawn once: the calls differ in threads only
     const Inputs<float> float_in(c, 5);
     for (const Call call : {Call::Decode, Call::Attention})
-      for_each_normalizer(c.q_heads, [&](const char* nname, const auto& n) {
+      for_each_normalizer<OnePass>(c.q_heads, [&](const std::string& nname, const auto& n) {
         const auto spec = ak::make_spec(Causal{} & (Sinks{4} | SlidingWindow{1100, 0}), n);
         INFO(nname << ", " << name(call) << " " << ak::test::describe(c));
         const auto one = bytes_of(spec, c, half_in, 1, call);
@@ -343,7 +328,7 @@ TEST_CASE("decode: NaN keys the mask removes do not leak into the result", "[dec
   for (const Index lq : {1, 4})
     for (const Call call : {Call::Decode, Call::Attention}) {
       const Case c = decode_case(lq, 1500, 4, 1);
-      for_each_normalizer(c.q_heads, [&](const char* nname, const auto& n) {
+      for_each_normalizer<OnePass>(c.q_heads, [&](const std::string& nname, const auto& n) {
         const std::string s(nname);
         // Window of the last ~300 keys: chunks 0 and 1 whole, chunk 2 up to 1190 poisoned.
         check_masked_nan(s + ", window: chunks 0-1 and part of 2 NaN",
