@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "support/reference_check.hpp"
+#include "support/select_oracles.hpp"
 #include "support/test_names.hpp"
 
 using ak::AhaRoutes;
@@ -35,28 +36,11 @@ using ak::Causal;
 using ak::Range;
 using ak::SlidingWindow;
 using ak::TileKind;
+using ak::test::AhaMask;
 using ak::test::Case;
+using ak::test::random_routes;
 
 namespace {
-
-// The routing written out as an element mask (absolute positions; row = i - q_offset).
-struct AhaMask {
-  using slot = ak::MaskSlot;
-  const AhaRoutes* routes = nullptr;
-  Index window = 256, q_offset = 0;
-  bool keep(Index b, Index h, Index i, Index j) const {
-    return j <= i && (routes->is_full(b, i - q_offset, h) || i - j < window);
-  }
-};
-
-// Boolean routes, each full with probability p_full.
-AhaRoutes random_routes(const Case& c, double p_full, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::bernoulli_distribution full(p_full);
-  std::vector<unsigned char> r(static_cast<std::size_t>(c.batch * c.q_len * c.q_heads));
-  for (auto& x : r) x = full(rng) ? 1 : 0;
-  return AhaRoutes(c.batch, c.q_len, c.q_heads, std::move(r));
-}
 
 // Every route full, or every route here.
 AhaRoutes uniform_routes(const Case& c, bool full) {

@@ -1,8 +1,9 @@
 // MoBA: route_topk_blocks() against a slow, obvious selector (loops, double dot products, an
 // explicit sort); moba_attention() against the f64 reference under a mask built from the
-// routes, per query row (so a kernel that used the union of a tile's choices would fail);
-// top-k >= the block count equals dense causal; 1 and 2 threads give the same bits; bad
-// arguments throw before anything is written. Ragged L, Lq != Lk with q_offset, GQA.
+// routes (both in support/select_oracles.hpp), per query row (so a kernel that used the union of a
+// tile's choices would fail); top-k >= the block count equals dense causal; 1 and 2 threads give
+// the same bits; bad arguments throw before anything is written. Ragged L, Lq != Lk with q_offset,
+// GQA.
 #include <Eigen/Core>
 #include <algorithm>
 #include <attnkit/kernel/attention.hpp>
@@ -18,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "support/keep_if.hpp"
+#include "support/select_oracles.hpp"
 #include "support/test_names.hpp"
 
 namespace {
@@ -40,45 +41,6 @@ std::vector<Case> cases() {
       {2, 1, 1, 77, 80, 16, 3, std::nullopt},     // Lq = 1
       {2, 2, 90, 60, 32, 16, 2, std::nullopt},    // Lq > Lk: leading rows see nothing
   };
-}
-
-// The obvious selector: per row, every past block's mean and score in double, sorted.
-std::vector<Index> slow_route(const ak::View<const float>& q, const ak::View<const float>& k,
-                              Index b, Index h, Index i, Index block, Index topk, Index offset) {
-  const Index pos = i + offset;
-  if (pos < 0) return {};
-  const Index own = pos / block, n_blocks = (k.seq + block - 1) / block;
-  const Index hk = h / (q.heads / k.heads);
-  std::vector<std::pair<double, Index>> scored;  // (score, block)
-  for (Index c = 0; c < std::min(own, n_blocks); ++c) {
-    double score = 0;
-    for (Index d = 0; d < q.dim; ++d) {
-      double mean = 0;
-      Index n = 0;
-      for (Index j = c * block; j < std::min((c + 1) * block, k.seq); ++j, ++n)
-        mean += double(k.row(b, hk, j)[d]);
-      score += double(q.row(b, h, i)[d]) * (mean / double(n));
-    }
-    scored.emplace_back(score, c);
-  }
-  std::sort(scored.begin(), scored.end(), [](const auto& x, const auto& y) {
-    return x.first > y.first || (x.first == y.first && x.second < y.second);
-  });
-  std::vector<Index> chosen;
-  for (std::size_t t = 0; t < scored.size() && Index(t) + 1 < topk; ++t)
-    chosen.push_back(scored[t].second);
-  std::sort(chosen.begin(), chosen.end());
-  chosen.push_back(own);
-  return chosen;
-}
-
-// The test's own MoBA mask: keep(i, j) = j <= i and block(j) among row i's chosen blocks.
-auto routed_mask(const ak::BlockRoutes* routes) {
-  return ak::test::keep_if([routes](Index b, Index h, Index i, Index j) {
-    if (j > i) return false;
-    const auto list = routes->chosen(b, h, i - routes->q_offset);
-    return std::find(list.begin(), list.end(), j / routes->block) != list.end();
-  });
 }
 
 struct Inputs {
@@ -111,7 +73,8 @@ TEST_CASE("route_topk_blocks: each row's blocks are those of the obvious selecto
     for (Index i = 0; i < c.lq; ++i) {
       const auto list = routes.chosen(0, h, i);
       const std::vector<Index> got(list.begin(), list.end());
-      const auto want = slow_route(in.q.cview(), in.k.cview(), 0, h, i, c.block, c.topk, offset);
+      const auto want =
+          ak::test::slow_route(in.q.cview(), in.k.cview(), 0, h, i, c.block, c.topk, offset);
       INFO("head " << h << " row " << i);
       REQUIRE(got == want);
       partial_rows += (i + offset) / c.block >= c.topk ? 1 : 0;
@@ -145,7 +108,7 @@ TEST_CASE("moba_attention: equals the reference under each row's own chosen bloc
   const auto options = options_for(c);
   ak::moba_attention(ak::make_spec(), in.q.cview(), in.k.cview(), in.v.cview(), o.view, routes,
                      c.block, options.with_lse(lse));
-  ak::reference::attention(ak::make_spec(routed_mask(&routes)), in.q.cview(), in.k.cview(),
+  ak::reference::attention(ak::make_spec(ak::test::moba_mask(&routes)), in.q.cview(), in.k.cview(),
                            in.v.cview(), reference_out, options.with_lse(lse_ref));
   CHECK_THAT(ak::test::max_abs_diff(o.cview(), reference_out), WithinAbs(0.0, tol::kF32));
   CHECK_THAT(ak::test::max_lse_diff(lse, lse_ref), WithinAbs(0.0, tol::kLseF32));
@@ -164,7 +127,7 @@ TEST_CASE("moba_attention: bf16 storage and a soft-capped score match the refere
   const auto reference_out = ak::bhsd(expected.data(), 1, c.hq, c.lq, c.d);
   ak::moba_attention(ak::make_spec(ak::Softcap{5.f}), q.cview(), k.cview(), v.cview(), o.view,
                      routes, c.block);
-  ak::reference::attention(ak::make_spec(ak::Softcap{5.f}, routed_mask(&routes)), q.cview(),
+  ak::reference::attention(ak::make_spec(ak::Softcap{5.f}, ak::test::moba_mask(&routes)), q.cview(),
                            k.cview(), v.cview(), reference_out);
   CHECK_THAT(ak::test::max_abs_diff(o.cview(), reference_out), WithinAbs(0.0, tol::kBf16));
 }

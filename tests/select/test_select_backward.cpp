@@ -1,11 +1,11 @@
 // The backward passes of the gathered drivers (moba_attention_backward, all_or_here_backward,
 // stripe_attention_backward, superlinear_attention_backward) against
 // reference::attention_backward() (f64) on the equivalent full spec: the same Score and
-// Normalizer under a test-side element mask written from the routes / selection (keep_if),
-// as the forward tests state them. The driver's own forward saves o and the row statistic;
-// every gradient is compared relative to its largest element (tol::kGradF32), per-head
-// parameter gradients likewise. Ragged lengths, Lq != Lk with offsets (rows that see no key),
-// GQA / MQA, padded layouts, Dv != D; 1 and 2 threads give the same bits; a bad input per
+// Normalizer under a test-side element mask written from the routes / selection, the forward
+// tests' own (support/select_oracles.hpp). The driver's own forward saves o and the row
+// statistic; every gradient is compared relative to its largest element (tol::kGradF32),
+// per-head parameter gradients likewise. Ragged lengths, Lq != Lk with offsets (rows that see no
+// key), GQA / MQA, padded layouts, Dv != D; 1 and 2 threads give the same bits; a bad input per
 // driver throws before any gradient is written.
 // The shared part of the drivers' backward (select/gather_backward.hpp: part_backward,
 // CallSums) is what every case here runs.
@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "support/backward_check.hpp"
-#include "support/keep_if.hpp"
+#include "support/select_oracles.hpp"
 #include "support/test_names.hpp"
 
 using ak::test::Case;
@@ -130,15 +130,6 @@ bool all_sevens(const Grads<float>& g) {
 
 // ---- MoBA ----
 
-// keep(i, j) = j <= i and block(j) among row i's chosen blocks.
-auto moba_mask(const ak::BlockRoutes* routes) {
-  return ak::test::keep_if([routes](Index b, Index h, Index i, Index j) {
-    if (j > i) return false;
-    const auto list = routes->chosen(b, h, i - routes->q_offset);
-    return std::find(list.begin(), list.end(), j / routes->block) != list.end();
-  });
-}
-
 struct MobaCase {
   Case c;
   Index block, topk;
@@ -153,7 +144,7 @@ void check_moba(const MobaCase& m, const Score& score, std::uint32_t seed) {
   const auto spec = ak::make_spec(score);
   check_driver<G>(
       "moba block " + std::to_string(m.block) + " topk " + std::to_string(m.topk), c, io,
-      ak::make_spec(score, moba_mask(&routes)),
+      ak::make_spec(score, ak::test::moba_mask(&routes)),
       [&](const ak::View<float>& o, const ak::Options& opt) {
         ak::moba_attention(spec, io.q.cview(), io.k.cview(), io.v.cview(), o, routes, m.block, opt);
       },
@@ -166,33 +157,16 @@ void check_moba(const MobaCase& m, const Score& score, std::uint32_t seed) {
 
 // ---- All-or-Here ----
 
-struct AhaMask {
-  using slot = ak::MaskSlot;
-  const ak::AhaRoutes* routes = nullptr;
-  Index window = 256, q_offset = 0;
-  bool keep(Index b, Index h, Index i, Index j) const {
-    return j <= i && (routes->is_full(b, i - q_offset, h) || i - j < window);
-  }
-};
-
-ak::AhaRoutes random_routes(const Case& c, double p_full, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::bernoulli_distribution full(p_full);
-  std::vector<unsigned char> r(static_cast<std::size_t>(c.rows()));
-  for (auto& x : r) x = full(rng) ? 1 : 0;
-  return ak::AhaRoutes(c.batch, c.q_len, c.q_heads, std::move(r));
-}
-
 template <class T = float, class G = float, class Score, class N>
 void check_aha(const std::string& name, const Case& c, const Score& score, const N& n,
                double p_full, Index window, std::uint32_t seed) {
   Io<T> io(c, seed);
-  const auto routes = random_routes(c, p_full, seed);
+  const auto routes = ak::test::random_routes(c, p_full, seed);
   const auto spec = ak::make_spec(score, n);
   check_driver<G>(
       "all_or_here " + name + " full " + std::to_string(p_full) + " window " +
           std::to_string(window),
-      c, io, ak::make_spec(score, n, AhaMask{&routes, window, c.offset()}),
+      c, io, ak::make_spec(score, n, ak::test::AhaMask{&routes, window, c.offset()}),
       [&](const ak::View<float>& o, const ak::Options& opt) {
         ak::all_or_here(spec, io.q.cview(), io.k.cview(), io.v.cview(), o, routes, window, opt);
       },
@@ -206,40 +180,17 @@ void check_aha(const std::string& name, const Case& c, const Score& score, const
 
 // ---- Stripes ----
 
-ak::StripeParams stripe_params(Index local) {
-  ak::StripeParams params;
-  params.block = 4;
-  params.step = 2;
-  params.theta = 1.f;
-  params.init = 3;
-  params.local = local;
-  return params;
-}
-
-// keep(i, j) = j <= i and (j in init, j in i's big block's local region, or j kept by it).
-auto stripe_mask(const ak::StripeSelection* sel) {
-  return ak::test::keep_if([sel](Index b, Index h, Index i, Index j) {
-    if (j > i) return false;
-    const Index big = sel->params.block * sel->params.step, g = (i - sel->q_offset) / big;
-    const Index init_end = std::min(sel->params.init, sel->kv_len);
-    const Index local =
-        std::clamp<Index>(sel->q_offset + g * big - sel->params.local, 0, sel->kv_len);
-    if (j < init_end || j >= std::max(local, init_end)) return true;
-    return std::find(sel->kept_begin(b, h, g), sel->kept_end(b, h, g), j) != sel->kept_end(b, h, g);
-  });
-}
-
 template <class Score, class N>
 void check_stripes(const std::string& name, const Case& c, const Score& score, const N& n,
                    Index local, std::uint32_t seed) {
   Io<> io(c, seed);
-  const auto sel =
-      ak::anchor_stripes(io.q.cview(), io.k.cview(), stripe_params(local), c.options());
+  const auto sel = ak::anchor_stripes(io.q.cview(), io.k.cview(),
+                                      ak::test::small_stripe_params(local), c.options());
   const auto spec = ak::make_spec(score, n);
   INFO("kept fraction " << sel.kept_fraction());
   check_driver(
       "stripes " + name + " local " + std::to_string(local), c, io,
-      ak::make_spec(score, n, stripe_mask(&sel)),
+      ak::make_spec(score, n, ak::test::stripe_mask(&sel)),
       [&](const ak::View<float>& o, const ak::Options& opt) {
         ak::stripe_attention(spec, io.q.cview(), io.k.cview(), io.v.cview(), o, sel, opt);
       },
@@ -253,19 +204,6 @@ void check_stripes(const std::string& name, const Case& c, const Score& score, c
 
 // ---- Superlinear ----
 
-// keep(i, j) = j <= i and j in a span [a - w/2, a - w/2 + w) of row i or its window.
-auto span_mask(const ak::SpanSelection* sel) {
-  return ak::test::keep_if([sel](Index b, Index h, Index i, Index j) {
-    if (j > i) return false;
-    if (j > i - sel->window) return true;
-    const Index row = i - sel->q_offset;
-    const Index* a = sel->chosen(b, h, row);
-    for (Index t = 0; t < sel->count(b, h, row); ++t)
-      if (j >= a[t] - sel->span / 2 && j < a[t] - sel->span / 2 + sel->span) return true;
-    return false;
-  });
-}
-
 template <class Score>
 void check_superlinear(const Case& c, const Score& score, const ak::SuperlinearParams& params,
                        std::uint32_t seed) {
@@ -276,7 +214,7 @@ void check_superlinear(const Case& c, const Score& score, const ak::SuperlinearP
   const auto spec = ak::make_spec(score);
   check_driver(
       "superlinear topk " + std::to_string(params.topk) + " span " + std::to_string(params.span), c,
-      io, ak::make_spec(score, span_mask(&sel)),
+      io, ak::make_spec(score, ak::test::span_mask(&sel)),
       [&](const ak::View<float>& o, const ak::Options& opt) {
         ak::superlinear_attention(spec, io.q.cview(), io.k.cview(), io.v.cview(), o, sel, opt);
       },
@@ -389,7 +327,7 @@ TEST_CASE("select backward: 1 and 2 threads give the same bits", "[select][backw
     });
   }
   {
-    const auto routes = random_routes(c, 0.3, 501);
+    const auto routes = ak::test::random_routes(c, 0.3, 501);
     ak::all_or_here(ak::make_spec(), io.q.cview(), io.k.cview(), io.v.cview(), io.o.view, routes,
                     24, base);
     check_threads(c, [&](Grads<float>& g, int threads) {
@@ -399,7 +337,7 @@ TEST_CASE("select backward: 1 and 2 threads give the same bits", "[select][backw
     });
   }
   {
-    ak::StripeParams params = stripe_params(8);
+    ak::StripeParams params = ak::test::small_stripe_params(8);
     params.block = 16;
     const auto sel = ak::anchor_stripes(io.q.cview(), io.k.cview(), params, base);
     ak::stripe_attention(ak::make_spec(), io.q.cview(), io.k.cview(), io.v.cview(), io.o.view, sel,
@@ -440,8 +378,8 @@ TEST_CASE("select backward: bad inputs throw before any gradient is written",
   CHECK_THROWS_AS(moba(16, with_lse), ak::Error);
   CHECK_THROWS_AS(moba(8, c.options()), ak::Error);
   // All-or-Here: routes of another shape; a window of 0; dq of another shape.
-  const auto aha_routes = random_routes(c, 0.5, 601);
-  const auto other = random_routes(Case{}.lengths(39, 40).heads(2, 1), 0.5, 602);
+  const auto aha_routes = ak::test::random_routes(c, 0.5, 601);
+  const auto other = ak::test::random_routes(Case{}.lengths(39, 40).heads(2, 1), 0.5, 602);
   const auto aha = [&](const ak::AhaRoutes& r, Index window, const ak::View<float>& dq) {
     ak::all_or_here_backward(ak::make_spec(), io.q.cview(), io.k.cview(), io.v.cview(),
                              io.o.cview(), io.d_o.cview(), dq, g.dk.view, g.dv.view, r, window,
@@ -451,9 +389,9 @@ TEST_CASE("select backward: bad inputs throw before any gradient is written",
   CHECK_THROWS_AS(aha(aha_routes, 0, g.dq.view), ak::Error);
   CHECK_THROWS_AS(aha(aha_routes, 8, short_dq.view), ak::Error);
   // Stripes: a selection made for another offset; dk aliasing k.
-  const auto sel = ak::anchor_stripes(io.q.cview(), io.k.cview(), stripe_params(0));
-  const auto shifted = ak::anchor_stripes(io.q.cview(), io.k.cview(), stripe_params(0),
-                                          ak::Options{}.with_q_offset(3));
+  const auto sel = ak::anchor_stripes(io.q.cview(), io.k.cview(), ak::test::small_stripe_params(0));
+  const auto shifted = ak::anchor_stripes(
+      io.q.cview(), io.k.cview(), ak::test::small_stripe_params(0), ak::Options{}.with_q_offset(3));
   const auto stripes = [&](const ak::StripeSelection& s, const ak::View<float>& dk) {
     ak::stripe_attention_backward(ak::make_spec(), io.q.cview(), io.k.cview(), io.v.cview(),
                                   io.o.cview(), io.d_o.cview(), g.dq.view, dk, g.dv.view, s,

@@ -1,6 +1,6 @@
 // anchor_stripes(), stripe_attention() and stripe_recall() against slow, obvious versions
-// written here: a double-loop selector, the f64 reference under a test-side mask built from
-// the regions' definition, and a dense softmax recall.
+// (support/select_oracles.hpp): a double-loop selector, the f64 reference under a test-side
+// mask built from the regions' definition, and a dense softmax recall.
 #include <algorithm>
 #include <attnkit/attnkit.hpp>
 #include <catch2/catch_test_macros.hpp>
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "support/attnkit_test.hpp"
-#include "support/keep_if.hpp"
+#include "support/select_oracles.hpp"
 #include "support/test_names.hpp"
 
 namespace {
@@ -20,100 +20,9 @@ struct Shape {
   Index batch, q_heads, kv_heads, q_len, kv_len, dim;
 };
 
-// The small parameters the grid runs with: big blocks of 8 queries, so ragged sizes cut
-// several of them, and a theta that keeps part of the middle on N(0, 1) data.
-ak::StripeParams small_params(Index local) {
-  ak::StripeParams params;
-  params.block = 4;
-  params.step = 2;
-  params.theta = 1.f;
-  params.init = 3;
-  params.local = local;
-  return params;
-}
-
-double dot(const float* a, const float* b, Index d) {
-  double s = 0;
-  for (Index c = 0; c < d; ++c) s += double(a[c]) * double(b[c]);
-  return s;
-}
-
-// Positions: big block g covers rows [g B, (g + 1) B); the local region starts `local`
-// keys before its first query; the middle lies between init and local.
-struct Regions {
-  Index init_end, local_begin;
-};
-Regions regions_of(const ak::StripeParams& params, Index offset, Index kv_len, Index g) {
-  const Index init_end = std::min(params.init, kv_len);
-  const Index local =
-      std::clamp<Index>(offset + g * params.block * params.step - params.local, 0, kv_len);
-  return {init_end, std::max(local, init_end)};
-}
-
-// The obvious selector: per (b, h, g) the kept middle columns, and the margin
-// (best pooled score + theta - pooled anchor) of every middle column, to excuse near ties.
-struct SlowSelection {
-  std::vector<std::vector<Index>> kept;     // [b, h, g] -> columns
-  std::vector<std::vector<double>> margin;  // [b, h, g] -> per middle column
-};
-
-SlowSelection slow_select(const ak::View<float>& q, const ak::View<float>& k,
-                          const ak::StripeParams& params, float scale, Index offset) {
-  const Index big = params.block * params.step, groups = (q.seq + big - 1) / big;
-  SlowSelection out;
-  for (Index b = 0; b < q.batch; ++b)
-    for (Index h = 0; h < q.heads; ++h)
-      for (Index g = 0; g < groups; ++g) {
-        const Index hk = h / (q.heads / k.heads);
-        const Regions reg = regions_of(params, offset, k.seq, g);
-        std::vector<Index> kept;
-        std::vector<double> margins;
-        const Index r0 = g * big, r1 = std::min(q.seq, r0 + big);
-        std::vector<double> q_bar, a_bar;  // per pooled group
-        for (Index p0 = r0; p0 < r1; p0 += params.block) {
-          const Index p1 = std::min(r1, p0 + params.block);
-          std::vector<double> mean(std::size_t(q.dim), 0.0);
-          double anchor_sum = 0;
-          for (Index r = p0; r < p1; ++r) {
-            const Index i = r + offset;
-            double anchor = -std::numeric_limits<double>::infinity();
-            for (Index j = 0; j < k.seq; ++j)
-              if (j <= i && (j < reg.init_end || j >= reg.local_begin))
-                anchor = std::max(anchor, scale * dot(q.row(b, h, r), k.row(b, hk, j), q.dim));
-            anchor_sum += anchor;
-            for (Index c = 0; c < q.dim; ++c) mean[std::size_t(c)] += q.row(b, h, r)[c];
-          }
-          for (double& x : mean) x /= double(p1 - p0);
-          q_bar.insert(q_bar.end(), mean.begin(), mean.end());
-          a_bar.push_back(anchor_sum / double(p1 - p0));
-        }
-        for (Index j = reg.init_end; j < reg.local_begin; ++j) {
-          double best = -std::numeric_limits<double>::infinity();
-          for (std::size_t p = 0; p < a_bar.size(); ++p) {
-            double s = 0;
-            for (Index c = 0; c < q.dim; ++c)
-              s += q_bar[p * std::size_t(q.dim) + std::size_t(c)] * double(k.row(b, hk, j)[c]);
-            best = std::max(best, scale * s + params.theta - a_bar[p]);
-          }
-          margins.push_back(best);
-          if (best >= 0) kept.push_back(j);
-        }
-        out.kept.push_back(kept);
-        out.margin.push_back(margins);
-      }
-  return out;
-}
-
-// keep(b, h, i, j) = j <= i && (j in init or j in local(i) or j kept by i's big block).
-auto stripe_mask(const ak::StripeSelection* sel) {
-  return ak::test::keep_if([sel](Index b, Index h, Index i, Index j) {
-    if (j > i) return false;
-    const Index g = (i - sel->q_offset) / (sel->params.block * sel->params.step);
-    const Regions reg = regions_of(sel->params, sel->q_offset, sel->kv_len, g);
-    if (j < reg.init_end || j >= reg.local_begin) return true;
-    return std::find(sel->kept_begin(b, h, g), sel->kept_end(b, h, g), j) != sel->kept_end(b, h, g);
-  });
-}
+using ak::test::dot_f64;
+using ak::test::small_stripe_params;
+using ak::test::stripe_mask;
 using TestStripeMask = decltype(stripe_mask(nullptr));
 
 struct Inputs {
@@ -137,12 +46,12 @@ TEST_CASE("anchor_stripes: keeps the columns a slow, obvious selector keeps", "[
   const Index local = GENERATE(0, 5);
   const int threads = GENERATE(1, 2);
   Inputs in(shape, Layout::Padded, 11);
-  const ak::StripeParams params = small_params(local);
+  const ak::StripeParams params = small_stripe_params(local);
   const auto options = ak::Options{}.with_threads(threads);
   const ak::StripeSelection sel = ak::anchor_stripes(in.q.cview(), in.k.cview(), params, options);
   const float scale = 1.f / std::sqrt(float(shape.dim));
-  const SlowSelection slow =
-      slow_select(in.q.view, in.k.view, params, scale, shape.kv_len - shape.q_len);
+  const ak::test::SlowStripes slow =
+      ak::test::slow_stripes(in.q.view, in.k.view, params, scale, shape.kv_len - shape.q_len);
   REQUIRE(sel.offsets.size() == slow.kept.size() + 1);
   Index kept = 0, middle = 0, near_ties = 0;
   for (std::size_t it = 0; it < slow.kept.size(); ++it) {
@@ -171,10 +80,11 @@ TEST_CASE("anchor_stripes: keeps the columns a slow, obvious selector keeps", "[
 
 TEST_CASE("anchor_stripes: an explicit q_offset moves the regions", "[select][stripes]") {
   Inputs in(Shape{1, 2, 1, 24, 40, 32}, Layout::Bhsd, 5);
-  const ak::StripeParams params = small_params(0);
+  const ak::StripeParams params = small_stripe_params(0);
   const auto options = ak::Options{}.with_q_offset(9);
   const ak::StripeSelection sel = ak::anchor_stripes(in.q.cview(), in.k.cview(), params, options);
-  const SlowSelection slow = slow_select(in.q.view, in.k.view, params, 1.f / std::sqrt(32.f), 9);
+  const ak::test::SlowStripes slow =
+      ak::test::slow_stripes(in.q.view, in.k.view, params, 1.f / std::sqrt(32.f), 9);
   CHECK(sel.q_offset == 9);
   CHECK(sel.middle(2).end == 9 + 16);
   for (std::size_t it = 0; it < slow.kept.size(); ++it)
@@ -191,7 +101,7 @@ TEST_CASE("stripe_attention: equals the reference under the selection's mask",
   const int threads = GENERATE(1, 2);
   const Layout layout = GENERATE(Layout::Bhsd, Layout::Padded);
   Inputs in(shape, layout, 21);
-  const ak::StripeParams params = small_params(local);
+  const ak::StripeParams params = small_stripe_params(local);
   const ak::StripeSelection sel = ak::anchor_stripes(in.q.cview(), in.k.cview(), params);
   Tensor<float> o(layout, shape.batch, shape.q_heads, shape.q_len, shape.dim);
   std::vector<double> expected(std::size_t(shape.batch * shape.q_heads * shape.q_len * shape.dim));
@@ -213,7 +123,7 @@ TEST_CASE("stripe_attention: a selection keeping every column equals dense causa
   const Shape shape = GENERATE(Shape{1, 4, 2, 53, 53, 32}, Shape{2, 2, 1, 19, 40, 64});
   const int threads = GENERATE(1, 2);
   Inputs in(shape, Layout::Bshd, 31);
-  ak::StripeParams params = small_params(0);
+  ak::StripeParams params = small_stripe_params(0);
   params.theta = std::numeric_limits<float>::infinity();
   const ak::StripeSelection sel = ak::anchor_stripes(in.q.cview(), in.k.cview(), params);
   CHECK(sel.kept_fraction() == 1.0);
@@ -233,7 +143,8 @@ TEST_CASE("stripe_attention: a selection keeping every column equals dense causa
 TEST_CASE("stripe_recall: the softmax mass on the selected columns, per row", "[select][stripes]") {
   const Shape shape{1, 4, 2, 37, 50, 32};
   Inputs in(shape, Layout::Bhsd, 41);
-  const ak::StripeSelection sel = ak::anchor_stripes(in.q.cview(), in.k.cview(), small_params(0));
+  const ak::StripeSelection sel =
+      ak::anchor_stripes(in.q.cview(), in.k.cview(), small_stripe_params(0));
   const int threads = GENERATE(1, 2);
   const ak::StripeRecall recall =
       ak::stripe_recall(in.q.cview(), in.k.cview(), sel, ak::Options{}.with_threads(threads));
@@ -245,8 +156,8 @@ TEST_CASE("stripe_recall: the softmax mass on the selected columns, per row", "[
       const Index i = r + offset;
       double all = 0, held = 0;
       for (Index j = 0; j <= i; ++j) {
-        const double w =
-            std::exp(dot(in.q.view.row(0, h, r), in.k.view.row(0, h / 2, j), 32) / std::sqrt(32.0));
+        const double w = std::exp(dot_f64(in.q.view.row(0, h, r), in.k.view.row(0, h / 2, j), 32) /
+                                  std::sqrt(32.0));
         all += w;
         held += mask.keep(0, h, i, j) ? w : 0.0;
       }
@@ -262,7 +173,8 @@ TEST_CASE("stripe_recall: the softmax mass on the selected columns, per row", "[
 TEST_CASE("stripe_attention: bad input throws before writing", "[select][stripes]") {
   const Shape shape{1, 2, 1, 30, 30, 16};
   Inputs in(shape, Layout::Bhsd, 51);
-  const ak::StripeSelection sel = ak::anchor_stripes(in.q.cview(), in.k.cview(), small_params(0));
+  const ak::StripeSelection sel =
+      ak::anchor_stripes(in.q.cview(), in.k.cview(), small_stripe_params(0));
   REQUIRE(!sel.columns.empty());
   Tensor<float> o(Layout::Bhsd, 1, 2, 30, 16);
   std::fill(o.memory.begin(), o.memory.end(), 7.f);
@@ -282,10 +194,10 @@ TEST_CASE("stripe_attention: bad input throws before writing", "[select][stripes
   CHECK_THROWS_AS(run(other_len), ak::Error);
   CHECK_THROWS_AS(run(sel, ak::Options{}.with_q_offset(3)), ak::Error);
   CHECK_THROWS_AS(run(sel, ak::Options{}.with_threads(-1)), ak::Error);
-  ak::StripeParams bad = small_params(0);
+  ak::StripeParams bad = small_stripe_params(0);
   bad.block = 0;
   CHECK_THROWS_AS(ak::anchor_stripes(in.q.cview(), in.k.cview(), bad), ak::Error);
-  bad = small_params(0);
+  bad = small_stripe_params(0);
   bad.theta = std::nanf("");
   CHECK_THROWS_AS(ak::anchor_stripes(in.q.cview(), in.k.cview(), bad), ak::Error);
   CHECK(std::all_of(o.memory.begin(), o.memory.end(), [](float x) { return x == 7.f; }));

@@ -1,9 +1,10 @@
 // Superlinear span attention: superlinear_spans() against a slow, obvious selector (every
 // anchor scored in double, an explicit sort); superlinear_attention() against the f64
-// reference under a test-side mask built from each row's own spans and window; anchors at
-// every offset (p = 1) with top-k covering them, or one span wider than the sequence, equal
-// dense causal; 1 and 2 threads give the same bits; bad arguments throw before anything is
-// written. Ragged L, Lq != Lk with q_offset, GQA, d in {32, 64, 80, 128}, bf16.
+// reference under a test-side mask built from each row's own spans and window (both in
+// support/select_oracles.hpp); anchors at every offset (p = 1) with top-k covering them, or one
+// span wider than the sequence, equal dense causal; 1 and 2 threads give the same bits; bad
+// arguments throw before anything is written. Ragged L, Lq != Lk with q_offset, GQA, d in
+// {32, 64, 80, 128}, bf16.
 #include <Eigen/Core>
 #include <algorithm>
 #include <attnkit/kernel/attention.hpp>
@@ -20,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "support/keep_if.hpp"
+#include "support/select_oracles.hpp"
 #include "support/test_names.hpp"
 
 namespace {
@@ -43,43 +44,6 @@ std::vector<Case> cases() {
       {2, 2, 90, 60, 32, 2, 8, 4, std::nullopt},              // Lq > Lk: leading rows see nothing
       {2, 2, 130, 130, 128, 3, 7, 5, std::nullopt, 1.0 / 3},  // d = 128, cubic offsets
   };
-}
-
-// The obvious selector: every anchor i - floor(m^(1/p)) in [0, Lk), scored in double.
-std::vector<Index> slow_spans(const ak::View<const float>& r, const ak::View<const float>& k,
-                              Index b, Index h, Index i, const Case& c, Index offset) {
-  const Index pos = i + offset, hk = h / (r.heads / k.heads);
-  std::vector<std::pair<double, Index>> scored;  // (score, anchor)
-  for (Index m = 1;; ++m) {
-    const auto back = static_cast<Index>(std::floor(std::pow(double(m), 1.0 / c.p) + 1e-9));
-    if (back > pos) break;
-    const Index a = pos - back;
-    if (a >= k.seq) continue;
-    double score = 0;
-    for (Index d = 0; d < r.dim; ++d) score += double(r.row(b, h, i)[d]) * k.row(b, hk, a)[d];
-    scored.emplace_back(score, a);
-  }
-  std::sort(scored.begin(), scored.end(), [](const auto& x, const auto& y) {
-    return x.first > y.first || (x.first == y.first && x.second > y.second);  // nearer first
-  });
-  std::vector<Index> chosen;
-  for (std::size_t t = 0; t < scored.size() && Index(t) < c.topk; ++t)
-    chosen.push_back(scored[t].second);
-  std::sort(chosen.begin(), chosen.end());
-  return chosen;
-}
-
-// The test's own mask: j <= i, and j in a span [a - w/2, a - w/2 + w) of row i or its window.
-auto span_mask(const ak::SpanSelection* sel) {
-  return ak::test::keep_if([sel](Index b, Index h, Index i, Index j) {
-    if (j > i) return false;
-    if (j > i - sel->window) return true;
-    const Index row = i - sel->q_offset;
-    const Index* a = sel->chosen(b, h, row);
-    for (Index t = 0; t < sel->count(b, h, row); ++t)
-      if (j >= a[t] - sel->span / 2 && j < a[t] - sel->span / 2 + sel->span) return true;
-    return false;
-  });
 }
 
 struct Inputs {
@@ -114,7 +78,8 @@ TEST_CASE("superlinear_spans: each row's anchors are those of the obvious select
     for (Index i = 0; i < c.lq; ++i) {
       const Index* a = sel.chosen(0, h, i);
       const std::vector<Index> got(a, a + sel.count(0, h, i));
-      const auto want = slow_spans(in.r.cview(), in.k.cview(), 0, h, i, c, offset);
+      const auto want =
+          ak::test::slow_spans(in.r.cview(), in.k.cview(), 0, h, i, c.p, c.topk, offset);
       INFO("head " << h << " row " << i);
       REQUIRE(got == want);
       partial_rows += i + offset >= (c.topk + 1) * (c.topk + 1) ? 1 : 0;
@@ -146,8 +111,8 @@ TEST_CASE("superlinear_attention: equals the reference under each row's own span
   std::vector<float> lse(static_cast<std::size_t>(c.hq * c.lq)), lse_ref(lse.size());
   ak::superlinear_attention(ak::make_spec(), in.q.cview(), in.k.cview(), in.v.cview(), o.view, sel,
                             options.with_lse(lse));
-  ak::reference::attention(ak::make_spec(span_mask(&sel)), in.q.cview(), in.k.cview(), in.v.cview(),
-                           reference_out, options.with_lse(lse_ref));
+  ak::reference::attention(ak::make_spec(ak::test::span_mask(&sel)), in.q.cview(), in.k.cview(),
+                           in.v.cview(), reference_out, options.with_lse(lse_ref));
   CHECK_THAT(ak::test::max_abs_diff(o.cview(), reference_out), WithinAbs(0.0, tol::kF32));
   CHECK_THAT(ak::test::max_lse_diff(lse, lse_ref), WithinAbs(0.0, tol::kLseF32));
 }
@@ -164,8 +129,8 @@ TEST_CASE("superlinear_attention: bf16 storage and a soft-capped score match the
   const auto reference_out = ak::bhsd(expected.data(), 1, c.hq, c.lq, c.d);
   ak::superlinear_attention(ak::make_spec(ak::Softcap{5.f}), q.cview(), k.cview(), v.cview(),
                             o.view, sel);
-  ak::reference::attention(ak::make_spec(ak::Softcap{5.f}, span_mask(&sel)), q.cview(), k.cview(),
-                           v.cview(), reference_out);
+  ak::reference::attention(ak::make_spec(ak::Softcap{5.f}, ak::test::span_mask(&sel)), q.cview(),
+                           k.cview(), v.cview(), reference_out);
   CHECK_THAT(ak::test::max_abs_diff(o.cview(), reference_out), WithinAbs(0.0, tol::kBf16));
 }
 
