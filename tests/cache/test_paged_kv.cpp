@@ -22,8 +22,6 @@
 #include <attnkit/normalizer/softmax.hpp>
 #include <attnkit/score/softcap.hpp>
 #include <catch2/catch_test_macros.hpp>
-#include <catch2/matchers/catch_matchers_exception.hpp>
-#include <catch2/matchers/catch_matchers_string.hpp>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -35,17 +33,13 @@
 
 #include "support/catalogue.hpp"
 #include "support/error_checks.hpp"
+#include "support/matchers.hpp"
 #include "support/sequences.hpp"
 #include "support/test_names.hpp"
 
-using ak::Causal;
 using ak::PagedKv;
-using ak::Sinks;
-using ak::SlidingWindow;
 using ak::test::check_error;
 using ak::test::under;
-using Catch::Matchers::ContainsSubstring;
-using Catch::Matchers::MessageMatches;
 
 namespace {
 

@@ -7,9 +7,6 @@
 #include <attnkit/problem.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
-#include <catch2/matchers/catch_matchers_exception.hpp>
-#include <catch2/matchers/catch_matchers_floating_point.hpp>
-#include <catch2/matchers/catch_matchers_string.hpp>
 #include <cmath>
 #include <deque>
 #include <functional>
@@ -20,10 +17,10 @@
 #include <utility>
 #include <vector>
 
+#include "support/matchers.hpp"
+
 namespace ak = attnkit;
 using ak::Index;
-using Catch::Matchers::Equals;
-using Catch::Matchers::MessageMatches;
 
 namespace {
 

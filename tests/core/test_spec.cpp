@@ -12,11 +12,11 @@
 #include <attnkit/spec.hpp>
 #include <attnkit/version.hpp>
 #include <catch2/catch_test_macros.hpp>
-#include <catch2/matchers/catch_matchers_floating_point.hpp>
 #include <type_traits>
 
+#include "support/matchers.hpp"
+
 namespace ak = attnkit;
-using Catch::Matchers::WithinRel;
 using Catch::Matchers::WithinULP;
 
 namespace {

@@ -4,17 +4,15 @@
 #include <attnkit/core/error.hpp>
 #include <attnkit/core/tensor.hpp>
 #include <catch2/catch_test_macros.hpp>
-#include <catch2/matchers/catch_matchers_exception.hpp>
-#include <catch2/matchers/catch_matchers_string.hpp>
 #include <cstddef>
 #include <numeric>
 #include <type_traits>
 #include <vector>
 
+#include "support/matchers.hpp"
+
 namespace ak = attnkit;
 using ak::Index;
-using Catch::Matchers::ContainsSubstring;
-using Catch::Matchers::MessageMatches;
 
 namespace {
 

@@ -31,7 +31,6 @@
 
 namespace {
 
-using ak::test::Case;
 using ak::test::run_case;
 
 template <class Spec>

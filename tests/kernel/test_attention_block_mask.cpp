@@ -35,7 +35,6 @@
 namespace {
 
 using ak::test::block_layout;
-using ak::test::Case;
 using ak::test::Outcome;
 using ak::test::run_case;
 using ak::test::run_kernel;

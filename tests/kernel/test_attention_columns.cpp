@@ -26,11 +26,8 @@
 #include "support/reference_check.hpp"
 #include "support/test_names.hpp"
 
-using ak::Causal;
-using ak::Index;
 using ak::PowerOfTwo;
 using ak::detail::PlanChoice;
-using ak::test::Case;
 using ak::test::check_attention;
 
 namespace user {

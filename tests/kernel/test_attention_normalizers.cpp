@@ -27,8 +27,6 @@
 #include "support/reference_check.hpp"
 #include "support/test_names.hpp"
 
-using ak::Causal;
-using ak::test::Case;
 using ak::test::check_attention;
 using ak::test::Inputs;
 using ak::test::under;

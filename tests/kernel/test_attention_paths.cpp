@@ -38,9 +38,6 @@
 #include "support/reference_check.hpp"
 #include "support/test_names.hpp"
 
-using ak::Causal;
-using ak::SlidingWindow;
-using ak::test::Case;
 using ak::test::check_attention;
 using ak::test::under;
 

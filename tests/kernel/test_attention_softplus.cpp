@@ -30,9 +30,6 @@
 #include "support/reference_check.hpp"
 #include "support/test_names.hpp"
 
-using ak::Causal;
-using ak::SlidingWindow;
-using ak::test::Case;
 using ak::test::kNegInf;
 
 namespace {

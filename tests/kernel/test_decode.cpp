@@ -39,10 +39,6 @@
 #include "support/reference_check.hpp"
 #include "support/test_names.hpp"
 
-using ak::Causal;
-using ak::Sinks;
-using ak::SlidingWindow;
-using ak::test::Case;
 using ak::test::for_each_normalizer;  // every normalizer decode() takes: OnePass
 using ak::test::OnePass;
 using ak::test::under;

@@ -39,9 +39,6 @@
 #include "support/sequences.hpp"
 #include "support/test_names.hpp"
 
-using ak::Causal;
-using ak::Sinks;
-using ak::SlidingWindow;
 using ak::test::kNaN;
 
 namespace {

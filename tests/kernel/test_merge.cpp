@@ -11,14 +11,13 @@
 #include <attnkit/normalizer/softmax.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
-#include <catch2/matchers/catch_matchers_exception.hpp>
-#include <catch2/matchers/catch_matchers_string.hpp>
 #include <cmath>
 #include <deque>
 #include <random>
 #include <type_traits>
 #include <vector>
 
+#include "support/matchers.hpp"
 #include "support/test_names.hpp"
 
 namespace {
@@ -125,8 +124,6 @@ TEST_CASE("merge: a NaN statistic makes that row NaN only", "[merge][nonfinite]"
 }
 
 TEST_CASE("merge: bad arguments throw attnkit::Error and write nothing", "[merge][errors]") {
-  using Catch::Matchers::ContainsSubstring;
-  using Catch::Matchers::MessageMatches;
   Tensor<float> a(Layout::Bhsd, 1, 2, 3, 4), wrong(Layout::Bhsd, 1, 2, 4, 4),
       out(Layout::Bhsd, 1, 2, 3, 4);
   out.for_each([](float& x) { x = 42.f; });

@@ -17,14 +17,13 @@
 #include <attnkit/normalizer/softplus_l1_reweighted.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
-#include <catch2/matchers/catch_matchers_exception.hpp>
-#include <catch2/matchers/catch_matchers_string.hpp>
 #include <cmath>
 #include <deque>
 #include <limits>
 #include <random>
 #include <vector>
 
+#include "support/matchers.hpp"
 #include "support/test_names.hpp"
 
 using ak::test::kNegInf;
@@ -177,8 +176,6 @@ TEST_CASE("merge: parts with their own key counts do not give the whole LSSA cal
 
 TEST_CASE("merge_reweighted: bad arguments throw attnkit::Error and write nothing",
           "[merge][softplus][errors]") {
-  using Catch::Matchers::ContainsSubstring;
-  using Catch::Matchers::MessageMatches;
   Tensor<float> a(Layout::Bhsd, 1, 2, 3, 4), lssa(Layout::Bhsd, 1, 2, 3, 4),
       wrong(Layout::Bhsd, 1, 2, 3, 5), out(Layout::Bhsd, 1, 2, 3, 4);
   out.for_each([](float& x) { x = 42.f; });

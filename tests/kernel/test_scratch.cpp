@@ -11,16 +11,16 @@
 #include <attnkit/kernel/tiles/tile_config.hpp>
 #include <attnkit/simd/simd.hpp>
 #include <catch2/catch_test_macros.hpp>
-#include <catch2/matchers/catch_matchers_floating_point.hpp>
 #include <cstdint>
 #include <limits>
 #include <new>
 #include <vector>
 
+#include "support/matchers.hpp"
+
 namespace ak = attnkit;
 using ak::Index;
 using ak::detail::Scratch;
-using Catch::Matchers::WithinRel;
 
 namespace {
 

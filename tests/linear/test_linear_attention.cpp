@@ -11,8 +11,6 @@
 #include <attnkit/linear/linear_attention.hpp>
 #include <attnkit/linear/reference.hpp>
 #include <catch2/catch_test_macros.hpp>
-#include <catch2/matchers/catch_matchers_exception.hpp>
-#include <catch2/matchers/catch_matchers_string.hpp>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -21,6 +19,7 @@
 #include <vector>
 
 #include "support/attnkit_test.hpp"
+#include "support/matchers.hpp"
 
 namespace ak = attnkit;
 using ak::Index;
@@ -293,7 +292,6 @@ TEST_CASE("linear_attention: bad inputs throw Error before anything is written",
   Tensor<float> o(ak::test::Layout::Bhsd, s.batch, s.q_heads, s.q_len, s.value_dim);
   const auto spec = ak::linear_spec(ak::EluPlusOne{});
   const auto q = in.q.cview(), k = in.k.cview(), v = in.v.cview();
-  using Catch::Matchers::ContainsSubstring;
   const auto expect_error = [&](auto call, const std::string& text) {
     std::fill(o.memory.begin(), o.memory.end(), 42.f);
     CHECK_THROWS_MATCHES(call(), ak::Error,

@@ -6,12 +6,11 @@
 #include <attnkit/mask/chunked.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
-#include <catch2/matchers/catch_matchers_exception.hpp>
-#include <catch2/matchers/catch_matchers_string.hpp>
 #include <cmath>
 #include <limits>
 
 #include "support/mask_checks.hpp"
+#include "support/matchers.hpp"
 
 namespace ak = attnkit;
 using ak::Chunked;
@@ -116,8 +115,6 @@ TEST_CASE("Chunked: runs lists exactly the keys each query keeps", "[mask][chunk
 
 TEST_CASE("Chunked: a size below 1 or above 2^60 throws attnkit::Error naming it",
           "[mask][chunked][errors]") {
-  using Catch::Matchers::ContainsSubstring;
-  using Catch::Matchers::MessageMatches;
   CHECK_THROWS_MATCHES(
       Chunked(0), ak::Error,
       MessageMatches(ContainsSubstring("Chunked.size: expected 1 to 2^60, got 0")));

@@ -6,10 +6,9 @@
 #include <attnkit/mask/sinks.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
-#include <catch2/matchers/catch_matchers_exception.hpp>
-#include <catch2/matchers/catch_matchers_string.hpp>
 
 #include "support/mask_checks.hpp"
+#include "support/matchers.hpp"
 
 namespace ak = attnkit;
 using ak::Index;
@@ -71,8 +70,6 @@ TEST_CASE("Sinks: key_ranges and runs are the first n keys", "[mask][sinks]") {
 }
 
 TEST_CASE("Sinks: a negative count throws attnkit::Error naming it", "[mask][sinks][errors]") {
-  using Catch::Matchers::ContainsSubstring;
-  using Catch::Matchers::MessageMatches;
   CHECK_THROWS_MATCHES(Sinks(-1), ak::Error,
                        MessageMatches(ContainsSubstring("Sinks.count: expected >= 0, got -1")));
   CHECK_NOTHROW(Sinks(0));

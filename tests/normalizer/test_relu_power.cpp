@@ -7,9 +7,6 @@
 #include <attnkit/normalizer/relu_power.hpp>
 #include <attnkit/simd/simd.hpp>
 #include <catch2/catch_test_macros.hpp>
-#include <catch2/matchers/catch_matchers_exception.hpp>
-#include <catch2/matchers/catch_matchers_floating_point.hpp>
-#include <catch2/matchers/catch_matchers_string.hpp>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -17,10 +14,9 @@
 
 #include "support/attnkit_test.hpp"
 #include "support/lane_blocks.hpp"
+#include "support/matchers.hpp"
 
 namespace simd = attnkit::simd;
-using Catch::Matchers::WithinAbs;
-using Catch::Matchers::WithinRel;
 
 namespace {
 
@@ -170,8 +166,6 @@ TEST_CASE("ReluPower: reference_row on a hand-checked row", "[relu_power][refere
 
 TEST_CASE("ReluPower: the constructor refuses alpha <= 0 or not finite, and a non-finite bias",
           "[relu_power][errors]") {
-  using Catch::Matchers::ContainsSubstring;
-  using Catch::Matchers::MessageMatches;
   const float inf = std::numeric_limits<float>::infinity();
   for (const float alpha : {0.f, -0.f, -1.f, inf, -inf, kNaN}) {
     INFO("alpha " << alpha);

@@ -9,9 +9,6 @@
 #include <attnkit/normalizer/softmax.hpp>
 #include <attnkit/simd/simd.hpp>
 #include <catch2/catch_test_macros.hpp>
-#include <catch2/matchers/catch_matchers_exception.hpp>
-#include <catch2/matchers/catch_matchers_floating_point.hpp>
-#include <catch2/matchers/catch_matchers_string.hpp>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -20,11 +17,10 @@
 #include "support/attnkit_test.hpp"
 #include "support/error_checks.hpp"
 #include "support/lane_blocks.hpp"
+#include "support/matchers.hpp"
 
 namespace simd = attnkit::simd;
 using ak::RowContext;
-using Catch::Matchers::WithinAbs;
-using Catch::Matchers::WithinRel;
 
 namespace {
 
@@ -167,8 +163,6 @@ TEST_CASE("Sigmoid: validate refuses a per-head bias that does not cover the hea
 }
 
 TEST_CASE("Sigmoid: a bias that is NaN or infinite throws naming the bias", "[sigmoid][errors]") {
-  using Catch::Matchers::ContainsSubstring;
-  using Catch::Matchers::MessageMatches;
   const float inf = std::numeric_limits<float>::infinity();
   for (const float bad : {kNaN, inf, -inf}) {
     INFO("bias " << bad);

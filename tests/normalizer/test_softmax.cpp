@@ -7,7 +7,6 @@
 #include <attnkit/normalizer/softmax.hpp>
 #include <attnkit/simd/simd.hpp>
 #include <catch2/catch_test_macros.hpp>
-#include <catch2/matchers/catch_matchers_floating_point.hpp>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -16,9 +15,9 @@
 #include "support/attnkit_test.hpp"
 #include "support/error_checks.hpp"
 #include "support/lane_blocks.hpp"
+#include "support/matchers.hpp"
 
 namespace simd = attnkit::simd;
-using Catch::Matchers::WithinAbs;
 
 namespace {
 

@@ -19,23 +19,18 @@
 #include <attnkit/spec.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
-#include <catch2/matchers/catch_matchers_exception.hpp>
-#include <catch2/matchers/catch_matchers_floating_point.hpp>
-#include <catch2/matchers/catch_matchers_string.hpp>
 #include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
 
 #include "support/error_checks.hpp"
+#include "support/matchers.hpp"
 #include "support/reference_check.hpp"
 #include "support/test_names.hpp"
 
 using ak::test::check_error;
 using ak::test::random_values;
-using Catch::Matchers::ContainsSubstring;
-using Catch::Matchers::MessageMatches;
-using Catch::Matchers::WithinAbs;
 
 namespace {
 

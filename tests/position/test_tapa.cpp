@@ -28,10 +28,7 @@
 #include "support/reference_check.hpp"
 #include "support/test_names.hpp"
 
-using ak::Causal;
-using ak::SlidingWindow;
 using ak::Tapa;
-using ak::test::Case;
 
 namespace {
 

@@ -11,18 +11,16 @@
 #include <attnkit/score/softcap.hpp>
 #include <attnkit/spec.hpp>
 #include <catch2/catch_test_macros.hpp>
-#include <catch2/matchers/catch_matchers_exception.hpp>
-#include <catch2/matchers/catch_matchers_floating_point.hpp>
-#include <catch2/matchers/catch_matchers_string.hpp>
 #include <cmath>
 #include <limits>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "support/matchers.hpp"
+
 namespace ak = attnkit;
 using ak::Index;
-using Catch::Matchers::WithinAbs;
 
 namespace {
 

@@ -18,7 +18,6 @@
 #include <attnkit/simd/simd.hpp>
 #include <attnkit/spec.hpp>
 #include <catch2/catch_test_macros.hpp>
-#include <catch2/matchers/catch_matchers_floating_point.hpp>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -26,13 +25,11 @@
 #include <vector>
 
 #include "support/error_checks.hpp"
+#include "support/matchers.hpp"
 #include "support/reference_check.hpp"
 #include "support/test_names.hpp"
 
 using ak::Alibi;
-using ak::Causal;
-using ak::test::Case;
-using Catch::Matchers::WithinRel;
 
 namespace {
 

@@ -11,9 +11,6 @@
 #include <attnkit/spec.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
-#include <catch2/matchers/catch_matchers_exception.hpp>
-#include <catch2/matchers/catch_matchers_floating_point.hpp>
-#include <catch2/matchers/catch_matchers_string.hpp>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -21,11 +18,10 @@
 #include <type_traits>
 #include <vector>
 
+#include "support/matchers.hpp"
+
 namespace ak = attnkit;
 using ak::Index;
-using Catch::Matchers::ContainsSubstring;
-using Catch::Matchers::MessageMatches;
-using Catch::Matchers::WithinAbs;
 
 namespace {
 

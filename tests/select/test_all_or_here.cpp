@@ -32,12 +32,9 @@
 #include "support/test_names.hpp"
 
 using ak::AhaRoutes;
-using ak::Causal;
 using ak::Range;
-using ak::SlidingWindow;
 using ak::TileKind;
 using ak::test::AhaMask;
-using ak::test::Case;
 using ak::test::random_routes;
 
 namespace {
