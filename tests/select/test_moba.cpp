@@ -13,26 +13,24 @@
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 #include <catch2/generators/catch_generators_range.hpp>
-#include <catch2/matchers/catch_matchers_floating_point.hpp>
 #include <cstring>
 #include <optional>
 #include <utility>
 #include <vector>
 
+#include "support/matchers.hpp"
 #include "support/select_oracles.hpp"
 #include "support/test_names.hpp"
 
 namespace {
 
-using Catch::Matchers::WithinAbs;
-
-struct Case {
+struct MobaCase {
   Index hq, hkv, lq, lk, d, block, topk;
   std::optional<Index> q_offset;  // default: Lk - Lq
 };
 
 // The cases of the grid: ragged lengths, Lq != Lk, explicit and negative offsets, GQA.
-std::vector<Case> cases() {
+std::vector<MobaCase> cases() {
   return {
       {2, 2, 100, 100, 32, 16, 3, std::nullopt},  // L not a multiple of the block
       {4, 2, 37, 150, 64, 32, 2, std::nullopt},   // GQA, decode-like bottom-right queries
@@ -45,7 +43,7 @@ std::vector<Case> cases() {
 
 struct Inputs {
   Tensor<float> q, k, v;
-  Inputs(const Case& c, Layout layout, std::uint32_t seed)
+  Inputs(const MobaCase& c, Layout layout, std::uint32_t seed)
       : q(layout, 1, c.hq, c.lq, c.d),
         k(layout, 1, c.hkv, c.lk, c.d),
         v(layout, 1, c.hkv, c.lk, c.d) {
@@ -55,7 +53,7 @@ struct Inputs {
   }
 };
 
-ak::Options options_for(const Case& c) {
+ak::Options options_for(const MobaCase& c) {
   return c.q_offset ? ak::Options{}.with_q_offset(*c.q_offset) : ak::Options{};
 }
 
@@ -83,7 +81,7 @@ TEST_CASE("route_topk_blocks: each row's blocks are those of the obvious selecto
 }
 
 TEST_CASE("route_topk_blocks: a strongly aligned old block is chosen", "[select][moba]") {
-  const Case c{1, 1, 64, 64, 32, 8, 2, std::nullopt};
+  const MobaCase c{1, 1, 64, 64, 32, 8, 2, std::nullopt};
   Inputs in(c, Layout::Bhsd, 5);
   for (Index j = 8; j < 16; ++j)  // block 1: every key along q_63
     for (Index d = 0; d < c.d; ++d) in.k.view.row(0, 0, j)[d] = 4.f * in.q.view.row(0, 0, 63)[d];
@@ -102,34 +100,27 @@ TEST_CASE("moba_attention: equals the reference under each row's own chosen bloc
   const auto routes =
       ak::route_topk_blocks(in.q.cview(), in.k.cview(), c.block, c.topk, c.q_offset);
   Tensor<float> o(layout, 1, c.hq, c.lq, c.d);
-  std::vector<double> expected(static_cast<std::size_t>(c.hq * c.lq * c.d));
-  const auto reference_out = ak::bhsd(expected.data(), 1, c.hq, c.lq, c.d);
-  std::vector<float> lse(static_cast<std::size_t>(c.hq * c.lq)), lse_ref(lse.size());
+  std::vector<float> lse(static_cast<std::size_t>(c.hq * c.lq));
   const auto options = options_for(c);
   ak::moba_attention(ak::make_spec(), in.q.cview(), in.k.cview(), in.v.cview(), o.view, routes,
                      c.block, options.with_lse(lse));
-  ak::reference::attention(ak::make_spec(ak::test::moba_mask(&routes)), in.q.cview(), in.k.cview(),
-                           in.v.cview(), reference_out, options.with_lse(lse_ref));
-  CHECK_THAT(ak::test::max_abs_diff(o.cview(), reference_out), WithinAbs(0.0, tol::kF32));
-  CHECK_THAT(ak::test::max_lse_diff(lse, lse_ref), WithinAbs(0.0, tol::kLseF32));
+  ak::test::check_driver_output(ak::make_spec(ak::test::moba_mask(&routes)), in.q.cview(),
+                                in.k.cview(), in.v.cview(), o.cview(), lse, options, tol::kF32);
 }
 
 TEST_CASE("moba_attention: bf16 storage and a soft-capped score match the reference",
           "[select][moba]") {
-  const Case c{4, 2, 70, 70, 64, 16, 3, std::nullopt};
+  const MobaCase c{4, 2, 70, 70, 64, 16, 3, std::nullopt};
   Tensor<Eigen::bfloat16> q(Layout::Bshd, 1, c.hq, c.lq, c.d), k(Layout::Bshd, 1, c.hkv, c.lk, c.d),
       v(Layout::Bshd, 1, c.hkv, c.lk, c.d), o(Layout::Bshd, 1, c.hq, c.lq, c.d);
   q.randomize(3, 2.f);
   k.randomize(4, 2.f);
   v.randomize(5);
   const auto routes = ak::route_topk_blocks(q.cview(), k.cview(), c.block, c.topk);
-  std::vector<double> expected(static_cast<std::size_t>(c.hq * c.lq * c.d));
-  const auto reference_out = ak::bhsd(expected.data(), 1, c.hq, c.lq, c.d);
   ak::moba_attention(ak::make_spec(ak::Softcap{5.f}), q.cview(), k.cview(), v.cview(), o.view,
                      routes, c.block);
-  ak::reference::attention(ak::make_spec(ak::Softcap{5.f}, ak::test::moba_mask(&routes)), q.cview(),
-                           k.cview(), v.cview(), reference_out);
-  CHECK_THAT(ak::test::max_abs_diff(o.cview(), reference_out), WithinAbs(0.0, tol::kBf16));
+  ak::test::check_driver_output(ak::make_spec(ak::Softcap{5.f}, ak::test::moba_mask(&routes)),
+                                q.cview(), k.cview(), v.cview(), o.cview(), {}, {}, tol::kBf16);
 }
 
 TEST_CASE("moba_attention: top-k at least the block count is dense causal", "[select][moba]") {
@@ -149,7 +140,7 @@ TEST_CASE("moba_attention: top-k at least the block count is dense causal", "[se
 }
 
 TEST_CASE("moba_attention: 1 and 2 threads give the same bits", "[select][moba]") {
-  const Case c{4, 2, 300, 300, 64, 32, 3, std::nullopt};
+  const MobaCase c{4, 2, 300, 300, 64, 32, 3, std::nullopt};
   const Inputs in(c, Layout::Bhsd, 41);
   const auto routes = ak::route_topk_blocks(in.q.cview(), in.k.cview(), c.block, c.topk);
   Tensor<float> one(Layout::Bhsd, 1, c.hq, c.lq, c.d), two(Layout::Bhsd, 1, c.hq, c.lq, c.d);
@@ -164,7 +155,7 @@ TEST_CASE("moba_attention: 1 and 2 threads give the same bits", "[select][moba]"
 }
 
 TEST_CASE("moba_attention: bad arguments throw before anything is written", "[select][moba]") {
-  const Case c{2, 1, 40, 40, 32, 8, 3, std::nullopt};
+  const MobaCase c{2, 1, 40, 40, 32, 8, 3, std::nullopt};
   const Inputs in(c, Layout::Bhsd, 51);
   const auto routes = ak::route_topk_blocks(in.q.cview(), in.k.cview(), c.block, c.topk);
   Tensor<float> o(Layout::Bhsd, 1, c.hq, c.lq, c.d);
@@ -198,7 +189,7 @@ TEST_CASE("moba_attention: routes whose topk overflows the route sizes throw",
   // 1 * 2 * 40 * 2^60 = 5 * 2^64 wraps to 0, the size of an empty blocks vector; every row sits
   // before every key, so no row's list is checked. Without checked arithmetic these routes
   // passed the check (undefined behaviour) and the call failed later, or worse.
-  const Case c{2, 1, 40, 40, 32, 8, 3, Index{-100}};
+  const MobaCase c{2, 1, 40, 40, 32, 8, 3, Index{-100}};
   const Inputs in(c, Layout::Bhsd, 53);
   auto routes = ak::route_topk_blocks(in.q.cview(), in.k.cview(), c.block, c.topk, c.q_offset);
   routes.topk = Index{1} << 60;
@@ -211,7 +202,7 @@ TEST_CASE("moba_attention: routes whose topk overflows the route sizes throw",
 
 TEST_CASE("route_topk_blocks: a topk whose route sizes overflow Index throws",
           "[select][moba][errors]") {
-  const Case c{2, 1, 40, 40, 32, 8, 3, std::nullopt};
+  const MobaCase c{2, 1, 40, 40, 32, 8, 3, std::nullopt};
   const Inputs in(c, Layout::Bhsd, 54);
   CHECK_THROWS_AS(ak::route_topk_blocks(in.q.cview(), in.k.cview(), c.block, Index{1} << 60),
                   ak::Error);

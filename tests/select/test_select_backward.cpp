@@ -31,7 +31,6 @@
 #include "support/select_oracles.hpp"
 #include "support/test_names.hpp"
 
-using ak::test::Case;
 using ak::test::Grads;
 using ak::test::relative_error;
 

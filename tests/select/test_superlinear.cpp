@@ -14,27 +14,25 @@
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 #include <catch2/generators/catch_generators_range.hpp>
-#include <catch2/matchers/catch_matchers_floating_point.hpp>
 #include <cmath>
 #include <cstring>
 #include <optional>
 #include <utility>
 #include <vector>
 
+#include "support/matchers.hpp"
 #include "support/select_oracles.hpp"
 #include "support/test_names.hpp"
 
 namespace {
 
-using Catch::Matchers::WithinAbs;
-
-struct Case {
+struct SpanCase {
   Index hq, hkv, lq, lk, d, topk, span, window;
   std::optional<Index> q_offset;  // default: Lk - Lq
   double p = 0.5;
 };
 
-std::vector<Case> cases() {
+std::vector<SpanCase> cases() {
   return {
       {2, 2, 100, 100, 32, 3, 8, 4, std::nullopt},            // ragged L, overlapping spans
       {4, 2, 37, 150, 64, 2, 5, 0, std::nullopt},             // GQA, odd span, no window
@@ -48,7 +46,7 @@ std::vector<Case> cases() {
 
 struct Inputs {
   Tensor<float> q, k, v, r;
-  Inputs(const Case& c, Layout layout, std::uint32_t seed)
+  Inputs(const SpanCase& c, Layout layout, std::uint32_t seed)
       : q(layout, 1, c.hq, c.lq, c.d),
         k(layout, 1, c.hkv, c.lk, c.d),
         v(layout, 1, c.hkv, c.lk, c.d),
@@ -60,10 +58,10 @@ struct Inputs {
   }
 };
 
-ak::Options options_for(const Case& c) {
+ak::Options options_for(const SpanCase& c) {
   return c.q_offset ? ak::Options{}.with_q_offset(*c.q_offset) : ak::Options{};
 }
-ak::SuperlinearParams params_for(const Case& c) { return {c.p, c.topk, c.span, c.window}; }
+ak::SuperlinearParams params_for(const SpanCase& c) { return {c.p, c.topk, c.span, c.window}; }
 
 }  // namespace
 
@@ -89,7 +87,7 @@ TEST_CASE("superlinear_spans: each row's anchors are those of the obvious select
 
 TEST_CASE("superlinear_spans: a key aligned with the routing query is chosen",
           "[select][superlinear]") {
-  const Case c{1, 1, 64, 64, 32, 1, 4, 0, std::nullopt};
+  const SpanCase c{1, 1, 64, 64, 32, 1, 4, 0, std::nullopt};
   Inputs in(c, Layout::Bhsd, 5);
   for (Index d = 0; d < c.d; ++d)
     in.k.view.row(0, 0, 63 - 25)[d] = 4.f * in.r.view.row(0, 0, 63)[d];
@@ -106,32 +104,25 @@ TEST_CASE("superlinear_attention: equals the reference under each row's own span
   const auto options = options_for(c);
   const auto sel = ak::superlinear_spans(in.r.cview(), in.k.cview(), params_for(c), options);
   Tensor<float> o(layout, 1, c.hq, c.lq, c.d);
-  std::vector<double> expected(static_cast<std::size_t>(c.hq * c.lq * c.d));
-  const auto reference_out = ak::bhsd(expected.data(), 1, c.hq, c.lq, c.d);
-  std::vector<float> lse(static_cast<std::size_t>(c.hq * c.lq)), lse_ref(lse.size());
+  std::vector<float> lse(static_cast<std::size_t>(c.hq * c.lq));
   ak::superlinear_attention(ak::make_spec(), in.q.cview(), in.k.cview(), in.v.cview(), o.view, sel,
                             options.with_lse(lse));
-  ak::reference::attention(ak::make_spec(ak::test::span_mask(&sel)), in.q.cview(), in.k.cview(),
-                           in.v.cview(), reference_out, options.with_lse(lse_ref));
-  CHECK_THAT(ak::test::max_abs_diff(o.cview(), reference_out), WithinAbs(0.0, tol::kF32));
-  CHECK_THAT(ak::test::max_lse_diff(lse, lse_ref), WithinAbs(0.0, tol::kLseF32));
+  ak::test::check_driver_output(ak::make_spec(ak::test::span_mask(&sel)), in.q.cview(),
+                                in.k.cview(), in.v.cview(), o.cview(), lse, options, tol::kF32);
 }
 
 TEST_CASE("superlinear_attention: bf16 storage and a soft-capped score match the reference",
           "[select][superlinear]") {
-  const Case c{4, 2, 70, 70, 64, 3, 6, 4, std::nullopt};
+  const SpanCase c{4, 2, 70, 70, 64, 3, 6, 4, std::nullopt};
   Tensor<Eigen::bfloat16> q(Layout::Bshd, 1, c.hq, c.lq, c.d), k(Layout::Bshd, 1, c.hkv, c.lk, c.d),
       v(Layout::Bshd, 1, c.hkv, c.lk, c.d), o(Layout::Bshd, 1, c.hq, c.lq, c.d),
       r(Layout::Bshd, 1, c.hq, c.lq, c.d);
   q.randomize(3, 2.f), k.randomize(4, 2.f), v.randomize(5), r.randomize(6);
   const auto sel = ak::superlinear_spans(r.cview(), k.cview(), params_for(c));
-  std::vector<double> expected(static_cast<std::size_t>(c.hq * c.lq * c.d));
-  const auto reference_out = ak::bhsd(expected.data(), 1, c.hq, c.lq, c.d);
   ak::superlinear_attention(ak::make_spec(ak::Softcap{5.f}), q.cview(), k.cview(), v.cview(),
                             o.view, sel);
-  ak::reference::attention(ak::make_spec(ak::Softcap{5.f}, ak::test::span_mask(&sel)), q.cview(),
-                           k.cview(), v.cview(), reference_out);
-  CHECK_THAT(ak::test::max_abs_diff(o.cview(), reference_out), WithinAbs(0.0, tol::kBf16));
+  ak::test::check_driver_output(ak::make_spec(ak::Softcap{5.f}, ak::test::span_mask(&sel)),
+                                q.cview(), k.cview(), v.cview(), o.cview(), {}, {}, tol::kBf16);
 }
 
 TEST_CASE("superlinear_attention: spans that cover every past key are dense causal",
@@ -156,7 +147,7 @@ TEST_CASE("superlinear_attention: spans that cover every past key are dense caus
 }
 
 TEST_CASE("superlinear_attention: 1 and 2 threads give the same bits", "[select][superlinear]") {
-  const Case c{4, 2, 300, 300, 64, 4, 16, 16, std::nullopt};
+  const SpanCase c{4, 2, 300, 300, 64, 4, 16, 16, std::nullopt};
   const Inputs in(c, Layout::Bhsd, 41);
   const auto params = params_for(c);
   const auto sel_one =
@@ -178,7 +169,7 @@ TEST_CASE("superlinear_attention: 1 and 2 threads give the same bits", "[select]
 
 TEST_CASE("superlinear_attention: bad arguments throw before anything is written",
           "[select][superlinear]") {
-  const Case c{2, 1, 40, 40, 32, 3, 4, 2, std::nullopt};
+  const SpanCase c{2, 1, 40, 40, 32, 3, 4, 2, std::nullopt};
   const Inputs in(c, Layout::Bhsd, 51);
   const auto sel = ak::superlinear_spans(in.r.cview(), in.k.cview(), params_for(c));
   Tensor<float> o(Layout::Bhsd, 1, c.hq, c.lq, c.d);
@@ -222,7 +213,7 @@ TEST_CASE("superlinear_attention: a selection whose topk overflows its sizes thr
   // 1 * 2 * 40 * 2^60 = 5 * 2^64 wraps to 0, the size of an empty anchors vector; every row
   // sits before every key, so no row's anchors are checked. Without checked arithmetic this
   // selection passed the check (undefined behaviour) and the call failed later, or worse.
-  const Case c{2, 1, 40, 40, 32, 3, 4, 2, Index{-100}};
+  const SpanCase c{2, 1, 40, 40, 32, 3, 4, 2, Index{-100}};
   const Inputs in(c, Layout::Bhsd, 55);
   auto sel = ak::superlinear_spans(in.r.cview(), in.k.cview(), params_for(c),
                                    ak::Options{}.with_q_offset(-100));
@@ -237,7 +228,7 @@ TEST_CASE("superlinear_attention: a selection whose topk overflows its sizes thr
 
 TEST_CASE("superlinear_spans: a topk whose selection sizes overflow Index throws",
           "[select][superlinear][errors]") {
-  const Case c{2, 1, 40, 40, 32, 3, 4, 2, std::nullopt};
+  const SpanCase c{2, 1, 40, 40, 32, 3, 4, 2, std::nullopt};
   const Inputs in(c, Layout::Bhsd, 56);
   ak::SuperlinearParams params = params_for(c);
   params.topk = Index{1} << 60;

@@ -2,15 +2,17 @@
 // obvious selectors (loops, double dot products, an explicit sort: MoBA's blocks, the
 // superlinear anchors, the stripes' kept columns) and each selection as an element mask
 // (keep_if) for the f64 reference, written from the selection's definition, not from the
-// driver's faces.
+// driver's faces; and a driver's output against that reference (check_driver_output).
 #pragma once
 
 #include <algorithm>
 #include <attnkit/core/tensor.hpp>
+#include <attnkit/reference/attention.hpp>
 #include <attnkit/select/all_or_here.hpp>
 #include <attnkit/select/moba.hpp>
 #include <attnkit/select/stripes.hpp>
 #include <attnkit/select/superlinear_spans.hpp>
+#include <catch2/catch_test_macros.hpp>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -18,10 +20,26 @@
 #include <utility>
 #include <vector>
 
+#include "support/attnkit_test.hpp"
 #include "support/case.hpp"
 #include "support/keep_if.hpp"
 
 namespace attnkit::test {
+
+/// CHECKs a driver's output o [B, Hq, Lq, Dv] against reference::attention(ref) (the spec under
+/// the selection's element mask) on the same q, k, v and options: within out_tol, and its LSE
+/// within tol::kLseF32 where `lse` holds one (else empty).
+template <class RefSpec, class T>
+void check_driver_output(const RefSpec& ref, const View<const T>& q, const View<const T>& k,
+                         const View<const T>& v, const View<const float>& o,
+                         const std::vector<float>& lse, const Options& options, double out_tol) {
+  Tensor<double> expected(Layout::Bhsd, o.batch, o.heads, o.seq, o.dim);
+  std::vector<float> lse_ref(lse.size());
+  reference::attention(ref, q, k, v, expected.view,
+                       lse.empty() ? options : options.with_lse(lse_ref));
+  CHECK(max_abs_diff(o, expected.cview()) <= out_tol);
+  CHECK(max_lse_diff(lse, lse_ref) <= tol::kLseF32);
+}
 
 // ---- MoBA ----
 
