@@ -42,24 +42,27 @@
 #include "support/reference_check.hpp"
 #include "support/test_names.hpp"
 
-using ak::Causal;
 using ak::Products;
-using ak::SlidingWindow;
 using ak::gemm::Bf16Kernel;
-using ak::test::Case;
-using ak::test::Layout;
 using bf16 = Eigen::bfloat16;
 
 namespace {
 
 constexpr double kU = ak::detail::kBf16Unit;  // 2^-8
 
-// Forces the mode's kernel for the scope of a test (the process-wide choice, back to Auto).
+const char* name_of(Bf16Kernel k) {
+  return k == Bf16Kernel::PairProducts ? "vdpbf16ps" : "f32 FMAs on rounded operands";
+}
+
+// Forces the mode's kernel for the scope of a test (the process-wide choice, back to Auto);
+// name() for the test's INFO.
 struct UsingKernel {
-  explicit UsingKernel(Bf16Kernel k) { ak::gemm::bf16_kernel() = k; }
+  explicit UsingKernel(Bf16Kernel k) : kernel(k) { ak::gemm::bf16_kernel() = k; }
   ~UsingKernel() { ak::gemm::bf16_kernel() = Bf16Kernel::Auto; }
   UsingKernel(const UsingKernel&) = delete;
   UsingKernel& operator=(const UsingKernel&) = delete;
+  const char* name() const { return name_of(kernel); }
+  Bf16Kernel kernel;
 };
 
 // A generator over the kernels the mode has in this build, named for the INFO.
@@ -74,9 +77,6 @@ Bf16Kernel kernel_here() {
 Bf16Kernel fastest_kernel_here() {
   return ak::gemm::kHasBf16Dot ? Bf16Kernel::PairProducts : Bf16Kernel::RoundedF32;
 }
-const char* name_of(Bf16Kernel k) {
-  return k == Bf16Kernel::PairProducts ? "vdpbf16ps" : "f32 FMAs on rounded operands";
-}
 
 // attention(spec) on `in` with bf16 products, for agreement().
 template <class Spec, class In>
@@ -89,9 +89,8 @@ auto bf16_products_on(const Spec& spec, const In& in) {
 
 template <class T>
 std::vector<double> values_of(const ak::test::Tensor<T>& x) {  // row-major [B, H, S, D]
-  std::vector<double> out;
-  x.for_each([&out](const T& v) { out.push_back(double(float(v))); });
-  return out;
+  const std::vector<float> values = x.values();
+  return {values.begin(), values.end()};
 }
 
 double max_abs(const std::vector<double>& x) {
@@ -179,9 +178,8 @@ TEST_CASE("bf16 products: rounding matches Eigen::bfloat16 bit for bit", "[atten
 
 TEST_CASE("bf16 products: on bf16 operands only P is rounded, for every normalizer",
           "[attention][bf16]") {
-  const Bf16Kernel kernel = kernel_here();
-  const UsingKernel using_kernel(kernel);
-  INFO(name_of(kernel));
+  const UsingKernel kernel(kernel_here());
+  INFO(kernel.name());
   const Index heads = 4;
   const std::vector<float> biases = ak::test::head_biases(heads);
   const std::vector<float> sinks = ak::test::head_sinks(heads);
@@ -212,18 +210,16 @@ TEST_CASE("bf16 products: on bf16 operands only P is rounded, for every normaliz
 }
 
 TEST_CASE("bf16 products: a 16K context, 64 queries at its end", "[attention][bf16]") {
-  const Bf16Kernel kernel = fastest_kernel_here();
-  const UsingKernel using_kernel(kernel);
-  INFO(name_of(kernel));
+  const UsingKernel kernel(fastest_kernel_here());
+  INFO(kernel.name());
   const Case c = Case{}.lengths(64, 16384).heads(2, 1).dims(64).on_threads(2);
   check_on_bf16_operands("Causal", ak::make_spec(Causal{}), c);
 }
 
 TEST_CASE("bf16 products: on f32 inputs, within the bound of rounding Q, K, V and P",
           "[attention][bf16]") {
-  const Bf16Kernel kernel = kernel_here();
-  const UsingKernel using_kernel(kernel);
-  INFO(name_of(kernel));
+  const UsingKernel kernel(kernel_here());
+  INFO(kernel.name());
   for (const Index d : {32, 80, 128})
     for (const Index lq : {40, 130}) {
       const Case c = Case{}.lengths(lq, 2 * lq + 75).heads(4, 2).dims(d).laid_out(Layout::Bhsd);
@@ -259,9 +255,8 @@ TEST_CASE("bf16 products: on f32 inputs, within the bound of rounding Q, K, V an
 }
 
 TEST_CASE("bf16 products: RoPE turns the rows before they are rounded", "[attention][bf16]") {
-  const Bf16Kernel kernel = kernel_here();
-  const UsingKernel using_kernel(kernel);
-  INFO(name_of(kernel));
+  const UsingKernel kernel(kernel_here());
+  INFO(kernel.name());
   // The turned rows keep their norms, so |d logit| <= scale |q| |k| (2u + u^2).
   const Case c = Case{}.lengths(100, 300).heads(2, 1).dims(64);
   const ak::test::Inputs<float> in(c, 5);
@@ -284,9 +279,8 @@ TEST_CASE("bf16 products: RoPE turns the rows before they are rounded", "[attent
 
 TEST_CASE("bf16 products: bitwise identical for 1..3 threads; decode stays exact",
           "[attention][bf16][threads]") {
-  const Bf16Kernel kernel = kernel_here();
-  const UsingKernel using_kernel(kernel);
-  INFO(name_of(kernel));
+  const UsingKernel kernel(kernel_here());
+  INFO(kernel.name());
   const auto spec = ak::make_spec(Causal{} & (ak::Sinks{4} | SlidingWindow{300, 0}));
   for (const Index lq : {5, 200}) {
     const Case c = Case{}.lengths(lq, 1100).heads(4, 2).dims(64).on_threads(1);
@@ -313,9 +307,8 @@ TEST_CASE("bf16 products: split-KV decode rounds where it runs the tile kernel (
           "[attention][bf16]") {
   // Softmax decode runs the row engine, which keeps f32 products (above); a normalizer the
   // row engine does not take (Sigmoid) runs the tile kernel's chunks, which take the mode.
-  const Bf16Kernel kernel = kernel_here();
-  const UsingKernel using_kernel(kernel);
-  INFO(name_of(kernel));
+  const UsingKernel kernel(kernel_here());
+  INFO(kernel.name());
   const std::vector<float> biases = ak::test::head_biases(4);
   const auto spec = ak::make_spec(Causal{}, ak::Sigmoid::per_head(biases));
   const Case c = Case{}.lengths(4, 1100).heads(4, 2).dims(64);
@@ -440,9 +433,8 @@ TEST_CASE("bf16 products: Auto rounds only where a kernel makes them faster", "[
 
 TEST_CASE("bf16 products: a masked key's infinite value reaches only the rows that see it",
           "[attention][bf16][nonfinite]") {
-  const Bf16Kernel kernel = kernel_here();
-  const UsingKernel using_kernel(kernel);
-  INFO(name_of(kernel));
+  const UsingKernel kernel(kernel_here());
+  INFO(kernel.name());
   // Causal prefill: key 150's value is +inf; rows 0..149 do not see it (their tiles are
   // Partial there, and the packed pairs hold the inf), rows 150.. do.
   const Case c = Case{}.lengths(300, 300).heads(2, 1).dims(64).laid_out(Layout::Bhsd);
@@ -479,9 +471,8 @@ TEST_CASE("bf16 products: a masked key's f32 value that rounds to inf reaches no
   // 3.4e38 is finite in f32 and +inf once rounded to bf16: the guard must judge the values as
   // the products see them. Causal, f32 inputs, key 40's first value poisoned: rows 0..39 do not
   // see it and must equal the same call on the clean value (up to the order of f32 sums).
-  const Bf16Kernel kernel = kernel_here();
-  const UsingKernel using_kernel(kernel);
-  INFO(name_of(kernel));
+  const UsingKernel kernel(kernel_here());
+  INFO(kernel.name());
   const Case c = Case{}.lengths(100, 100).heads(1, 1).dims(32).laid_out(Layout::Bhsd);
   ak::test::Inputs<float> in(c, 9);
   const auto spec = ak::make_spec(Causal{});
@@ -511,9 +502,8 @@ TEST_CASE("bf16 products: subnormal values, within the bound's absolute term n 2
   // operands and products to 0 (measured: V of 1e-39 moved outputs by 0.61 max|v|). On bf16
   // operands (only P rounds) with every odd key's value subnormal, each output stays within
   // u max|v| + n 2^-126 of the f64 reference, n the row's keys.
-  const Bf16Kernel kernel = kernel_here();
-  const UsingKernel using_kernel(kernel);
-  INFO(name_of(kernel));
+  const UsingKernel kernel(kernel_here());
+  INFO(kernel.name());
   const Case c = Case{}.lengths(64, 64).heads(1, 1).dims(64).laid_out(Layout::Bhsd);
   ak::test::Inputs<bf16> in(c, 21);
   for (Index j = 1; j < 64; j += 2)

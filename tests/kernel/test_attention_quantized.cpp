@@ -32,10 +32,6 @@
 
 using ak::BlockQ4_0;
 using ak::BlockQ8_0;
-using ak::Causal;
-using ak::SlidingWindow;
-using ak::test::Case;
-using ak::test::Layout;
 using ak::test::storage_name;
 
 namespace {
@@ -129,30 +125,6 @@ TEST_CASE("quantized K/V: output and LSE are bitwise identical for 1..4 threads"
   }
 }
 
-namespace {
-
-// The values of a quantized tensor's rows, dequantized: [B, H, S, D] row-major.
-template <class Block>
-std::vector<float> dequantized(const ak::test::Tensor<Block>& x) {
-  const ak::View<const Block> v = x.cview();
-  std::vector<float> out(static_cast<std::size_t>(v.batch * v.heads * v.seq * v.dim));
-  for (Index b = 0; b < v.batch; ++b)
-    for (Index h = 0; h < v.heads; ++h)
-      for (Index s = 0; s < v.seq; ++s)
-        ak::dequantize_row(v.row(b, h, s), v.dim,
-                           out.data() + ((b * v.heads + h) * v.seq + s) * v.dim);
-  return out;
-}
-
-// The same tensor's exact values (a Tensor<float> randomized with the same seed), row-major.
-std::vector<float> values_of(const ak::test::Tensor<float>& x) {
-  std::vector<float> out;
-  x.for_each([&out](float v) { out.push_back(v); });
-  return out;
-}
-
-}  // namespace
-
 TEST_CASE("quantized K/V: the error against unquantized K/V is within the rounding's bound",
           "[attention][quant]") {
   // Softmax over logits each moved by at most delta moves each weight by a factor within
@@ -166,8 +138,8 @@ TEST_CASE("quantized K/V: the error against unquantized K/V is within the roundi
     using Block = decltype(block_tag);
     const ak::test::Inputs<Block, float, Block> quantized(c, 21);
     const ak::test::Inputs<float> exact(c, 21);
-    const std::vector<float> q = values_of(exact.q), k = values_of(exact.k), v = values_of(exact.v);
-    const std::vector<float> kq = dequantized(quantized.k), vq = dequantized(quantized.v);
+    const std::vector<float> q = exact.q.values(), k = exact.k.values(), v = exact.v.values();
+    const std::vector<float> kq = quantized.k.values(), vq = quantized.v.values();
     const Index d = c.dim, group = c.q_heads / c.kv_heads;
     double delta = 0.0, v_max = 0.0, dv = 0.0;
     for (Index h = 0; h < c.q_heads; ++h)

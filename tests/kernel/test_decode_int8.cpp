@@ -29,10 +29,7 @@
 
 using ak::BlockQ4_0;
 using ak::BlockQ8_0;
-using ak::Causal;
 using ak::Products;
-using ak::test::Case;
-using ak::test::Layout;
 using ak::test::storage_name;
 
 namespace {
@@ -85,26 +82,7 @@ std::vector<float> run_decode(const ak::test::Inputs<K, float, K>& in, const Cas
   ak::test::Tensor<float> o(c.layout, c.batch, c.q_heads, c.q_len, c.dv());
   ak::decode(ak::make_spec(Causal{}), in.q.cview(), in.k.cview(), in.v.cview(), o.view,
              c.options().with_products(products));
-  std::vector<float> out;
-  o.for_each([&out](float x) { out.push_back(x); });
-  return out;
-}
-
-// The rows of a tensor as f32 values (blocks dequantized), [B, H, S, D] row-major.
-template <class T>
-std::vector<float> values_of(const ak::test::Tensor<T>& t) {
-  const ak::View<const T> v = t.cview();
-  std::vector<float> out(static_cast<std::size_t>(v.batch * v.heads * v.seq * v.dim));
-  for (Index b = 0; b < v.batch; ++b)
-    for (Index h = 0; h < v.heads; ++h)
-      for (Index s = 0; s < v.seq; ++s) {
-        float* row = out.data() + ((b * v.heads + h) * v.seq + s) * v.dim;
-        if constexpr (ak::detail::is_block_quantized<T>())
-          ak::dequantize_row(v.row(b, h, s), v.dim, row);
-        else
-          std::copy(v.row(b, h, s), v.row(b, h, s) + v.dim, row);
-      }
-  return out;
+  return o.values();
 }
 
 }  // namespace
@@ -141,7 +119,7 @@ TEST_CASE("Products::Int8: within the named bound of the exact decode", "[decode
   const auto check = [&](auto block_tag) {
     using Block = decltype(block_tag);
     const ak::test::Inputs<Block, float, Block> in(c, 23);
-    const std::vector<float> q = values_of(in.q), k = values_of(in.k), v = values_of(in.v);
+    const std::vector<float> q = in.q.values(), k = in.k.values(), v = in.v.values();
     const Index d = c.dim, group = c.q_heads / c.kv_heads;
     const double s = 1.0 / std::sqrt(double(d));
     double delta = 0.0, v_max = 0.0;
@@ -223,9 +201,7 @@ TEST_CASE("Products::Int8: f32, bf16 K and the tile kernel stay exact", "[decode
       ak::test::Tensor<float> o(cc.layout, 1, 4, lq, 64);
       ak::attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), o.view,
                     cc.options().with_products(p));
-      std::vector<float> out;
-      o.for_each([&out](float x) { out.push_back(x); });
-      return out;
+      return o.values();
     };
     const std::vector<float> a = run(Products::Int8), b = run(Products::Exact);
     CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);

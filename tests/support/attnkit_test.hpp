@@ -171,6 +171,22 @@ struct Tensor {
 
   View<const T> cview() const { return view; }
 
+  /// The elements as the f32 values a kernel reads (blocks dequantized), [B, H, S, D] row-major.
+  std::vector<float> values() const {
+    std::vector<float> out(static_cast<std::size_t>(view.batch * view.heads * view.seq * view.dim));
+    float* next = out.data();
+    for (Index b = 0; b < view.batch; ++b)
+      for (Index h = 0; h < view.heads; ++h)
+        for (Index s = 0; s < view.seq; ++s, next += view.dim) {
+          const T* row = view.row(b, h, s);
+          if constexpr (kBlocks)
+            dequantize_row(row, view.dim, next);
+          else
+            std::transform(row, row + view.dim, next, [](T x) { return float(x); });
+        }
+    return out;
+  }
+
  private:
   static T zero() {
     if constexpr (kBlocks)
