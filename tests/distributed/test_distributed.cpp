@@ -47,7 +47,6 @@
 #include "support/test_names.hpp"
 
 namespace dist = attnkit::dist;
-using ak::test::Case;
 
 namespace {
 
@@ -117,7 +116,6 @@ auto ring_on(const Spec& spec, const Case& c, const Inputs& in, dist::Layout lay
 // kernel instantiation: the lists stay short.
 template <bool kWithRope = true, class Visit>
 void for_each_spec(Visit&& visit) {
-  using ak::Causal, ak::Sinks, ak::SlidingWindow;
   visit("Softmax, Full", ak::make_spec(ak::Softmax{}));
   visit("Softmax, Causal & (Sinks{3} | SlidingWindow{9, 0}), Softcap{8}",
         ak::make_spec(Causal{} & (Sinks{3} | SlidingWindow{9, 0}), ak::Softcap{8.f}));
@@ -209,6 +207,21 @@ std::vector<float> small_ring(const Spec& spec, Index len = 12,
                        dist::RingOptions{}.with_layout(layout).with_seq_len(len).with_attention(
                            ak::Options{}.with_lse(out.data() + rows(n), 2 * n)));
   return out;
+}
+
+// run(on_first) on rank 0 and run(elsewhere) on the others: check_same_error.
+template <class Run, class First, class Elsewhere>
+void check_rank0_differs(const std::string& name, Run run, const First& on_first,
+                         const Elsewhere& elsewhere, const std::string& field) {
+  check_same_error(
+      name,
+      [&] {
+        if (my_rank() == 0)
+          run(on_first);
+        else
+          run(elsewhere);
+      },
+      field);
 }
 
 }  // namespace
@@ -423,32 +436,20 @@ TEST_CASE(
     "Error on every rank, before the ring",
     "[dist][ring][errors][agreement]") {
   const bool first = my_rank() == 0;
-  using ak::Causal, ak::Full, ak::SlidingWindow;
+  using ak::Full;
   // H2: LSSAR goes round the ring twice, Softmax once (rank 0 waited in its second round).
-  check_same_error(
-      "Softmax on rank 0, SoftplusL1Reweighted elsewhere",
-      [&] {
-        if (first)
-          small_ring(ak::make_spec(Causal{}));
-        else
-          small_ring(ak::make_spec(Causal{}, ak::SoftplusL1Reweighted{}));
-      },
-      "ring_attention(): the spec's normalizer");
+  const auto ring = [](const auto& spec) { small_ring(spec); };
+  check_rank0_differs("Softmax on rank 0, SoftplusL1Reweighted elsewhere", ring,
+                      ak::make_spec(Causal{}), ak::make_spec(Causal{}, ak::SoftplusL1Reweighted{}),
+                      "ring_attention(): the spec's normalizer");
   check_same_error(
       "Softmax sinks that differ",
       [&] {
         small_ring(ak::make_spec(Causal{}, ak::Softmax::with_sinks({first ? 0.f : 1.f, 0.f})));
       },
       "ring_attention(): the spec's normalizer");
-  check_same_error(
-      "Causal on rank 0, Full elsewhere",
-      [&] {
-        if (first)
-          small_ring(ak::make_spec(Causal{}));
-        else
-          small_ring(ak::make_spec(Full{}));
-      },
-      "ring_attention(): the spec's mask");
+  check_rank0_differs("Causal on rank 0, Full elsewhere", ring, ak::make_spec(Causal{}),
+                      ak::make_spec(Full{}), "ring_attention(): the spec's mask");
   check_same_error(
       "SlidingWindow sizes that differ",
       [&] {
@@ -600,24 +601,13 @@ TEST_CASE(
   check_same_error(
       "head dim 32 on rank 0, 64 elsewhere", [&] { call(whole, first ? 32 : 64, causal); },
       "sharded_decode(): q.dim");
-  check_same_error(
-      "Softmax on rank 0, Sigmoid elsewhere",
-      [&] {
-        if (first)
-          call(whole, 32, causal);
-        else
-          call(whole, 32, ak::make_spec(ak::Causal{}, ak::Sigmoid{}));
-      },
-      "sharded_decode(): the spec's normalizer");
-  check_same_error(
-      "Causal on rank 0, a sliding window elsewhere",
-      [&] {
-        if (first)
-          call(whole, 32, causal);
-        else
-          call(whole, 32, ak::make_spec(ak::Causal{} & ak::SlidingWindow{64, 0}));
-      },
-      "sharded_decode(): the spec's mask");
+  const auto decode = [&](const auto& spec) { call(whole, 32, spec); };
+  check_rank0_differs("Softmax on rank 0, Sigmoid elsewhere", decode, causal,
+                      ak::make_spec(Causal{}, ak::Sigmoid{}),
+                      "sharded_decode(): the spec's normalizer");
+  check_rank0_differs("Causal on rank 0, a sliding window elsewhere", decode, causal,
+                      ak::make_spec(Causal{} & SlidingWindow{64, 0}),
+                      "sharded_decode(): the spec's mask");
 }
 
 namespace {

@@ -28,11 +28,8 @@
 #include "support/reference_check.hpp"
 #include "support/test_names.hpp"
 
-using ak::Causal;
 using ak::Range;
-using ak::SlidingWindow;
 using ak::test::Breadth;
-using ak::test::Case;
 using ak::test::for_each_mask;
 
 namespace {
@@ -50,6 +47,8 @@ struct KeepPath {
   auto key_ranges(Index b, Index h, Range q) const { return mask.key_ranges(b, h, q); }
 };
 
+static_assert(!ak::detail::has_runs<KeepPath<SlidingWindow>>::value, "KeepPath hides runs()");
+
 // M with only its element rule: every tile is Partial and every key is walked.
 template <class M>
 struct KeepOnly {
@@ -57,6 +56,22 @@ struct KeepOnly {
   M mask;
   bool keep(Index b, Index h, Index i, Index j) const { return mask.keep(b, h, i, j); }
 };
+
+// Every mask of the catalogue passing Filter, and the same mask through Path<M> (another of
+// the kernel's mask paths): equal within the f32 tolerances.
+template <template <class> class Path, template <class> class Filter = ak::test::AnySpec>
+void check_paths_agree(const Case& c) {
+  for_each_mask<Filter>(
+      [&](const std::string& name, const auto& mask) {
+        using M = std::decay_t<decltype(mask)>;
+        const auto fast = ak::test::run_kernel(ak::make_spec(mask), c);
+        const auto other = ak::test::run_kernel(ak::make_spec(Path<M>{mask}), c);
+        INFO(name << ", " << ak::test::describe(c));
+        CHECK(ak::test::max_lse_diff(fast.out, other.out) <= tol::kF32);
+        CHECK(ak::test::max_lse_diff(fast.lse, other.lse) <= tol::kLseF32);
+      },
+      Breadth::Variants);
+}
 
 // Kernel against reference; inputs of storage T are rounded before both read them, so the
 // f32 tolerance holds for every storage type.
@@ -236,18 +251,7 @@ TEST_CASE("attention: a mask through runs() and through keep() gives the same ou
   // -inf, so the outputs agree within the f32 tolerance (equal in practice).
   const auto [q_len, kv_len, q_offset] = GENERATE(
       table<Index, Index, Index>({{300, 300, 0}, {130, 90, -25}, {1, 517, 516}, {100, 260, 200}}));
-  const Case c = shape(q_len, kv_len, 32, 1, q_offset);
-  for_each_mask<ak::test::WithRuns>(
-      [&](const std::string& name, const auto& mask) {
-        using M = std::decay_t<decltype(mask)>;
-        STATIC_REQUIRE_FALSE(ak::detail::has_runs<KeepPath<M>>::value);
-        const auto simd = ak::test::run_kernel(ak::make_spec(mask), c);
-        const auto element = ak::test::run_kernel(ak::make_spec(KeepPath<M>{mask}), c);
-        INFO(name << ", " << ak::test::describe(c));
-        CHECK(ak::test::max_lse_diff(simd.out, element.out) <= tol::kF32);
-        CHECK(ak::test::max_lse_diff(simd.lse, element.lse) <= tol::kLseF32);
-      },
-      Breadth::Variants);
+  check_paths_agree<KeepPath, ak::test::WithRuns>(shape(q_len, kv_len, 32, 1, q_offset));
 }
 
 TEST_CASE("attention: banded Partial tiles give the bits of the whole tile",
@@ -318,17 +322,7 @@ TEST_CASE("attention: a mask with key_ranges and the same mask with only keep() 
   // online softmax differs too: equal within the f32 tolerance, not bit for bit.
   const auto [q_len, kv_len, q_offset] =
       GENERATE(table<Index, Index, Index>({{300, 300, 0}, {130, 90, -25}, {100, 260, 200}}));
-  const Case c = shape(q_len, kv_len, 32, 1, q_offset);
-  for_each_mask(
-      [&](const std::string& name, const auto& mask) {
-        using M = std::decay_t<decltype(mask)>;
-        const auto fast = ak::test::run_kernel(ak::make_spec(mask), c);
-        const auto walked = ak::test::run_kernel(ak::make_spec(KeepOnly<M>{mask}), c);
-        INFO(name << ", " << ak::test::describe(c));
-        CHECK(ak::test::max_lse_diff(fast.out, walked.out) <= tol::kF32);
-        CHECK(ak::test::max_lse_diff(fast.lse, walked.lse) <= tol::kLseF32);
-      },
-      Breadth::Variants);
+  check_paths_agree<KeepOnly>(shape(q_len, kv_len, 32, 1, q_offset));
 }
 
 namespace {

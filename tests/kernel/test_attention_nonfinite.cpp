@@ -87,6 +87,12 @@ Rows compare_rows(const Tensor<float>& fast, const std::vector<float>& lse,
   return out;
 }
 
+// The inputs of a test: B batches of H heads (no GQA), Lq queries over Lk keys of dim D in
+// `layout`, drawn as Inputs<float> draws them from seed 1.
+ak::test::Inputs<float> inputs(Index B, Index H, Index Lq, Index Lk, Index D, Layout layout) {
+  return {ak::test::Case{}.batches(B).heads(H, H).lengths(Lq, Lk).dims(D).laid_out(layout), 1};
+}
+
 // Runs the kernel and the reference on the same tensors; returns both outputs and LSEs.
 struct Run {
   Tensor<float> o;
@@ -108,6 +114,16 @@ void run_both(const Spec& spec, const Tensor<float>& q, const Tensor<float>& k,
                            options.with_lse(run.lse_ref));
 }
 
+// compare_rows() on a Run, CHECKing what every caller expects: NaN exactly in the rows
+// expect_nan names (output and LSE, kernel and reference), the others within tol::kF32.
+template <class Expect>
+Rows check_rows(const Run& run, Expect expect_nan) {
+  const Rows rows = compare_rows(run.o, run.lse, run.ref, run.lse_ref, expect_nan);
+  CHECK(rows.lse_nan_matches);
+  CHECK(rows.max_err <= tol::kF32);
+  return rows;
+}
+
 }  // namespace
 
 TEST_CASE("attention: garbage past a KV cache's valid length never reaches the output",
@@ -116,9 +132,7 @@ TEST_CASE("attention: garbage past a KV cache's valid length never reaches the o
   const bool tiled = GENERATE(false, true);
   const Index B = 1, H = 2, Lq = 70, capacity = 300, valid = 203, D = 32;
   INFO("garbage " << garbage << (tiled ? ", mask with classify()" : ", keep() only"));
-  ak::test::Inputs<float> in(
-      ak::test::Case{}.batches(B).heads(H, H).lengths(Lq, capacity).dims(D).laid_out(Layout::Bshd),
-      1);
+  auto in = inputs(B, H, Lq, capacity, D, Layout::Bshd);
   Tensor<float>&q = in.q, &k = in.k, &v = in.v;
   for (Index j = valid; j < capacity; ++j)
     for (Index c = 0; c < D; ++c) {
@@ -155,8 +169,7 @@ TEST_CASE("attention: a non-finite future key under Causal leaves earlier rows u
                      : where == 1 ? "V"
                                   : "K and V")
                  << ", threads " << threads);
-  ak::test::Inputs<float> in(
-      ak::test::Case{}.batches(B).heads(H, H).lengths(L, L).dims(D).laid_out(Layout::Bshd), 1);
+  auto in = inputs(B, H, L, L, D, Layout::Bshd);
   Tensor<float>&q = in.q, &k = in.k, &v = in.v;
   if (where != 1) poison_row(k, j, 5, poison == kInf ? kNaN : poison);  // inf in K: next case
   if (where != 0) poison_row(v, j, 7, poison);
@@ -188,8 +201,7 @@ TEST_CASE("attention: a NaN query gives NaN output and LSE in that row only",
           "[attention][nonfinite]") {
   const Index B = 1, H = 3, L = 150, D = 64, bad_row = 77, bad_head = 1;
   const bool causal = GENERATE(false, true);
-  ak::test::Inputs<float> in(
-      ak::test::Case{}.batches(B).heads(H, H).lengths(L, L).dims(D).laid_out(Layout::Bshd), 1);
+  auto in = inputs(B, H, L, L, D, Layout::Bshd);
   Tensor<float>&q = in.q, &k = in.k, &v = in.v;
   q.view.row(0, bad_head, bad_row)[3] = kNaN;
   Run run(B, H, L, D);
@@ -198,11 +210,8 @@ TEST_CASE("attention: a NaN query gives NaN output and LSE in that row only",
   else
     run_both(ak::make_spec(ak::Full{}), q, k, v, run, 2);
   const Rows rows =
-      compare_rows(run.o, run.lse, run.ref, run.lse_ref,
-                   [&](Index, Index h, Index r) { return h == bad_head && r == bad_row; });
+      check_rows(run, [&](Index, Index h, Index r) { return h == bad_head && r == bad_row; });
   CHECK(rows.nan == 1);
-  CHECK(rows.lse_nan_matches);
-  CHECK(rows.max_err <= tol::kF32);
 }
 
 TEST_CASE("attention: an infinite key gives NaN exactly where its logit is +inf or NaN",
@@ -210,20 +219,16 @@ TEST_CASE("attention: an infinite key gives NaN exactly where its logit is +inf 
   // k[j][0] = +inf: the logit of query r is +inf where q[r][0] > 0 (its row is NaN), -inf
   // where q[r][0] < 0 (weight 0: a finite row, as if the key were masked), NaN where 0.
   const Index L = 90, D = 32, j = 40;
-  ak::test::Inputs<float> in(
-      ak::test::Case{}.heads(1, 1).lengths(L, L).dims(D).laid_out(Layout::Bhsd), 1);
+  auto in = inputs(1, 1, L, L, D, Layout::Bhsd);
   Tensor<float>&q = in.q, &k = in.k, &v = in.v;
   q.view.row(0, 0, 11)[0] = 0.f;
   k.view.row(0, 0, j)[0] = kInf;
   Run run(1, 1, L, D);
   run_both(ak::make_spec(ak::Full{}), q, k, v, run, 2);
-  const Rows rows = compare_rows(run.o, run.lse, run.ref, run.lse_ref, [&](Index, Index, Index r) {
-    return !(q.view.row(0, 0, r)[0] < 0.f);
-  });
+  const Rows rows =
+      check_rows(run, [&](Index, Index, Index r) { return !(q.view.row(0, 0, r)[0] < 0.f); });
   CHECK(rows.nan > 0);
   CHECK(rows.non_nan > 0);  // the seed gives both signs: the test sees both outcomes
-  CHECK(rows.lse_nan_matches);
-  CHECK(rows.max_err <= tol::kF32);
 }
 
 TEST_CASE("attention: logits that overflow f32 give NaN, never LSE -inf",
@@ -231,8 +236,7 @@ TEST_CASE("attention: logits that overflow f32 give NaN, never LSE -inf",
   // q . k = 1e40 overflows f32 (to +inf) but not f64: the reference stays finite, and the
   // fast path must say NaN for that row rather than "saw no key" or a silent value.
   const Index L = 20, D = 16, row = 4;
-  ak::test::Inputs<float> in(
-      ak::test::Case{}.heads(1, 1).lengths(L, L).dims(D).laid_out(Layout::Bhsd), 1);
+  auto in = inputs(1, 1, L, L, D, Layout::Bhsd);
   Tensor<float>&q = in.q, &k = in.k, &v = in.v;
   Tensor<float> o(Layout::Bhsd, 1, 1, L, D);
   for (Index c = 0; c < D; ++c) q.view.row(0, 0, row)[c] = 1e20f;
@@ -250,8 +254,7 @@ TEST_CASE("reference::attention: masked keys are never read, whatever they hold"
           "[reference][nonfinite]") {
   // Same inputs with the masked keys clean or poisoned: bit-identical results.
   const Index L = 40, D = 16;
-  ak::test::Inputs<float> in(
-      ak::test::Case{}.heads(1, 1).lengths(L, L).dims(D).laid_out(Layout::Bhsd), 1);
+  auto in = inputs(1, 1, L, L, D, Layout::Bhsd);
   Tensor<float>&q = in.q, &k = in.k, &v = in.v;
   const auto spec = ak::make_spec(ak::Causal{});
   const auto options = ak::Options{}.with_q_offset(-10);  // keys 30.. are every row's future

@@ -22,9 +22,6 @@
 #include <attnkit/reference/attention.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
-#include <catch2/matchers/catch_matchers_exception.hpp>
-#include <catch2/matchers/catch_matchers_floating_point.hpp>
-#include <catch2/matchers/catch_matchers_string.hpp>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -34,6 +31,7 @@
 #include <vector>
 
 #include "support/error_checks.hpp"
+#include "support/matchers.hpp"
 #include "support/reference_check.hpp"
 #include "support/test_names.hpp"
 
@@ -42,11 +40,6 @@ using ak::Rope;
 using ak::RopePairing;
 using ak::RopeScaling;
 using ak::RopeTable;
-using ak::test::Case;
-using Catch::Matchers::ContainsSubstring;
-using Catch::Matchers::MessageMatches;
-using Catch::Matchers::WithinAbs;
-using Catch::Matchers::WithinRel;
 
 namespace {
 
@@ -160,6 +153,26 @@ double dot(const float* a, const float* b, Index n) {
 Rope query_side(const Rope& r) { return r.with_positions(r.q_positions, {}); }
 Rope key_side(const Rope& r) { return r.with_positions({}, r.k_positions); }
 
+// Every query row holds the same random vector x, every key row the same y, each turned at its
+// position (queries from q_offset, keys from 0): after the rotation the rows differ only by
+// their positions.
+struct RepeatedRows {
+  Tensor<float> x, y, q, k;
+  RepeatedRows(const Rope& rope, Index dim, Index q_len, Index kv_len, Index q_offset,
+               std::uint32_t seed)
+      : x(Layout::Bhsd, 1, 1, 1, dim),
+        y(Layout::Bhsd, 1, 1, 1, dim),
+        q(Layout::Bhsd, 1, 1, q_len, dim),
+        k(Layout::Bhsd, 1, 1, kv_len, dim) {
+    x.randomize(seed);
+    y.randomize(seed + 1);
+    for (Index s = 0; s < q_len; ++s) std::copy_n(x.view.row(0, 0, 0), dim, q.view.row(0, 0, s));
+    for (Index s = 0; s < kv_len; ++s) std::copy_n(y.view.row(0, 0, 0), dim, k.view.row(0, 0, s));
+    ak::apply_position(rope, q.view, Role::Query, q_offset);
+    ak::apply_position(rope, k.view, Role::Key);
+  }
+};
+
 }  // namespace
 
 TEST_CASE("RopeTable: each scaling's frequencies match transformers' closed forms",
@@ -269,16 +282,8 @@ TEST_CASE("Rope: after apply_position, q_i . k_j depends only on i - j", "[posit
   const RopeScaling scaling = GENERATE(RopeScaling{}, RopeScaling::yarn(8, 4096));
   const Index dim = 32, q_len = 8, q_offset = 1000, kv_len = q_offset + q_len;
   const Rope rope(RopeTable(dim, 10000, 65536, scaling), pairing);
-  // Every query row holds the same vector x, every key row the same y: after the rotation
-  // they differ only by their positions.
-  Tensor<float> x(Layout::Bhsd, 1, 1, 1, dim), y(Layout::Bhsd, 1, 1, 1, dim);
-  x.randomize(11);
-  y.randomize(12);
-  Tensor<float> q(Layout::Bhsd, 1, 1, q_len, dim), k(Layout::Bhsd, 1, 1, kv_len, dim);
-  for (Index s = 0; s < q_len; ++s) std::copy_n(x.view.row(0, 0, 0), dim, q.view.row(0, 0, s));
-  for (Index s = 0; s < kv_len; ++s) std::copy_n(y.view.row(0, 0, 0), dim, k.view.row(0, 0, s));
-  ak::apply_position(rope, q.view, Role::Query, q_offset);
-  ak::apply_position(rope, k.view, Role::Key);
+  const RepeatedRows rows(rope, dim, q_len, kv_len, q_offset, 11);
+  const Tensor<float>&x = rows.x, &y = rows.y, &q = rows.q, &k = rows.k;
 
   // Query row r sits at 1000 + r: the pairs (1000 + r, 1000 + r - delta) share i - j = delta.
   std::vector<double> by_delta;
@@ -684,14 +689,8 @@ TEST_CASE("Rope: q_i . k_j depends only on i - j for negative query positions to
   const RopePairing pairing = GENERATE(RopePairing::NeoX, RopePairing::GptJ);
   const Index dim = 32, q_len = 8, q_offset = -40, kv_len = 16;
   const Rope rope(RopeTable(dim, 10000, 64, RopeScaling::yarn(4, 32)), pairing);
-  Tensor<float> x(Layout::Bhsd, 1, 1, 1, dim), y(Layout::Bhsd, 1, 1, 1, dim);
-  x.randomize(13);
-  y.randomize(14);
-  Tensor<float> q(Layout::Bhsd, 1, 1, q_len, dim), k(Layout::Bhsd, 1, 1, kv_len, dim);
-  for (Index s = 0; s < q_len; ++s) std::copy_n(x.view.row(0, 0, 0), dim, q.view.row(0, 0, s));
-  for (Index s = 0; s < kv_len; ++s) std::copy_n(y.view.row(0, 0, 0), dim, k.view.row(0, 0, s));
-  ak::apply_position(rope, q.view, Role::Query, q_offset);
-  ak::apply_position(rope, k.view, Role::Key);
+  const RepeatedRows rows(rope, dim, q_len, kv_len, q_offset, 13);
+  const Tensor<float>&x = rows.x, &y = rows.y, &q = rows.q, &k = rows.k;
   // x turned at position i dotted with y turned at j, one row each.
   const auto dot_at = [&](Index i, Index j) {
     std::vector<float> a(x.view.row(0, 0, 0), x.view.row(0, 0, 0) + dim);

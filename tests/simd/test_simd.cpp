@@ -6,7 +6,6 @@
 #include <array>
 #include <attnkit/simd/simd.hpp>
 #include <catch2/catch_test_macros.hpp>
-#include <catch2/matchers/catch_matchers_floating_point.hpp>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -16,9 +15,9 @@
 #include <string_view>
 #include <vector>
 
+#include "support/matchers.hpp"
+
 namespace simd = attnkit::simd;
-using Catch::Matchers::WithinAbs;
-using Catch::Matchers::WithinRel;
 using simd::kWidth;
 
 namespace {
@@ -73,6 +72,15 @@ std::string mismatches(const char* fn, const std::vector<float>& xs, const std::
   }
   if (count > 5) out << "... " << count << " points in all\n";
   return out.str();
+}
+
+// CHECKs op (the SIMD form of fn) against ref (its double form) at every x of xs, within rel
+// |ref(x)|; the INFO names the first points outside.
+template <class Op, class Ref>
+void check_within_rel(const char* fn, const std::vector<float>& xs, Op op, Ref ref, double rel) {
+  const std::string bad = mismatches(fn, xs, map_lanes(xs, op), ref, rel);
+  INFO("on " << simd::kArchName << ", outside " << rel << " relative:\n" << bad);
+  CHECK(bad.empty());
 }
 
 }  // namespace
@@ -234,11 +242,9 @@ TEST_CASE("simd: exp2 matches std::exp2 within kExp2Rel for -126 <= x < 127", "[
   // Every 1/64 over the documented domain (x < 127; xsimd overflows to inf at 127).
   std::vector<float> xs;
   for (int k = -126 * 64; k < 127 * 64; ++k) xs.push_back(float(k) / 64.f);
-  const std::vector<float> got = map_lanes(xs, [](simd::Vec v) { return simd::exp2(v); });
-  const std::string bad = mismatches(
-      "exp2", xs, got, [](double x) { return std::exp2(x); }, kExp2Rel);
-  INFO("on " << simd::kArchName << ", outside kExp2Rel:\n" << bad);
-  CHECK(bad.empty());
+  check_within_rel(
+      "exp2", xs, [](simd::Vec v) { return simd::exp2(v); }, [](double x) { return std::exp2(x); },
+      kExp2Rel);
 }
 
 TEST_CASE("simd: exp2 of -inf is exactly 0 and of 0 exactly 1", "[simd][exp2]") {
@@ -257,11 +263,9 @@ TEST_CASE("simd: tanh matches std::tanh within kTanhRel and saturates to +-1", "
   std::vector<float> xs;
   for (int k = -20 * 256; k <= 20 * 256; ++k) xs.push_back(float(k) / 256.f);
   for (const float x : {1e-30f, -1e-30f, 50.f, -50.f, 1e30f, -1e30f, kInf, -kInf}) xs.push_back(x);
-  const std::vector<float> got = map_lanes(xs, [](simd::Vec v) { return simd::tanh(v); });
-  const std::string bad = mismatches(
-      "tanh", xs, got, [](double x) { return std::tanh(x); }, kTanhRel);
-  INFO("on " << simd::kArchName << ", outside kTanhRel:\n" << bad);
-  CHECK(bad.empty());
+  check_within_rel(
+      "tanh", xs, [](simd::Vec v) { return simd::tanh(v); }, [](double x) { return std::tanh(x); },
+      kTanhRel);
 }
 
 TEST_CASE("simd: round_up rounds to a whole number of vectors", "[simd]") {
