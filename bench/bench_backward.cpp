@@ -24,9 +24,6 @@
 
 #include "bench_support.hpp"
 
-namespace ak = attnkit;
-using ak::Index;
-
 namespace {
 
 constexpr Index kHeads = 4, kWindow = 256;

@@ -22,14 +22,7 @@
 #include <string>
 #include <vector>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "bench_support.hpp"
-
-namespace ak = attnkit;
-using ak::Index;
 
 namespace {
 

@@ -25,13 +25,6 @@
 #include "bench_dense_products.hpp"
 #include "bench_support.hpp"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
-namespace ak = attnkit;
-using ak::Index;
-
 namespace {
 
 constexpr Index kBatch = 1, kHeads = 8;

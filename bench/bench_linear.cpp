@@ -17,13 +17,6 @@
 
 #include "bench_support.hpp"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
-namespace ak = attnkit;
-using ak::Index;
-
 namespace {
 
 // From 256 (below the 1K) so that the crossover is bracketed.

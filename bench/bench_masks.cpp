@@ -33,9 +33,6 @@
 
 #include "bench_support.hpp"
 
-namespace ak = attnkit;
-using ak::Index;
-
 namespace {
 
 constexpr Index kDim = 128, kLen = 16384, kLongLen = 65536, kHeads = 1;

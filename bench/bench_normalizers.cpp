@@ -20,9 +20,6 @@
 
 #include "bench_support.hpp"
 
-namespace ak = attnkit;
-using ak::Index;
-
 namespace {
 
 constexpr Index kDim = 128, kLen = 4096, kHeads = 4;
@@ -68,27 +65,18 @@ void print_summary() {
       {"softmax", "baseline", 0},         {"sigmoid", "<= 1.00", 1.0},
       {"softmax_sinks", "<= 1.02", 1.02}, {"relu_power2", "- (none)", 0},
       {"lssa", "<= 1.15", 1.15},          {"lssar", "<= 2.20", 2.2}};
-  std::printf(
-      "\n### Normalizers vs softmax: ISA %s, d=%ld, L=%ld, H=%ld, B=1, f32, BSHD\n\n"
-      "ms = best iteration over the repetitions (default 3); GFLOP/s = 4 H L^2 d / time "
-      "(halved\nfor causal); / softmax = time / softmax time, same mask and threads; target "
-      "from issue 7;\ncpu = process CPU time / (wall x threads) of that iteration: well under "
-      "100%% means other\nprocesses took the cores, and the row measures the machine.\n\n",
-      ak::simd::kArchName, long(kDim), long(kLen), long(kHeads));
-  attnkit_bench::print_table_head(
+  attnkit_bench::print_target_heading(
+      "Normalizers vs softmax", kDim, kLen, kHeads, "",
+      "GFLOP/s = 4 H L^2 d / time (halved\nfor causal); / softmax = time / softmax time, same "
+      "mask and threads; target from issue 7",
       "| normalizer | mask | threads | ms | GFLOP/s | / softmax | target | met | cpu |");
   for (const attnkit_bench::TargetRow& row : rows)
     for (const char* mask : {"full", "causal"})
       for (const int threads : {1, 2}) {
-        const std::string suffix = std::string("/") + mask + "/threads:" + std::to_string(threads);
-        const attnkit_bench::Best* best = attnkit_bench::find_best(row.name + suffix);
-        if (best == nullptr) continue;
-        const attnkit_bench::TimeRatio to_softmax = attnkit_bench::time_ratio(
-            best->seconds, attnkit_bench::find_best("softmax" + suffix), row.limit);
-        std::printf("| %s | %s | %d | %.1f | %.1f | %s | %s | %s | %.0f%% |\n", row.name, mask,
-                    threads, best->seconds * 1e3, flops(mask[0] == 'c') / best->seconds / 1e9,
-                    to_softmax.ratio.c_str(), row.target, to_softmax.met.c_str(),
-                    100 * best->busy(threads));
+        const std::string t = std::to_string(threads);
+        attnkit_bench::print_target_row(row, std::string(row.name) + " | " + mask + " | " + t,
+                                        "softmax", std::string("/") + mask + "/threads:" + t,
+                                        threads, flops(mask[0] == 'c'));
       }
 }
 

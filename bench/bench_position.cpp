@@ -17,9 +17,6 @@
 
 #include "bench_support.hpp"
 
-namespace ak = attnkit;
-using ak::Index;
-
 namespace {
 
 constexpr Index kDim = 128, kLen = 4096, kHeads = 4;
@@ -87,24 +84,15 @@ constexpr attnkit_bench::TargetRow kRows[] = {
     {"tapa", "<= 1.30", 1.30}};
 
 void print_summary() {
-  std::printf(
-      "\n### Positional encodings vs none: ISA %s, d=%ld, L=%ld, H=%ld, B=1, f32, BSHD, causal\n\n"
-      "ms = best iteration over the repetitions (default 3); GFLOP/s = 2 H L^2 d / time; / none ="
-      "\ntime / time without position, same threads; cpu = process CPU time / (wall x threads)"
-      "\nof that iteration: well under 100%% means other processes took the cores.\n\n",
-      ak::simd::kArchName, long(kDim), long(kLen), long(kHeads));
-  attnkit_bench::print_table_head(
+  attnkit_bench::print_target_heading(
+      "Positional encodings vs none", kDim, kLen, kHeads, ", causal",
+      "GFLOP/s = 2 H L^2 d / time; / none =\ntime / time without position, same threads",
       "| encoding | threads | ms | GFLOP/s | / none | target | met | cpu |");
   for (const attnkit_bench::TargetRow& row : kRows)
     for (const int threads : {1, 2}) {
-      const std::string suffix = "/causal/threads:" + std::to_string(threads);
-      const attnkit_bench::Best* best = attnkit_bench::find_best(row.name + suffix);
-      if (best == nullptr) continue;
-      const attnkit_bench::TimeRatio to_none = attnkit_bench::time_ratio(
-          best->seconds, attnkit_bench::find_best("none" + suffix), row.limit);
-      std::printf("| %s | %d | %.1f | %.1f | %s | %s | %s | %.0f%% |\n", row.name, threads,
-                  best->seconds * 1e3, kCausalFlops / best->seconds / 1e9, to_none.ratio.c_str(),
-                  row.target, to_none.met.c_str(), 100 * best->busy(threads));
+      const std::string t = std::to_string(threads);
+      attnkit_bench::print_target_row(row, std::string(row.name) + " | " + t, "none",
+                                      "/causal/threads:" + t, threads, kCausalFlops);
     }
 }
 

@@ -21,9 +21,7 @@
 
 #include "bench_support.hpp"
 
-namespace ak = attnkit;
 namespace dist = attnkit::dist;
-using ak::Index;
 
 namespace {
 

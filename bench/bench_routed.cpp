@@ -20,9 +20,6 @@
 
 #include "bench_support.hpp"
 
-namespace ak = attnkit;
-using ak::Index;
-
 namespace {
 
 constexpr Index kDim = 128, kHeads = 2, kAhaLen = 16384, kWindow = 256;
@@ -60,6 +57,23 @@ void add(const std::string& name, const std::vector<int>& thread_counts, MakeCal
   }
 }
 
+// Registers a routed variant on 1 and 2 threads with its live fraction (`pairs` computed /
+// causal pairs); run(buffers, options) is the timed call on the inputs of length len.
+template <class Run>
+void add_routed(const std::string& name, Index len, double pairs, Run run) {
+  live_fraction()[name] = pairs / (kHeads * causal_pairs(len));
+  add(name, {1, 2}, [len, run](int threads) {
+    return [len, run, threads] { run(buffers(len), ak::Options{}.with_threads(threads)); };
+  });
+}
+
+// Registers a variant's selection step apart, on one thread: select() returns what the step
+// makes (routes, a selection), kept from the optimizer.
+template <class Select>
+void add_selection(const std::string& name, Select select) {
+  add(name, {1}, [select](int) { return [select] { benchmark::DoNotOptimize(select()); }; });
+}
+
 void add_dense(Index len) {
   add("dense_causal/L:" + std::to_string(len), {1, 2}, [len](int threads) {
     return [len, threads] {
@@ -88,21 +102,15 @@ void add_aha() {
   for (Index h = 0; h < kHeads; ++h)
     for (Index t = 0; t < kAhaLen; ++t)
       pairs += routes.is_full(0, t, h) ? double(t + 1) : double(std::min<Index>(t + 1, kWindow));
-  const std::string name = "aha/L:" + std::to_string(kAhaLen);
-  live_fraction()[name] = pairs / (kHeads * causal_pairs(kAhaLen));
-  add(name, {1, 2}, [](int threads) {
-    return [threads] {
-      attnkit_bench::BshdBuffers& buf = buffers(kAhaLen);
-      ak::all_or_here(ak::make_spec(ak::Softmax{}), buf.in(buf.q), buf.in(buf.k), buf.in(buf.v),
-                      buf.out(), aha_routes(), kWindow, ak::Options{}.with_threads(threads));
-    };
-  });
+  add_routed("aha/L:" + std::to_string(kAhaLen), kAhaLen, pairs,
+             [](attnkit_bench::BshdBuffers& buf, const ak::Options& options) {
+               ak::all_or_here(ak::make_spec(ak::Softmax{}), buf.in(buf.q), buf.in(buf.k),
+                               buf.in(buf.v), buf.out(), aha_routes(), kWindow, options);
+             });
   // Routing from gate logits (the selection step of AHA), apart.
-  add("aha_routing/L:" + std::to_string(kAhaLen), {1}, [](int) {
-    return [] {
-      static std::vector<float> gates(static_cast<std::size_t>(kAhaLen * kHeads), -1.f);
-      benchmark::DoNotOptimize(ak::AhaRoutes::from_gates(gates, 1, kAhaLen, kHeads));
-    };
+  add_selection("aha_routing/L:" + std::to_string(kAhaLen), [] {
+    static std::vector<float> gates(static_cast<std::size_t>(kAhaLen * kHeads), -1.f);
+    return ak::AhaRoutes::from_gates(gates, 1, kAhaLen, kHeads);
   });
 }
 
@@ -122,21 +130,14 @@ void add_moba() {
     for (Index i = 0; i < kLongLen; ++i)
       for (const Index blk : routes.chosen(0, h, i))
         pairs += double(std::min(i + 1, (blk + 1) * kMobaBlock) - blk * kMobaBlock);
-  const std::string name = "moba/L:" + std::to_string(kLongLen);
-  live_fraction()[name] = pairs / (kHeads * causal_pairs(kLongLen));
-  add(name, {1, 2}, [](int threads) {
-    return [threads] {
-      attnkit_bench::BshdBuffers& buf = buffers(kLongLen);
-      ak::moba_attention(ak::make_spec(ak::Softmax{}), buf.in(buf.q), buf.in(buf.k), buf.in(buf.v),
-                         buf.out(), moba_routes(), kMobaBlock, ak::Options{}.with_threads(threads));
-    };
-  });
-  add("moba_routing/L:" + std::to_string(kLongLen), {1}, [](int) {
-    return [] {
-      attnkit_bench::BshdBuffers& buf = buffers(kLongLen);
-      benchmark::DoNotOptimize(
-          ak::route_topk_blocks(buf.in(buf.q), buf.in(buf.k), kMobaBlock, kMobaTopk));
-    };
+  add_routed("moba/L:" + std::to_string(kLongLen), kLongLen, pairs,
+             [](attnkit_bench::BshdBuffers& buf, const ak::Options& options) {
+               ak::moba_attention(ak::make_spec(ak::Softmax{}), buf.in(buf.q), buf.in(buf.k),
+                                  buf.in(buf.v), buf.out(), moba_routes(), kMobaBlock, options);
+             });
+  add_selection("moba_routing/L:" + std::to_string(kLongLen), [] {
+    attnkit_bench::BshdBuffers& buf = buffers(kLongLen);
+    return ak::route_topk_blocks(buf.in(buf.q), buf.in(buf.k), kMobaBlock, kMobaTopk);
   });
 }
 
@@ -212,12 +213,9 @@ void add_stripes() {
                            ak::Options{}.with_threads(threads));
     };
   });
-  add("stripes_selection/L:" + std::to_string(kLongLen), {1}, [](int) {
-    return [] {
-      attnkit_bench::BshdBuffers& buf = buffers(kLongLen);
-      benchmark::DoNotOptimize(
-          ak::anchor_stripes(buf.in(buf.q), buf.in(buf.k), stripe_setup().first));
-    };
+  add_selection("stripes_selection/L:" + std::to_string(kLongLen), [] {
+    attnkit_bench::BshdBuffers& buf = buffers(kLongLen);
+    return ak::anchor_stripes(buf.in(buf.q), buf.in(buf.k), stripe_setup().first);
   });
 }
 

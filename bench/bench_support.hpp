@@ -32,6 +32,10 @@
 #include <omp.h>
 #endif
 
+// The short names every bench uses.
+namespace ak = attnkit;
+using ak::Index;
+
 namespace attnkit_bench {
 
 /// Q, K and V of `elements` floats each, drawn once from N(0, 1) with a fixed seed, and an
@@ -177,6 +181,36 @@ inline TimeRatio time_ratio(double seconds, const Best* base, double limit) {
   cells.ratio = text;
   if (limit > 0) cells.met = r <= limit ? "yes" : "no";
   return cells;
+}
+
+/// Prints the heading of a summary table that sets variants against a baseline: "### <what>:"
+/// with the ISA and the shape (H heads of L tokens, head dim d, B 1, f32, BSHD, then
+/// `shape_note`), what the GFLOP/s and ratio columns mean (`columns_note`) with the notes on
+/// ms and cpu every such table shares, and the column heads.
+inline void print_target_heading(const char* what, Index dim, Index len, Index heads,
+                                 const char* shape_note, const char* columns_note,
+                                 const std::string& columns) {
+  std::printf(
+      "\n### %s: ISA %s, d=%ld, L=%ld, H=%ld, B=1, f32, BSHD%s\n\n"
+      "ms = best iteration over the repetitions (default 3); %s;\ncpu = process CPU time / "
+      "(wall x threads) of that iteration: well under 100%% means other\nprocesses took the "
+      "cores, and the row measures the machine.\n\n",
+      what, ak::simd::kArchName, long(dim), long(len), long(heads), shape_note, columns_note);
+  print_table_head(columns);
+}
+
+/// Prints a TargetRow's line of a summary table for the benchmark row.name + suffix against
+/// baseline + suffix, run on `threads` at `flops` per iteration: "| <cells> | ms | GFLOP/s |
+/// / <baseline> | target | met | cpu |". Nothing where the benchmark did not run.
+inline void print_target_row(const TargetRow& row, const std::string& cells,
+                             const std::string& baseline, const std::string& suffix, int threads,
+                             double flops) {
+  const Best* best = find_best(row.name + suffix);
+  if (best == nullptr) return;
+  const TimeRatio to_base = time_ratio(best->seconds, find_best(baseline + suffix), row.limit);
+  std::printf("| %s | %.1f | %.1f | %s | %s | %s | %.0f%% |\n", cells.c_str(), best->seconds * 1e3,
+              flops / best->seconds / 1e9, to_base.ratio.c_str(), row.target, to_base.met.c_str(),
+              100 * best->busy(threads));
 }
 
 /// Prints the header row of a Markdown summary table, `columns` ("| ms | GB/s |"), and the

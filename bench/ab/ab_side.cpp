@@ -121,16 +121,14 @@ void run_storage(const ab::Row& r, const Mask& mask, Buffers& b) {
       return run(r, mask, b.kb.data(), b.vb.data(), b);
     case ab::Storage::F16:
       return run(r, mask, b.kh.data(), b.vh.data(), b);
+#if AB_HAS_Q8
     case ab::Storage::Q8_0:
-#if AB_HAS_Q8
       return run(r, mask, b.kq.data(), b.vq.data(), b);
-#else
-      return;
-#endif
     case ab::Storage::Q4_0:
-#if AB_HAS_Q8
       return run(r, mask, b.k4.data(), b.v4.data(), b);
 #else
+    case ab::Storage::Q8_0:
+    case ab::Storage::Q4_0:
       return;
 #endif
   }
