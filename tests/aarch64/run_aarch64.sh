@@ -13,22 +13,10 @@ set -euo pipefail
 
 cmake="" ctest="" source="" work="" generator="" make_program="" opt="-Og"
 prefix=${ATTNKIT_AARCH64_PREFIX:-/opt/attnkit-aarch64}
-for arg in "$@"; do
-  case "$arg" in
-    --cmake=*) cmake=${arg#*=} ;;
-    --ctest=*) ctest=${arg#*=} ;;
-    --source=*) source=${arg#*=} ;;
-    --work=*) work=${arg#*=} ;;
-    --generator=*) generator=${arg#*=} ;;
-    --make-program=*) make_program=${arg#*=} ;;
-    --prefix=*) prefix=${arg#*=} ;;
-    --opt=*) opt=${arg#*=} ;;
-    *) echo "run_aarch64.sh: unknown argument '$arg'" >&2; exit 2 ;;
-  esac
-done
-for required in cmake ctest source work; do
-  if [ -z "${!required}" ]; then echo "run_aarch64.sh: --$required=... is required" >&2; exit 2; fi
-done
+# shellcheck source=../support/script_args.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../support/script_args.sh"
+parse_args run_aarch64.sh cmake ctest source work generator make_program prefix opt -- "$@"
+require_args run_aarch64.sh cmake ctest source work
 
 skip() {
   echo "aarch64: SKIPPED: $1; scripts/install-deps.sh installs it"

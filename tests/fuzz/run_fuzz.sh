@@ -15,24 +15,12 @@ set -euo pipefail
 
 clang="" cmake="" source="" work="" generator="" make_program="" arch="" prefix_path=""
 runs=1500 seconds=10
-for arg in "$@"; do
-  case "$arg" in
-    --clang=*) clang=${arg#*=} ;;
-    --cmake=*) cmake=${arg#*=} ;;
-    --source=*) source=${arg#*=} ;;
-    --work=*) work=${arg#*=} ;;
-    --generator=*) generator=${arg#*=} ;;
-    --make-program=*) make_program=${arg#*=} ;;
-    --arch=*) arch=${arg#*=} ;;
-    --prefix-path=*) prefix_path=${arg#*=}; prefix_path=${prefix_path//|/;} ;;
-    --runs=*) runs=${arg#*=} ;;
-    --seconds=*) seconds=${arg#*=} ;;
-    *) echo "run_fuzz.sh: unknown argument '$arg'" >&2; exit 2 ;;
-  esac
-done
-for required in cmake source work; do
-  if [ -z "${!required}" ]; then echo "run_fuzz.sh: --$required=... is required" >&2; exit 2; fi
-done
+# shellcheck source=../support/script_args.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../support/script_args.sh"
+parse_args run_fuzz.sh clang cmake source work generator make_program arch prefix_path runs \
+  seconds -- "$@"
+require_args run_fuzz.sh cmake source work
+prefix_path=${prefix_path//|/;}
 
 # CTest reports exit code 77 as "Skipped", with this message in the test output. Where the
 # fuzz test must run (CI: .ci/run sets ATTNKIT_FUZZ_REQUIRED=1), a missing clang++ or
