@@ -359,14 +359,12 @@ void call_one(const Case& c, const Spec& spec) {
   using V = typename T::v;
   using O = typename T::o;
   const Index off = c.q_offset.value_or(c.Lk - c.Lq), rows = c.B * c.Hq * c.Lq;
-  Buf<Q> q(c.B, c.Hq, c.Lq, c.D, c.bshd[0]);
-  Buf<K> k(c.B, c.Hkv, c.Lk, c.D, c.bshd[1]);
-  Buf<V> v(c.B, c.Hkv, c.Lk, c.Dv, c.bshd[2]);
+  Qkv<Q, K, V> in(c);
+  Buf<Q>& q = in.q;
+  Buf<K>& k = in.k;
+  Buf<V>& v = in.v;
   Buf<O> o(c.B, c.Hq, c.Lq, c.Dv, c.bshd[3]);
   Buf<double> ref(c.B, c.Hq, c.Lq, c.Dv);
-  q.fill(c.q_mag, seed_of(c, 0));
-  k.fill(c.k_mag, seed_of(c, 1));
-  v.fill(c.v_mag, seed_of(c, 2));
   q.snapshot();
   k.snapshot();
   v.snapshot();
@@ -401,8 +399,7 @@ void call_one(const Case& c, const Spec& spec) {
 }
 
 void run_call(const Case& c) {
-  const Index off = c.q_offset.value_or(c.Lk - c.Lq);
-  const bool made = with_spec(c, c.Hq, reach_of(c.Lq, c.Lk, off), [&](const auto& spec) {
+  const bool made = with_call_spec(c, [&](const auto& spec) {
     using Spec = std::decay_t<decltype(spec)>;
     with_storage<Spec>(c, [&](auto types) { call_one<decltype(types)>(c, spec); });
   });
@@ -422,12 +419,8 @@ void merge_one(const Case& c0, const Whole& whole, const Part& part_norm,
   constexpr bool kStat = ak::detail::row_stat_kind<Whole>() != ak::RowStat::None;
   const Index off = c.q_offset.value_or(c.Lk - c.Lq), rows = c.B * c.Hq * c.Lq;
   const ak::SlidingWindow mask{c.left, c.right};
-  Buf<float> q(c.B, c.Hq, c.Lq, c.D, c.bshd[0]);
-  Buf<float> k(c.B, c.Hkv, c.Lk, c.D, c.bshd[1]);
-  Buf<float> v(c.B, c.Hkv, c.Lk, c.Dv, c.bshd[2]);
-  q.fill(c.q_mag, seed_of(c, 0));
-  k.fill(c.k_mag, seed_of(c, 1));
-  v.fill(c.v_mag, seed_of(c, 2));
+  Qkv<> in(c);
+  Buf<float>&q = in.q, &k = in.k, &v = in.v;
   std::vector<Index> cuts{0, c.Lk};
   for (Index p = 1; p < 1 + c.e[0] % 3; ++p)
     cuts.push_back(c.e[static_cast<std::size_t>(p)] % (c.Lk + 1));
@@ -532,11 +525,9 @@ Packing packing(const Case& c) {
 template <class Spec>
 void varlen_one(const Case& c, const Spec& spec, const Packing& pk) {
   const Index TQ = pk.cu_q.back(), TK = pk.cu_k.back(), B = c.defect == Defect::VarlenBatch ? 2 : 1;
-  Buf<float> q(B, c.Hq, TQ, c.D, c.bshd[0]), k(B, c.Hkv, TK, c.D, c.bshd[1]);
-  Buf<float> v(B, c.Hkv, TK, c.Dv, c.bshd[2]), o(B, c.Hq, TQ, c.Dv, c.bshd[3]);
-  q.fill(c.q_mag, seed_of(c, 0));
-  k.fill(c.k_mag, seed_of(c, 1));
-  v.fill(c.v_mag, seed_of(c, 2));
+  Qkv<> in(c, B, TQ, TK);
+  Buf<float>&q = in.q, &k = in.k, &v = in.v;
+  Buf<float> o(B, c.Hq, TQ, c.Dv, c.bshd[3]);
   q.snapshot();
   k.snapshot();
   v.snapshot();
@@ -622,33 +613,14 @@ void fuzz_entries(const std::uint8_t* data, std::size_t size) {
   const Case c = decode(in);
   if (std::getenv("ATTNKIT_FUZZ_DESCRIBE") != nullptr)  // to see what a replayed input runs
     std::fprintf(stderr, "fuzz_entries: %s\n", describe(c).c_str());
-  switch (c.entry) {
-    case Entry::Attention:
-    case Entry::Decode:
-      return run_call(c);
-    case Entry::Merge:
-      return run_merge(c);
-    case Entry::Varlen:
-      return run_varlen(c);
-    case Entry::Paged:
-      return run_paged(c);
-    case Entry::Cache:
-      return run_cache(c);
-    case Entry::Moba:
-      return run_moba(c);
-    case Entry::AllOrHere:
-      return run_all_or_here(c);
-    case Entry::Backward:
-      return run_backward(c);
-    case Entry::Quant:
-      return run_quant(c);
-    case Entry::Linear:
-      return run_linear(c);
-    case Entry::LinearBackward:
-      return run_linear_backward(c);
-    default:
-      return;
-  }
+  // The runner of each entry, in the order of Entry (attention() and decode() share one).
+  using Runner = void (*)(const Case&);
+  static constexpr Runner kRunners[] = {run_call,     run_call,  run_merge,  run_varlen,
+                                        run_paged,    run_cache, run_moba,   run_all_or_here,
+                                        run_backward, run_quant, run_linear, run_linear_backward};
+  static_assert(std::size(kRunners) == static_cast<std::size_t>(Entry::kCount));
+  const auto entry = static_cast<std::size_t>(c.entry);
+  if (entry < std::size(kRunners)) kRunners[entry](c);
 }
 
 }  // namespace attnkit_fuzz

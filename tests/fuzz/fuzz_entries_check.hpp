@@ -145,6 +145,24 @@ ak::Fope make_fope(const Case& c, Index need);
 ak::Options options_of(const Case& c);
 std::uint32_t seed_of(const Case& c, std::uint32_t tensor);
 
+// q, k and v of a case in its layouts, drawn from its seeds at its magnitudes: B batches, Lq
+// queries over Lk keys (a varlen call's packed rows), the case's own by default.
+template <class Q = float, class K = Q, class V = K>
+struct Qkv {
+  Buf<Q> q;
+  Buf<K> k;
+  Buf<V> v;
+  Qkv(const Case& c, Index B, Index Lq, Index Lk)
+      : q(B, c.Hq, Lq, c.D, c.bshd[0]),
+        k(B, c.Hkv, Lk, c.D, c.bshd[1]),
+        v(B, c.Hkv, Lk, c.Dv, c.bshd[2]) {
+    q.fill(c.q_mag, seed_of(c, 0));
+    k.fill(c.k_mag, seed_of(c, 1));
+    v.fill(c.v_mag, seed_of(c, 2));
+  }
+  explicit Qkv(const Case& c) : Qkv(c, c.B, c.Lq, c.Lk) {}
+};
+
 // What one call produced next to the reference, dense [B, H, Lq, Dv] rows, and the keys each
 // row sees (visible[row]).
 template <class O>
@@ -297,6 +315,13 @@ bool with_spec(const Case& c, Index heads, Index need, F f) {
         return;
     }
   });
+}
+
+// with_spec() for the one call of case c: Hq query heads at its offset, Lq queries over Lk
+// keys.
+template <class F>
+bool with_call_spec(const Case& c, F f) {
+  return with_spec(c, c.Hq, reach_of(c.Lq, c.Lk, c.q_offset.value_or(c.Lk - c.Lq)), f);
 }
 
 template <class Q, class K, class V, class O>

@@ -48,12 +48,9 @@ void backward_one(const Case& c, const Spec& spec) {
   using N = typename Spec::Normalizer;
   constexpr bool kStat = ak::detail::row_stat_kind<N>() != ak::RowStat::None;
   const Index off = c.q_offset.value_or(c.Lk - c.Lq), rows = c.B * c.Hq * c.Lq;
-  Buf<float> q(c.B, c.Hq, c.Lq, c.D, c.bshd[0]), k(c.B, c.Hkv, c.Lk, c.D, c.bshd[1]);
-  Buf<float> v(c.B, c.Hkv, c.Lk, c.Dv, c.bshd[2]), o(c.B, c.Hq, c.Lq, c.Dv, c.bshd[3]);
-  Buf<float> d_o(c.B, c.Hq, c.Lq, c.Dv);
-  q.fill(c.q_mag, seed_of(c, 0));
-  k.fill(c.k_mag, seed_of(c, 1));
-  v.fill(c.v_mag, seed_of(c, 2));
+  Qkv<> in(c);
+  Buf<float>&q = in.q, &k = in.k, &v = in.v;
+  Buf<float> o(c.B, c.Hq, c.Lq, c.Dv, c.bshd[3]), d_o(c.B, c.Hq, c.Lq, c.Dv);
   d_o.fill(1.f, seed_of(c, 3));
   place_special(c, d_o);
   Stats lse(rows);
@@ -261,16 +258,14 @@ std::vector<Defect> grads_defects(const Case& c) {
 }
 
 void run_backward(const Case& c) {
-  const Index off = c.q_offset.value_or(c.Lk - c.Lq);
-  const bool made = with_spec(c, c.Hq, reach_of(c.Lq, c.Lk, off), [&](const auto& spec) {
+  const bool made = with_call_spec(c, [&](const auto& spec) {
     if constexpr (has_backward<std::decay_t<decltype(spec)>>()) backward_one(c, spec);
   });
   if (!made) violated(c, "a policy (or an unchecked call) threw Error");
 }
 
 void run_quant(const Case& c) {
-  const Index off = c.q_offset.value_or(c.Lk - c.Lq);
-  const bool made = with_spec(c, c.Hq, reach_of(c.Lq, c.Lk, off), [&](const auto& spec) {
+  const bool made = with_call_spec(c, [&](const auto& spec) {
     using Spec = std::decay_t<decltype(spec)>;
     using Pos = typename Spec::Position;
     if constexpr (std::is_same_v<typename Spec::Normalizer, ak::Softmax> &&

@@ -42,11 +42,9 @@ ak::LinearSpec<Map> linear_spec_of(const Case& c) {
 template <class Map>
 void linear_one(const Case& c) {
   const ak::LinearSpec<Map> spec = linear_spec_of<Map>(c);
-  Buf<float> q(c.B, c.Hq, c.Lq, c.D, c.bshd[0]), k(c.B, c.Hkv, c.Lk, c.D, c.bshd[1]);
-  Buf<float> v(c.B, c.Hkv, c.Lk, c.Dv, c.bshd[2]), o(c.B, c.Hq, c.Lq, c.Dv, c.bshd[3]);
-  q.fill(c.q_mag, seed_of(c, 0));
-  k.fill(c.k_mag, seed_of(c, 1));
-  v.fill(c.v_mag, seed_of(c, 2));
+  Qkv<> in(c);
+  Buf<float>&q = in.q, &k = in.k, &v = in.v;
+  Buf<float> o(c.B, c.Hq, c.Lq, c.Dv, c.bshd[3]);
   place_special(c, q, true);  // a NaN query: its row NaN, as the reference's
   for (auto* b : {&q, &k, &v, &o}) b->snapshot();
   ak::LinearState state = ak::make_linear_state(spec, q.view(), v.view());
@@ -98,11 +96,9 @@ void linear_one(const Case& c) {
 template <class Map>
 void linear_backward_one(const Case& c) {
   const ak::LinearSpec<Map> spec = linear_spec_of<Map>(c);
-  Buf<float> q(c.B, c.Hq, c.Lq, c.D, c.bshd[0]), k(c.B, c.Hkv, c.Lk, c.D, c.bshd[1]);
-  Buf<float> v(c.B, c.Hkv, c.Lk, c.Dv, c.bshd[2]), d_o(c.B, c.Hq, c.Lq, c.Dv, c.bshd[3]);
-  q.fill(c.q_mag, seed_of(c, 0));
-  k.fill(c.k_mag, seed_of(c, 1));
-  v.fill(c.v_mag, seed_of(c, 2));
+  Qkv<> in(c);
+  Buf<float>&q = in.q, &k = in.k, &v = in.v;
+  Buf<float> d_o(c.B, c.Hq, c.Lq, c.Dv, c.bshd[3]);
   d_o.fill(1.f, seed_of(c, 3));
   Buf<float> dq(c.B, c.Hq, c.Lq, c.D), dk(c.B, c.Hkv, c.Lk, c.D), dv(c.B, c.Hkv, c.Lk, c.Dv);
   for (auto* b : {&q, &k, &v, &d_o, &dq, &dk, &dv}) b->snapshot();

@@ -275,8 +275,7 @@ void cache_one(const Case& c, const Spec& spec) {
 }
 
 void run_cache(const Case& c) {
-  const Index off = c.q_offset.value_or(c.Lk - c.Lq);
-  const bool made = with_spec(c, c.Hq, reach_of(c.Lq, c.Lk, off), [&](const auto& spec) {
+  const bool made = with_call_spec(c, [&](const auto& spec) {
     using Spec = std::decay_t<decltype(spec)>;
     using Pos = typename Spec::Position;
     if constexpr (std::is_same_v<typename Spec::Normalizer, ak::Softmax> &&
@@ -340,20 +339,8 @@ void driver_one(const Case& c, const char* what, Call call, const RefMask& mask,
           conditioning(c, q.max_abs(), k.max_abs(), reach_of(c.Lq, c.Lk, off)));
 }
 
-struct DriverInputs {
-  Buf<float> q, k, v;
-  explicit DriverInputs(const Case& c)
-      : q(c.B, c.Hq, c.Lq, c.D, c.bshd[0]),
-        k(c.B, c.Hkv, c.Lk, c.D, c.bshd[1]),
-        v(c.B, c.Hkv, c.Lk, c.Dv, c.bshd[2]) {
-    q.fill(c.q_mag, seed_of(c, 0));
-    k.fill(c.k_mag, seed_of(c, 1));
-    v.fill(c.v_mag, seed_of(c, 2));
-  }
-};
-
 void run_moba(const Case& c) {
-  DriverInputs in(c);
+  Qkv<> in(c);
   const Index block = kBlocks[c.e[0] % std::size(kBlocks)], topk = 1 + c.e[1] % 4;
   std::optional<ak::BlockRoutes> routes;
   if (!returns([&] {
@@ -388,7 +375,7 @@ void run_moba(const Case& c) {
 }
 
 void run_all_or_here(const Case& c) {
-  DriverInputs in(c);
+  Qkv<> in(c);
   const Index window = c.defect == Defect::WindowZero ? 0 : kWindows[c.e[0] % std::size(kWindows)];
   const Index len = c.Lq + (c.defect == Defect::RoutesList);
   std::vector<unsigned char> full(static_cast<std::size_t>(c.B * len * c.Hq));
