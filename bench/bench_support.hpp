@@ -183,22 +183,6 @@ inline TimeRatio time_ratio(double seconds, const Best* base, double limit) {
   return cells;
 }
 
-/// Prints the heading of a summary table that sets variants against a baseline: "### <what>:"
-/// with the ISA and the shape (H heads of L tokens, head dim d, B 1, f32, BSHD, then
-/// `shape_note`), what the GFLOP/s and ratio columns mean (`columns_note`) with the notes on
-/// ms and cpu every such table shares, and the column heads.
-inline void print_target_heading(const char* what, Index dim, Index len, Index heads,
-                                 const char* shape_note, const char* columns_note,
-                                 const std::string& columns) {
-  std::printf(
-      "\n### %s: ISA %s, d=%ld, L=%ld, H=%ld, B=1, f32, BSHD%s\n\n"
-      "ms = best iteration over the repetitions (default 3); %s;\ncpu = process CPU time / "
-      "(wall x threads) of that iteration: well under 100%% means other\nprocesses took the "
-      "cores, and the row measures the machine.\n\n",
-      what, ak::simd::kArchName, long(dim), long(len), long(heads), shape_note, columns_note);
-  print_table_head(columns);
-}
-
 /// Prints a TargetRow's line of a summary table for the benchmark row.name + suffix against
 /// baseline + suffix, run on `threads` at `flops` per iteration: "| <cells> | ms | GFLOP/s |
 /// / <baseline> | target | met | cpu |". Nothing where the benchmark did not run.
@@ -221,6 +205,22 @@ inline void print_table_head(const std::string& columns) {
        bar = columns.find('|', bar + 1))
     rule += "---|";
   std::printf("%s\n%s\n", columns.c_str(), rule.c_str());
+}
+
+/// Prints the heading of a summary table that sets variants against a baseline: "### <what>:"
+/// with the ISA and the shape (H heads of L tokens, head dim d, B 1, f32, BSHD, then
+/// `shape_note`), what the GFLOP/s and ratio columns mean (`columns_note`) with the notes on
+/// ms and cpu every such table shares, and the column heads.
+inline void print_target_heading(const char* what, Index dim, Index len, Index heads,
+                                 const char* shape_note, const char* columns_note,
+                                 const std::string& columns) {
+  std::printf(
+      "\n### %s: ISA %s, d=%ld, L=%ld, H=%ld, B=1, f32, BSHD%s\n\n"
+      "ms = best iteration over the repetitions (default 3); %s;\ncpu = process CPU time / "
+      "(wall x threads) of that iteration: well under 100%% means other\nprocesses took the "
+      "cores, and the row measures the machine.\n\n",
+      what, ak::simd::kArchName, long(dim), long(len), long(heads), shape_note, columns_note);
+  print_table_head(columns);
 }
 
 /// A counter of `amount` per iteration (GFLOP, GB) that the library turns into a rate per

@@ -41,9 +41,10 @@ enum class Breadth { Kinds, Variants };
 template <class Spec>
 struct AnySpec : std::true_type {};
 
-/// Whether attention_backward() has every face it needs: the normalizer's backward, the
-/// score's derivative and the position's transpose (kernel/backward_traits.hpp, where
-/// check_backward_spec() asserts the same faces).
+/// Whether the spec has every face attention_backward() needs: the normalizer's backward, the
+/// score's derivative, the position's transpose (those check_backward_spec() asserts,
+/// kernel/backward_traits.hpp; it also refuses multi-pass normalizers, which have no backward
+/// face: a normalizer joins the backward tests with the face, not with a list).
 template <class Spec>
 constexpr bool has_backward_faces() {
   using Score = typename Spec::Score;

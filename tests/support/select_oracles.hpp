@@ -26,12 +26,12 @@
 
 namespace attnkit::test {
 
-/// CHECKs a driver's output o [B, Hq, Lq, Dv] against reference::attention(ref) (the spec under
-/// the selection's element mask) on the same q, k, v and options: within out_tol, and its LSE
-/// within tol::kLseF32 where `lse` holds one (else empty).
-template <class RefSpec, class T>
+/// CHECKs a driver's output o [B, Hq, Lq, Dv] (in storage O) against reference::attention(ref) (the
+/// spec under the selection's element mask) on the same q, k, v and options: within out_tol, and
+/// its LSE within tol::kLseF32 where `lse` holds one (else empty).
+template <class RefSpec, class T, class O>
 void check_driver_output(const RefSpec& ref, const View<const T>& q, const View<const T>& k,
-                         const View<const T>& v, const View<const float>& o,
+                         const View<const T>& v, const View<const O>& o,
                          const std::vector<float>& lse, const Options& options, double out_tol) {
   Tensor<double> expected(Layout::Bhsd, o.batch, o.heads, o.seq, o.dim);
   std::vector<float> lse_ref(lse.size());
