@@ -41,14 +41,18 @@ enum class Breadth { Kinds, Variants };
 template <class Spec>
 struct AnySpec : std::true_type {};
 
-/// Whether the spec has every face attention_backward() needs: the normalizer's backward, the
-/// score's derivative, the position's transpose (those check_backward_spec() asserts,
-/// kernel/backward_traits.hpp; it also refuses multi-pass normalizers, which have no backward
-/// face: a normalizer joins the backward tests with the face, not with a list).
+/// Whether the spec has every face attention_backward() needs: the normalizer's backward (and
+/// its pass faces when it takes several passes), the score's derivative, the position's
+/// transpose; those check_backward_spec() asserts (kernel/backward_traits.hpp), here as a
+/// value, so that a normalizer joins the backward tests with the face, not with a list.
 template <class Spec>
 constexpr bool has_backward_faces() {
+  using Normalizer = typename Spec::Normalizer;
   using Score = typename Spec::Score;
   using Position = typename Spec::Position;
+  constexpr bool normalizer = detail::has_normalizer_backward<Normalizer>::value &&
+                              (detail::backward_passes<Normalizer>() == 1 ||
+                               detail::has_backward_observe<Normalizer>::value);
   constexpr bool score =
       detail::unit_derivative<Score>() ||
       (detail::has_derivative<Score>::value && detail::has_derivative_tile<Score>::value);
@@ -56,7 +60,7 @@ constexpr bool has_backward_faces() {
       detail::owns_product<Position>()
           ? detail::has_product_backward<Position>::value
           : std::is_same_v<Position, NoPosition> || detail::has_apply_transpose<Position>::value;
-  return detail::has_normalizer_backward<typename Spec::Normalizer>::value && score && position;
+  return normalizer && score && position;
 }
 template <class Spec>
 struct HasBackward : std::bool_constant<has_backward_faces<Spec>()> {};
