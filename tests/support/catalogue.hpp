@@ -6,7 +6,7 @@
 // paths take it), so a policy that gains a face joins the tests that need it, unlisted.
 #pragma once
 
-#include <attnkit/kernel/backward_traits.hpp>
+#include <attnkit/kernel/backward/backward_traits.hpp>
 #include <attnkit/mask/causal.hpp>
 #include <attnkit/mask/chunked.hpp>
 #include <attnkit/mask/combine.hpp>
@@ -43,7 +43,7 @@ struct AnySpec : std::true_type {};
 
 /// Whether the spec has every face attention_backward() needs: the normalizer's backward (and
 /// its pass faces when it takes several passes), the score's derivative, the position's
-/// transpose; those check_backward_spec() asserts (kernel/backward_traits.hpp), here as a
+/// transpose; those check_backward_spec() asserts (kernel/backward/backward_traits.hpp), here as a
 /// value, so that a normalizer joins the backward tests with the face, not with a list.
 template <class Spec>
 constexpr bool has_backward_faces() {
