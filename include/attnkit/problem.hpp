@@ -13,6 +13,8 @@
 #include "attnkit/normalizer/faces.hpp"
 #include "attnkit/options.hpp"
 #include "attnkit/position/faces.hpp"
+#include "attnkit/position/no_position.hpp"
+#include "attnkit/score/faces.hpp"
 
 namespace attnkit {
 
@@ -157,6 +159,20 @@ Problem make_problem(const View<Q>& q, const View<K>& k, const View<V>& v, const
   return detail::problem_of(q, k, v, detail::scale_for(options, q.dim),
                             options.q_offset ? *options.q_offset : k.seq - q.seq, options.threads,
                             options.products);
+}
+
+/// The checks of the paths whose parts see part-local or gathered indices (pages, the
+/// gathered drivers, sharded decode): no Position (turn q and the keys before, keep the keys
+/// rotated) and a Score that does not read positions (score/faces.hpp, reads_positions()).
+template <class Spec>
+constexpr void check_index_free_spec() {
+  static_assert(std::is_same_v<typename Spec::Position, NoPosition>,
+                "this path's parts see page-local or gathered indices: Position NoPosition only "
+                "(turn q and k with apply_position() before; keep the keys rotated)");
+  static_assert(!detail::reads_positions<typename Spec::Score>(),
+                "this path's parts see page-local or gathered indices: a position-free Score "
+                "only (Dot, Softcap; a Score of yours that says kReadsPositions = false), not "
+                "a Score that reads positions (Alibi)");
 }
 
 /// Lets each policy of `spec` that carries data of its own (a BlockMask built for other

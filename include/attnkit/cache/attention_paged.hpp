@@ -101,12 +101,7 @@ void attention_paged(const Spec& spec, const View<Q>& q, const PagedKv<T>& paged
   static_assert(detail::passes<Normalizer>() == 1,
                 "attention_paged(): this normalizer makes more than one pass over the keys "
                 "(LSSAR): its pages cannot be merged in one round");
-  static_assert(std::is_same_v<typename Spec::Position, NoPosition>,
-                "attention_paged(): a Position policy would see page-local key indices: store "
-                "the keys rotated and turn the queries with apply_position()");
-  static_assert(!detail::reads_positions<typename Spec::Score>(),
-                "attention_paged(): a Score that reads positions (Alibi; a Score of yours "
-                "unless it says kReadsPositions = false) would see page-local key indices");
+  check_index_free_spec<Spec>();
   using detail::require;
   using detail::require_dim;
   detail::check_view(q, "q");

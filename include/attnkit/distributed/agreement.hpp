@@ -40,6 +40,16 @@ void agree_on_view(std::vector<Agreed>& fields, const std::string& name, const V
   fields.push_back(identity_field("the storage of " + name, detail::type_tag<T>()));
 }
 
+/// The views of a call, q, k, v and o, in that order.
+template <class Q, class K, class V, class O>
+void agree_on_qkvo(std::vector<Agreed>& fields, const View<Q>& q, const View<K>& k,
+                   const View<V>& v, const View<O>& o) {
+  agree_on_view(fields, "q", q);
+  agree_on_view(fields, "k", k);
+  agree_on_view(fields, "v", v);
+  agree_on_view(fields, "o", o);
+}
+
 /// The spec's policies by their tags: "the spec's score", "... mask", "... normalizer",
 /// "... position".
 template <class Spec>

@@ -39,10 +39,7 @@ void linear_attention(MPI_Comm comm, const LinearSpec<Map>& spec, const View<Q>&
   // (then whole, by its tag, for any field not named here), before any check that could
   // throw on one rank alone.
   std::vector<Agreed> fields;
-  agree_on_view(fields, "q", q);
-  agree_on_view(fields, "k", k);
-  agree_on_view(fields, "v", v);
-  agree_on_view(fields, "o", o);
+  agree_on_qkvo(fields, q, k, v, o);
   agree_on_options(fields, "options", options);
   fields.push_back({"len", len});
   fields.push_back({"state.features", state.features()});

@@ -74,10 +74,7 @@ void ring_attention(MPI_Comm comm, const Spec& spec, const View<Q>& q, const Vie
   const int rank = rank_of(comm), ranks = size_of(comm);
   const Index len = options.seq_len;
   std::vector<Agreed> fields;
-  agree_on_view(fields, "q", q);
-  agree_on_view(fields, "k", k);
-  agree_on_view(fields, "v", v);
-  agree_on_view(fields, "o", o);
+  agree_on_qkvo(fields, q, k, v, o);
   const Problem p = ring::validate(comm, "ring_attention()", spec, options, std::move(fields), [&] {
     return make_problem(q, k, v, o, options.attention.with_q_offset(0));
   });

@@ -94,10 +94,7 @@ void ring_attention_backward(MPI_Comm comm, const Spec& spec, const View<Q>& q, 
   const int rank = rank_of(comm), ranks = size_of(comm);
   const Index len = options.seq_len;
   std::vector<Agreed> fields;
-  agree_on_view(fields, "q", q);
-  agree_on_view(fields, "k", k);
-  agree_on_view(fields, "v", v);
-  agree_on_view(fields, "o", o);
+  agree_on_qkvo(fields, q, k, v, o);
   agree_on_view(fields, "d_o", d_o);
   agree_on_view(fields, "dq", dq);
   agree_on_view(fields, "dk", dk);

@@ -61,13 +61,7 @@ void sharded_decode(MPI_Comm comm, const Spec& spec, const View<Q>& q, const Vie
   using Score = typename Spec::Score;
   using Mask = typename Spec::Mask;
   using Normalizer = typename Spec::Normalizer;
-  static_assert(!attnkit::detail::reads_positions<Score>(),
-                "sharded_decode(): the score mod must not read positions (Dot, Softcap; a "
-                "Score of yours: kReadsPositions = false): each part runs on the rank's keys "
-                "as gathered rows");
-  static_assert(std::is_same_v<typename Spec::Position, NoPosition>,
-                "sharded_decode(): turn the queries with apply_position() and keep rotated "
-                "keys in the cache (NoPosition in the spec)");
+  attnkit::check_index_free_spec<Spec>();  // each part runs on the rank's keys as gathered rows
   static_assert(attnkit::detail::passes<Normalizer>() == 1,
                 "sharded_decode(): this normalizer needs two rounds (LSSAR), not supported yet");
   static_assert(!std::is_const_v<O>, "sharded_decode(): the output view must be writable");

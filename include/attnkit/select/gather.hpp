@@ -30,13 +30,18 @@ constexpr void check_gathered_spec() {
   static_assert(std::is_same_v<typename Spec::Mask, Full>,
                 "gathered driver: the selection (routes, spans, stripes) is the mask; give a "
                 "spec with Mask Full");
-  static_assert(std::is_same_v<typename Spec::Position, NoPosition>,
-                "gathered driver: gathered calls see gathered indices: Position NoPosition only "
-                "(apply RoPE to q and k before)");
-  static_assert(!detail::reads_positions<typename Spec::Score>(),
-                "gathered driver: gathered calls see gathered indices: a position-free Score "
-                "(Dot, Softcap; a Score of yours: kReadsPositions = false), not one that reads "
-                "positions (Alibi)");
+  check_index_free_spec<Spec>();
+}
+
+/// check_gathered_spec() for the drivers whose parts merge by their LSE (moba_attention,
+/// superlinear_attention and their backwards): a one-pass normalizer with a LogSumExp
+/// statistic (normalizer/faces.hpp, merges_by_lse()).
+template <class Spec>
+constexpr void check_merged_spec() {
+  static_assert(detail::merges_by_lse<typename Spec::Normalizer>(),
+                "gathered driver: parts merge by their LSE: a one-pass normalizer with a "
+                "LogSumExp row statistic (Softmax)");
+  check_gathered_spec<Spec>();
 }
 
 /// Head h of batch b of v as a [1, 1, seq, dim] view of the same memory.

@@ -235,10 +235,7 @@ template <class Spec, class Q, class K, class V, class O>
 void moba_attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
                     const View<O>& o, const BlockRoutes& routes, Index block = 512,
                     const Options& options = {}) {
-  static_assert(detail::merges_by_lse<typename Spec::Normalizer>(),
-                "moba_attention(): parts merge by their LSE: a one-pass normalizer with a "
-                "LogSumExp row statistic (Softmax)");
-  select::check_gathered_spec<Spec>();
+  select::check_merged_spec<Spec>();
   const Problem p = make_problem(q, k, v, o, options);
   validate_policies(spec, p, options);
   select::check_moba_call(spec, p, routes, block);

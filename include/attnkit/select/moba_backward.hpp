@@ -42,10 +42,7 @@ void moba_attention_backward(const Spec& spec, const View<Q>& q, const View<K>& 
                              const View<O>& o, const View<GO>& d_o, const View<GQ>& dq,
                              const View<GK>& dk, const View<GV>& dv, const BlockRoutes& routes,
                              Index block = 512, const Options& options = {}) {
-  static_assert(detail::merges_by_lse<typename Spec::Normalizer>(),
-                "moba_attention_backward(): parts merge by their LSE: a one-pass normalizer with a "
-                "LogSumExp row statistic (Softmax)");
-  select::check_gathered_spec<Spec>();
+  select::check_merged_spec<Spec>();
   const Problem p =
       detail::make_backward_problem(spec, q, k, v, o, d_o, dq, dk, dv, options, ParamGrads{});
   select::check_moba_call(spec, p, routes, block);

@@ -88,10 +88,7 @@ template <class Spec, class Q, class K, class V, class O>
 void superlinear_attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
                            const View<O>& o, const SpanSelection& sel,
                            const Options& options = {}) {
-  static_assert(detail::merges_by_lse<typename Spec::Normalizer>(),
-                "superlinear_attention(): parts merge by their LSE: a one-pass normalizer with a "
-                "LogSumExp row statistic (Softmax)");
-  select::check_gathered_spec<Spec>();
+  select::check_merged_spec<Spec>();
   static_assert(!std::is_const_v<O>, "superlinear_attention(): the output view must be writable");
   const Problem p = make_problem(q, k, v, o, options);
   validate_policies(spec, p, options);

@@ -38,10 +38,7 @@ void superlinear_attention_backward(const Spec& spec, const View<Q>& q, const Vi
                                     const View<GQ>& dq, const View<GK>& dk, const View<GV>& dv,
                                     const SpanSelection& sel, const Options& options = {}) {
   using Score = typename Spec::Score;
-  static_assert(detail::merges_by_lse<typename Spec::Normalizer>(),
-                "superlinear_attention_backward(): parts merge by their LSE: a one-pass normalizer "
-                "with a LogSumExp row statistic (Softmax)");
-  select::check_gathered_spec<Spec>();
+  select::check_merged_spec<Spec>();
   const Problem p =
       detail::make_backward_problem(spec, q, k, v, o, d_o, dq, dk, dv, options, ParamGrads{});
   if constexpr (detail::has_sinks<typename Spec::Normalizer>::value)
