@@ -92,25 +92,35 @@ Index row_extent(const char* factory, Index D) {
 
 }  // namespace detail
 
+namespace detail {
+
+// Dense memory [B, H, S, D] with the heads outside the sequence (bhsd) or inside it (bshd).
+// Throws Error, naming `factory`, when a stride overflows Index.
+template <class T>
+View<T> dense(const char* factory, T* data, Index B, Index H, Index S, Index D, bool bhsd) {
+  const Index E = row_extent<T>(factory, D);
+  if (bhsd)
+    return strided(
+        data, {B, H, S, D},
+        {dense_stride(factory, "H*S*D", {H, S, E}), dense_stride(factory, "S*D", {S, E}), E});
+  return strided(
+      data, {B, H, S, D},
+      {dense_stride(factory, "S*H*D", {S, H, E}), E, dense_stride(factory, "H*D", {H, E})});
+}
+
+}  // namespace detail
+
 /// Dense [batch, heads, seq, dim] memory. Throws Error when a stride overflows Index.
 template <class T>
 View<T> bhsd(T* data, Index B, Index H, Index S, Index D) {
-  using detail::dense_stride;
-  const Index E = detail::row_extent<T>("bhsd", D);
-  return strided(
-      data, {B, H, S, D},
-      {dense_stride("bhsd", "H*S*D", {H, S, E}), dense_stride("bhsd", "S*D", {S, E}), E});
+  return detail::dense("bhsd", data, B, H, S, D, true);
 }
 
 /// Dense [batch, seq, heads, dim] memory (the layout of most model code). Throws Error when
 /// a stride overflows Index.
 template <class T>
 View<T> bshd(T* data, Index B, Index S, Index H, Index D) {
-  using detail::dense_stride;
-  const Index E = detail::row_extent<T>("bshd", D);
-  return strided(
-      data, {B, H, S, D},
-      {dense_stride("bshd", "S*H*D", {S, H, E}), E, dense_stride("bshd", "H*D", {H, E})});
+  return detail::dense("bshd", data, B, H, S, D, false);
 }
 
 }  // namespace attnkit
