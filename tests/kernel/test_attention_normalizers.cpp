@@ -48,19 +48,9 @@ void check_grid(const Case& c) {
 
 }  // namespace
 
-TEST_CASE("normalizers: attention matches the reference on ragged square shapes",
-          "[attention][normalizers]") {
-  const Case c = Case{}.lengths(77, 77).dims(32).laid_out(Layout::Bhsd);
-  check_grid(c);
-  check_grid(Case{c}.lengths(1, 1).on_threads(1));  // one query, one key
-}
-
-TEST_CASE("normalizers: attention matches the reference with Lq != Lk, q_offset and GQA",
+TEST_CASE("normalizers: attention matches the reference on ragged shapes, q_offset and GQA",
           "[attention][normalizers][gqa]") {
-  // bottom-right: the queries sit at the end
-  check_grid(Case{}.lengths(37, 133).heads(4, 2).dims(32).on_threads(1));
-  // under Causal, rows 0..8 see no key
-  check_grid(Case{}.lengths(50, 30).heads(3, 1).dims(32).at_offset(-9));
+  ak::test::for_each_ragged_case([](const Case& c) { check_grid(c); });
 }
 
 TEST_CASE("normalizers: attention matches the reference at d 128", "[attention][normalizers]") {

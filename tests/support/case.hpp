@@ -66,6 +66,19 @@ struct Case {
   }
 };
 
+/// The ragged cases each mechanism's attention() test runs over its grid, in order: a 77 x 77
+/// square (bhsd), one query and one key (one thread), Lq != Lk bottom-right with GQA (one and
+/// two key tiles, one thread), and rows that see no key under Causal (q_offset -9).
+template <class Visit>
+void for_each_ragged_case(Visit&& visit) {
+  const Case square = Case{}.lengths(77, 77).dims(32).laid_out(Layout::Bhsd);
+  visit(square);
+  visit(Case{square}.lengths(1, 1).on_threads(1));
+  visit(Case{}.lengths(37, 133).heads(4, 2).dims(32).on_threads(1));
+  visit(Case{}.lengths(70, 300).heads(4, 2).dims(32).on_threads(1));
+  visit(Case{}.lengths(50, 30).heads(3, 1).dims(32).at_offset(-9));
+}
+
 /// "B1 Hq2 Hkv1 Lq77 Lk77 d32 dv32 bhsd threads 2 q_offset 0 (default)", for INFO.
 std::string describe(const Case& c);
 

@@ -58,7 +58,6 @@ struct ShardedDecodeOptions {
 template <class Spec, class Q, class K, class V, class O>
 void sharded_decode(MPI_Comm comm, const Spec& spec, const View<Q>& q, const View<K>& k,
                     const View<V>& v, const View<O>& o, const ShardedDecodeOptions& options) {
-  using Score = typename Spec::Score;
   using Mask = typename Spec::Mask;
   using Normalizer = typename Spec::Normalizer;
   attnkit::check_index_free_spec<Spec>();  // each part runs on the rank's keys as gathered rows
@@ -124,10 +123,9 @@ void sharded_decode(MPI_Comm comm, const Spec& spec, const View<Q>& q, const Vie
       ring::part_normalizer(spec.normalizer, spec.mask, q_pos, p.batch, p.q_heads, len);
   constexpr bool kStat = attnkit::detail::row_stat_kind<Normalizer>() != RowStat::None;
   const Index rows = p.batch * p.q_heads * p.q_len;
-  const auto part_spec =
-      AttentionSpec<Score, Remapped<Mask>, std::decay_t<decltype(normalizer)>, NoPosition>{
-          spec.score, remap(spec.mask, q_pos.data(), k_pos.data(), p.kv_len), normalizer,
-          NoPosition{}};
+  const auto part_spec = AttentionSpec<typename Spec::Score, Remapped<Mask>,
+                                       std::decay_t<decltype(normalizer)>, NoPosition>{
+      spec.score, remap(spec.mask, q_pos.data(), k_pos.data(), p.kv_len), normalizer, NoPosition{}};
   // One buffer per rank: the output rows, then the row statistic (gathered together).
   const Index piece = rows * p.value_dim + (kStat ? rows : 0);
   std::vector<float> local(static_cast<std::size_t>(piece));
