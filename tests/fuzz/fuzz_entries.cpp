@@ -285,8 +285,11 @@ std::string describe(const Case& c) {
 // Positions a call's queries (at offset + [0, Lq)) and keys ([0, Lk)) reach.
 // Positions run from offset to offset + Lq - 1 (queries) and 0 to Lk - 1 (keys); a table of
 // `reach` positions holds (-reach, reach), open at both ends: -offset needs reach 1 - offset.
+// Without queries the offset is no position at all: a table need not reach it (a varlen
+// sequence of no query and one key at offset 15 was expected refused with a 14-row table).
 Index reach_of(Index Lq, Index Lk, Index offset) {
-  return std::max<Index>({Lk, offset + Lq, 1 - offset, 1});
+  const Index queries = Lq > 0 ? std::max(offset + Lq, 1 - offset) : 1;
+  return std::max<Index>({Lk, queries, 1});
 }
 
 // The logit error of a spec whose positions (and distances) stay below `reach`.
