@@ -13,10 +13,12 @@
 //   3. attention(spec, q, cache.keys(), cache.values(), o): causal, bottom-right aligned (the
 //      n queries are the last n positions of the cache), the spec without a Position (the
 //      cached keys are turned already). attention() itself takes split-KV decode for n <= 16.
-// Gemma 3's local layers add SlidingWindow{window - 1, 0} to Causal: key j is visible from
-// query i when i - (window - 1) <= j <= i (transformers' sliding_window_overlay: j > i - W).
+// Gemma 3's local layers add SlidingWindow::last(window) to Causal: key j is visible from
+// query i when i - window < j <= i (transformers' sliding_window_overlay), which is
+// SlidingWindow{window - 1, 0}.
 #pragma once
 
+#include <algorithm>
 #include <attnkit/attnkit.hpp>
 #include <chrono>
 #include <memory>
@@ -70,7 +72,7 @@ class AttentionLayers {
       attnkit::make_spec(attnkit::Causal{});
   decltype(attnkit::make_spec(attnkit::Causal{} & attnkit::SlidingWindow{0, 0})) local_spec_ =
       attnkit::make_spec(attnkit::Causal{} &
-                         attnkit::SlidingWindow{c_.window > 0 ? c_.window - 1 : 0, 0});
+                         attnkit::SlidingWindow::last(std::max<attnkit::Index>(c_.window, 1)));
   attnkit::Options options_;
   std::vector<attnkit::KvCache<T>> caches_;
   double seconds_ = 0;

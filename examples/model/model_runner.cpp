@@ -12,6 +12,9 @@
 //   positions, then the first new - 1 generated tokens (P + new - 1 rows).
 // --bench: per prompt length, prefill and decode tokens/s and the share of time in attnkit,
 //   on synthetic ids (the prompt's, repeated).
+// --window W, --pairing neox|gptj: override the checkpoint's window (0: every layer global)
+//   or RoPE pairing; scripts/models/check.py shows with them that a convention one step off
+//   fails its comparison (its negative controls).
 #include <Eigen/Core>
 #include <algorithm>
 #include <attnkit/attnkit.hpp>
@@ -31,7 +34,8 @@
 namespace {
 
 struct Args {
-  std::string model, cache = "f32", logits, bench;
+  std::string model, cache = "f32", logits, bench, pairing;
+  long window = -1;  // -1: the checkpoint's
   std::vector<int> ids, force;
   int new_tokens = 32, threads = 1;
 };
@@ -63,6 +67,10 @@ Args parse(int argc, char** argv) {
       a.logits = value;
     else if (key == "--bench")
       a.bench = value;
+    else if (key == "--window")
+      a.window = std::stol(value);
+    else if (key == "--pairing")
+      a.pairing = value;
     else
       throw std::runtime_error("model_runner: unknown option " + key);
   }
@@ -172,7 +180,10 @@ int main(int argc, char** argv) try {
   const Args a = parse(argc, argv);
   if (a.ids.empty() && a.bench.empty()) throw std::runtime_error("model_runner: --ids is empty");
   const model::GgufFile file(a.model);
-  const model::Config c = model::read_config(file);
+  model::Config c = model::read_config(file);
+  if (a.window >= 0) c.window = a.window;
+  if (!a.pairing.empty())
+    c.pairing = a.pairing == "gptj" ? attnkit::RopePairing::GptJ : attnkit::RopePairing::NeoX;
   const model::Weights w = model::load_weights(file, c);
   const model::Vocab vocab(file);
   for (int id : a.ids)

@@ -33,6 +33,7 @@
 #include "attnkit/mask/sliding_window.hpp"
 #include "attnkit/mask/tile_kind.hpp"
 #include "attnkit/mask/visible_keys.hpp"
+#include "attnkit/normalizer/backward_faces.hpp"
 #include "attnkit/normalizer/faces.hpp"
 #include "attnkit/normalizer/relu_power.hpp"
 #include "attnkit/normalizer/sigmoid.hpp"

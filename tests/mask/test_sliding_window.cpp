@@ -42,6 +42,23 @@ TEST_CASE("SlidingWindow: {0, 0} is the diagonal and {w, 0} looks back w keys",
     }
 }
 
+TEST_CASE("SlidingWindow::last(W): the W keys j > i - W up to i, as transformers' window",
+          "[mask][sliding_window]") {
+  for (const Index W : {Index{1}, Index{2}, Index{7}, Index{512}}) {
+    const SlidingWindow last = SlidingWindow::last(W);
+    CHECK(last.left == W - 1);
+    CHECK(last.right == 0);
+    for (Index i = 0; i < 600; i += 37)
+      for (Index j = 0; j <= i; ++j) {
+        INFO("window " << W << " query " << i << " key " << j);
+        // transformers' sliding_window_overlay: kv_idx > q_idx - sliding_window
+        CHECK(last.keep(0, 0, i, j) == (j > i - W));
+      }
+  }
+  ak::test::check_error([] { (void)SlidingWindow::last(0); },
+                        {"SlidingWindow::last(window)", ">= 1", "0"});
+}
+
 TEST_CASE("SlidingWindow: classify on hand-picked tiles", "[mask][sliding_window]") {
   const SlidingWindow w{20, 0};
   const Range q{100, 110};                                         // windows [80, 100] .. [89, 109]

@@ -14,6 +14,7 @@
 #include <attnkit/mask/power_of_two.hpp>
 #include <attnkit/mask/sinks.hpp>
 #include <attnkit/mask/sliding_window.hpp>
+#include <attnkit/normalizer/backward_faces.hpp>
 #include <attnkit/normalizer/faces.hpp>
 #include <attnkit/normalizer/relu_power.hpp>
 #include <attnkit/normalizer/sigmoid.hpp>

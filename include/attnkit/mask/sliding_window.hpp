@@ -37,6 +37,14 @@ struct SlidingWindow {
     detail::require(right_keys >= 0, "SlidingWindow.right", ">= 0", right_keys);
   }
 
+  /// The last `window` keys up to the query's own: i - window < j <= i, with Causal the
+  /// window of Hugging Face's and llama.cpp's `sliding_window = window` (Mistral, Gemma 2
+  /// and 3, gpt-oss): SlidingWindow{window - 1, 0}. Throws Error unless window >= 1.
+  static SlidingWindow last(Index window) {
+    detail::require(window >= 1, "SlidingWindow::last(window)", ">= 1", window);
+    return SlidingWindow{window - 1, 0};
+  }
+
   bool keep(Index /*b*/, Index /*h*/, Index i, Index j) const {
     return i - left <= j && j <= i + right;
   }

@@ -23,7 +23,7 @@
 //                                            standing for head h (default: itself)
 //   second_round(row sums) (kPasses 2)       the two-round form that merges (LSSAR)
 //   a sinks member                           the sink logits the merge adds
-// The backward faces are listed before has_normalizer_backward below.
+// The backward faces and their detectors: normalizer/backward_faces.hpp.
 #pragma once
 
 #include <functional>
@@ -294,64 +294,6 @@ template <class N>
 constexpr bool merges_by_lse() {
   return row_stat_kind<N>() == RowStat::LogSumExp && passes<N>() == 1;
 }
-
-// Backward faces (attention_backward()): begin_backward(RowContext, Vec stat, Vec delta) ->
-// BackwardState, backward(state, s, ds, keys, ld) -> Vec, reference_backward(...); optional
-// row_param_grad(state) and kTrainedParam; kBackwardPasses > 1 with observe_backward(),
-// end_backward_pass() and backward_pass_reads_dp() (kernel/backward/backward_traits.hpp).
-template <class N, class = void>
-struct has_normalizer_backward : std::false_type {};
-template <class N>
-struct has_normalizer_backward<
-    N, std::void_t<typename N::BackwardState,
-                   decltype(std::declval<const N&>().begin_backward(RowContext{}, simd::Vec{},
-                                                                    simd::Vec{})),
-                   decltype(std::declval<const N&>().backward(
-                       std::declval<const typename N::BackwardState&>(), std::declval<float*>(),
-                       std::declval<float*>(), Index{}, Index{})),
-                   decltype(std::declval<const N&>().reference_backward(
-                       std::declval<const double*>(), std::declval<const double*>(),
-                       std::declval<double*>(), Index{}, double{}, RowContext{}))>>
-    : std::true_type {};
-
-template <class N, class = void>
-struct declares_backward_passes : std::false_type {};
-template <class N>
-struct declares_backward_passes<N, std::void_t<decltype(N::kBackwardPasses)>> : std::true_type {};
-
-template <class N, class = void>
-struct has_backward_observe : std::false_type {};
-template <class N>
-struct has_backward_observe<
-    N, std::void_t<decltype(std::declval<const N&>().observe_backward(
-                       std::declval<typename N::BackwardState&>(), int{}, std::declval<float*>(),
-                       std::declval<const float*>(), Index{}, Index{})),
-                   decltype(std::declval<const N&>().end_backward_pass(
-                       std::declval<typename N::BackwardState&>(), int{})),
-                   decltype(N::backward_pass_reads_dp(int{}))>> : std::true_type {};
-
-/// How many passes over the keys the normalizer's backward makes (the last one forms dS).
-template <class N>
-constexpr int backward_passes() {
-  if constexpr (declares_backward_passes<N>::value) {
-    static_assert(N::kBackwardPasses >= 1, "Normalizer::kBackwardPasses must be at least 1");
-    return N::kBackwardPasses;
-  } else {
-    return 1;
-  }
-}
-
-template <class N, class = void>
-struct has_row_param_grad : std::false_type {};
-template <class N>
-struct has_row_param_grad<N, std::void_t<decltype(std::declval<const N&>().row_param_grad(
-                                 std::declval<const typename N::BackwardState&>()))>>
-    : std::true_type {};
-
-template <class N, class = void>
-struct has_trained_param : std::false_type {};
-template <class N>
-struct has_trained_param<N, std::void_t<decltype(N::kTrainedParam)>> : std::true_type {};
 
 }  // namespace detail
 

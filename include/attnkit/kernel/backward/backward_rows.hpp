@@ -10,6 +10,7 @@
 
 #include "attnkit/kernel/backward/backward_traits.hpp"
 #include "attnkit/mask/visible_keys.hpp"
+#include "attnkit/normalizer/backward_faces.hpp"
 #include "attnkit/normalizer/faces.hpp"
 #include "attnkit/problem.hpp"
 #include "attnkit/simd/simd.hpp"

@@ -23,6 +23,7 @@
 
 #include "attnkit/core/tensor.hpp"
 #include "attnkit/detail/traits.hpp"
+#include "attnkit/normalizer/backward_faces.hpp"
 #include "attnkit/normalizer/faces.hpp"
 #include "attnkit/position/faces.hpp"
 #include "attnkit/position/no_position.hpp"
