@@ -30,7 +30,7 @@ import re
 import sys
 from pathlib import Path
 
-FAMILY_ORDER = ["dense", "masks", "routed", "normalizers", "positions", "linear", "decode", "backward"]
+FAMILY_ORDER = ["dense", "masks", "routed", "normalizers", "positions", "linear", "gated", "decode", "backward"]
 TO_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 # Keys of a benchmark entry that are not counters.
 RUN_KEYS = {

@@ -57,11 +57,9 @@ class AttentionLayers {
     ak::apply_position(rope, q_view, ak::Role::Query, cache.length() - n);
     const auto out = ak::bshd(o, 1, n, c_.heads, c_.head_dim);
     if (local)
-      ak::attention(local_spec_, ak::View<const float>(q_view), cache.keys(), cache.values(), out,
-                    options_);
+      ak::attention(local_spec_, q_view, cache.keys(), cache.values(), out, options_);
     else
-      ak::attention(global_spec_, ak::View<const float>(q_view), cache.keys(), cache.values(), out,
-                    options_);
+      ak::attention(global_spec_, q_view, cache.keys(), cache.values(), out, options_);
     seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
