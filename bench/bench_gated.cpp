@@ -128,14 +128,7 @@ void add_backward() {
             });
 }
 
-void BM_TilePeak(benchmark::State& state) {
-  const std::size_t n = kPeakSize;
-  std::vector<float> a(n * n, 0.5f), b = a, c = a;
-  timed(state, "tile_peak", 2.0 * double(n * n * n), [&] {
-    ak::gemm::gemm(kPeakSize, kPeakSize, kPeakSize, {a.data(), kPeakSize, 1}, b.data(), kPeakSize,
-                   c.data(), kPeakSize, false);
-  });
-}
+void BM_TilePeak(benchmark::State& state) { attnkit_bench::square_tile_peak(state, kPeakSize); }
 
 // Decode: one token through the recurrent form, state [1, 16, 128, 128] f32 (1 MiB), against a
 // sum over the same bytes (the state's streaming read), one thread.

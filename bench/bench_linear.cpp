@@ -81,12 +81,7 @@ void add_pair(Index dim, Index len, int threads) {
 
 // The tile GEMM in cache on one square problem, one thread: C[n, n] = A[n, n] B[n, n].
 void BM_Gemm_TilePeak(benchmark::State& state) {
-  const std::size_t n = kPeakSize;
-  std::vector<float> a(n * n, 0.5f), b = a, c = a;
-  timed(state, "tile_peak", 2.0 * double(n * n * n), [&] {
-    ak::gemm::gemm(kPeakSize, kPeakSize, kPeakSize, {a.data(), kPeakSize, 1}, b.data(), kPeakSize,
-                   c.data(), kPeakSize, false);
-  });
+  attnkit_bench::square_tile_peak(state, kPeakSize);
 }
 
 // One table row per (d, L): linear, its scaling and peak share, softmax and the ratio.

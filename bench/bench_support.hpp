@@ -157,6 +157,19 @@ void time_best(benchmark::State& state, const std::string& key, Clocks clocks, C
   }
 }
 
+/// The tile GEMM in cache on one square problem, one thread: C[n, n] = A[n, n] B[n, n], its
+/// best iteration kept under "tile_peak" (GFLOP/s counter). The baseline of the chunked linear
+/// forms (bench_linear, bench_gated): their GEMMs are of this kind, smaller.
+inline void square_tile_peak(benchmark::State& state, attnkit::Index n) {
+  const auto size = static_cast<std::size_t>(n * n);
+  std::vector<float> a(size, 0.5f), b = a, c = a;
+  time_best(state, "tile_peak", Clocks::kWallAndCpu, [&] {
+    attnkit::gemm::gemm(n, n, n, {a.data(), n, 1}, b.data(), n, c.data(), n, false);
+  });
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(n) * double(n) * double(n) / 1e9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+
 /// A row of a summary table that sets a variant against its baseline: the variant's name and
 /// the target for time / baseline time, as printed ("<= 1.05", "baseline", "- (none)") and as
 /// a number (0: none).
