@@ -186,12 +186,9 @@ class GatedBackward : public GatedRows<Q, K, V, float> {
       for (Index c = 0; c < Dk; ++c) out[c] += factor * dy[c];
       return;
     }
-    double sum = 0, dot = 0;
-    for (Index c = 0; c < Dk; ++c) sum += double(x[c]) * double(x[c]);
-    const double r = 1.0 / std::sqrt(sum + 1e-6);
-    for (Index c = 0; c < Dk; ++c) dot += double(x[c]) * r * double(dy[c]);
-    for (Index c = 0; c < Dk; ++c)
-      out[c] += float(double(factor) * r * (double(dy[c]) - double(x[c]) * r * dot));
+    const float r = float(1.0 / std::sqrt(double(simd::dot(x, x, Dk)) + 1e-6));
+    const float dot = r * simd::dot(x, dy, Dk);  // y0 . dy, y0 = x r
+    for (Index c = 0; c < Dk; ++c) out[c] += factor * r * (dy[c] - x[c] * r * dot);
   }
 
   Index chunk_, ldvb_;  // ldvb_: the rows of vn_ and don_, whole blocks of columns

@@ -43,6 +43,13 @@ class ChunkBackward {
     cp_ = simd::round_up(C);
     const Index chunks = (L + C - 1) / C;
     size_buffers();
+    if (h.delta) {
+      const auto rows = std::size_t(chunks * C);
+      saved_kk_.resize(rows * std::size_t(cp_));
+      saved_T_.resize(rows * std::size_t(cp_));
+      saved_W_.resize(rows * std::size_t(h.ldk));
+      saved_Vp_.resize(rows * std::size_t(h.ldv));
+    }
     states_.resize(std::size_t((chunks + 1) * area));
     std::copy_n(S0, area, states_.data());
     for (Index c = 0; c < chunks; ++c) {  // the state before each chunk
@@ -62,19 +69,23 @@ class ChunkBackward {
   using Vec = simd::Vec;
   static float* at(std::vector<float>& x) { return x.data(); }
 
+  // The chunk buffers, sized (and zeroed) once per worker: every value read is written first
+  // for each chunk, and padding past the real rows and columns never enters a result (the dots
+  // below run over the real lengths), so stale values from an earlier head are never read.
   void size_buffers() {
     const Index C = h_.chunk, ldk = h_.ldk, ldv = h_.ldv, Dk = h_.key_dim, cp = cp_;
     const Index dvp = simd::round_up(h_.value_dim);
-    for (auto* x : {&kk_, &qk_, &gam_, &T_, &M_, &dM_, &dT_, &X_, &dA_, &Tt_})
-      x->assign(std::size_t(C * cp), 0.f);
-    for (auto* x : {&Bv_, &U_, &Vp_, &dVp_, &dBv_, &tmp_v_}) x->assign(std::size_t(C * ldv), 0.f);
-    for (auto* x : {&Bk_, &W_, &dW_, &dBk_, &dQ_, &dK_, &tmp_k_})
-      x->assign(std::size_t(C * ldk), 0.f);
-    for (auto* x : {&Kt_, &Bkt_}) x->assign(std::size_t(ldk * cp), 0.f);
-    for (auto* x : {&Vpt_, &Bvt_}) x->assign(std::size_t(dvp * cp), 0.f);
-    for (auto* x : {&St_, &dSt_}) x->assign(std::size_t(dvp * ldk), 0.f);
-    S_.assign(std::size_t(Dk * ldv), 0.f);
-    dS_next_.assign(std::size_t(Dk * ldv), 0.f);
+    const auto size = [](std::vector<float>& x, Index n) {
+      if (x.size() != std::size_t(n)) x.assign(std::size_t(n), 0.f);
+    };
+    for (auto* x : {&kk_, &qk_, &gam_, &T_, &M_, &dM_, &dT_, &X_, &dA_, &Tt_}) size(*x, C * cp);
+    for (auto* x : {&Bv_, &U_, &Vp_, &dVp_, &dBv_, &tmp_v_}) size(*x, C * ldv);
+    for (auto* x : {&Bk_, &W_, &dW_, &dBk_, &dQ_, &dK_, &tmp_k_}) size(*x, C * ldk);
+    for (auto* x : {&Kt_, &Bkt_}) size(*x, ldk * cp);
+    for (auto* x : {&Vpt_, &Bvt_}) size(*x, dvp * cp);
+    for (auto* x : {&St_, &dSt_}) size(*x, std::max(dvp * ldk, Dk * ldv));
+    size(S_, Dk * ldv);
+    size(dS_next_, Dk * ldv);
     e_.resize(std::size_t(C));
     lam_.resize(std::size_t(C));
     G_.resize(std::size_t(C));
@@ -82,14 +93,21 @@ class ChunkBackward {
   }
 
   // dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols (dst zero elsewhere as sized).
+  // Whole SIMD blocks go through registers, the edges one by one.
   static void transpose(const float* src, Index lds, Index rows, Index cols, float* dst,
                         Index ldd) {
+    const Index W = simd::kWidth, rb = rows / W * W, cb = cols / W * W;
+    for (Index r = 0; r < rb; r += W)
+      for (Index c = 0; c < cb; c += W)
+        simd::transpose_block(src + r * lds + c, lds, dst + c * ldd + r, ldd);
     for (Index r = 0; r < rows; ++r)
-      for (Index c = 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
+      for (Index c = r < rb ? cb : 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
   }
 
-  // The chunk's forward: its factors, A, T, U, W, V' and M (all kept for the backward); with
-  // `advance`, S (in place) becomes the state after the chunk and nothing else is kept.
+  // The chunk's forward. With `advance` (run()'s pass over the chunks): its factors, K K^T, T,
+  // U, W and V', the last four saved for the backward, and S (in place) becomes the state after
+  // the chunk. Without: the factors, the saved K K^T, T, W, V', Bv, Bk and M = lower(Q K^T .
+  // Gamma), for backward().
   void forward(Index t0, Index n, float* S, bool advance) {
     const Index Dk = h_.key_dim, ldk = h_.ldk, ldv = h_.ldv, cp = cp_;
     const float* K = h_.k + t0 * ldk;
@@ -107,7 +125,23 @@ class ChunkBackward {
     std::fill(Kt_.begin(), Kt_.end(), 0.f);
     transpose(K, ldk, n, Dk, at(Kt_), cp);
     float* Vp = at(Vp_);
-    if (h_.delta) {
+    // The chunk's K K^T, T, W and V' from the boundary pass (saved_: chunk c at c * C rows).
+    const std::size_t chunk = std::size_t(t0 / h_.chunk), C = std::size_t(h_.chunk);
+    float* saved_kk = at(saved_kk_) + chunk * C * std::size_t(cp);
+    float* saved_T = at(saved_T_) + chunk * C * std::size_t(cp);
+    float* saved_W = at(saved_W_) + chunk * C * std::size_t(ldk);
+    float* saved_Vp = at(saved_Vp_) + chunk * C * std::size_t(ldv);
+    if (h_.delta && !advance) {
+      std::copy_n(saved_kk, n * cp, at(kk_));
+      std::copy_n(saved_T, n * cp, at(T_));
+      std::copy_n(saved_W, n * ldk, at(W_));
+      std::copy_n(saved_Vp, n * ldv, Vp);
+      for (Index r = 0; r < n; ++r) {
+        const float beta = h_.beta[t0 + r], be = beta * e_[std::size_t(r)];
+        for (Index i = 0; i < ldv; ++i) Bv_[std::size_t(r * ldv + i)] = beta * V[r * ldv + i];
+        for (Index i = 0; i < ldk; ++i) Bk_[std::size_t(r * ldk + i)] = be * K[r * ldk + i];
+      }
+    } else if (h_.delta) {
       gemm::gemm(n, cp, Dk, {K, ldk, 1}, at(Kt_), cp, at(kk_), cp, false);
       float* T = at(T_);  // T = (I + A)^-1, A = strictly-lower(beta_r KK . Gamma)
       for (Index r = 0; r < n; ++r) {
@@ -115,9 +149,10 @@ class ChunkBackward {
         std::fill(row, row + cp, 0.f);
         row[r] = 1.f;
         const float beta = h_.beta[t0 + r];
-        for (Index j = 0; j < r; ++j) {
-          const float a = beta * kk_[std::size_t(r * cp + j)] * gam_[std::size_t(r * cp + j)];
-          for (Index i = 0; i <= j; ++i) row[i] -= a * T[j * cp + i];
+        for (Index j = 0; j < r; ++j) {  // T's row j is zero past j: whole vectors up to it
+          const Vec a(-beta * kk_[std::size_t(r * cp + j)] * gam_[std::size_t(r * cp + j)]);
+          for (Index i = 0; i <= j; i += simd::kWidth)
+            simd::store(row + i, simd::fma(simd::load(T + j * cp + i), a, simd::load(row + i)));
         }
       }
       for (Index r = 0; r < n; ++r) {
@@ -129,6 +164,10 @@ class ChunkBackward {
       gemm::gemm(n, ldk, n, {T, cp, 1}, at(Bk_), ldk, at(W_), ldk, false);
       gemm::gemm(n, ldv, Dk, {at(W_), ldk, 1}, S, ldv, Vp, ldv, false);  // W S
       for (Index i = 0; i < n * ldv; ++i) Vp[i] = U_[std::size_t(i)] - Vp[i];
+      std::copy_n(at(kk_), n * cp, saved_kk);
+      std::copy_n(at(T_), n * cp, saved_T);
+      std::copy_n(at(W_), n * ldk, saved_W);
+      std::copy_n(Vp, n * ldv, saved_Vp);
     } else {
       std::copy_n(V, n * ldv, Vp);
     }
@@ -179,7 +218,7 @@ class ChunkBackward {
     transpose(S, ldv, Dk, Dv, at(St_), ldk);
     gemm::gemm(n, ldk, Dv, {dO, ldv, 1}, at(St_), ldk, dQ, ldk, false);
     for (Index r = 0; r < n; ++r) {
-      de[std::size_t(r)] += double(simd::dot(Q + r * ldk, dQ + r * ldk, ldk));
+      de[std::size_t(r)] += double(simd::dot(Q + r * ldk, dQ + r * ldk, Dk));
       for (Index c = 0; c < ldk; ++c) dQ[r * ldk + c] *= e_[std::size_t(r)];
     }
     gemm::gemm(n, ldk, n, {at(dM_), cp, 1}, K, ldk, dQ, ldk, true);
@@ -188,7 +227,7 @@ class ChunkBackward {
     gemm::gemm(n, ldk, n, {at(dM_), 1, cp}, Q, ldk, dK, ldk, false);
     gemm::gemm(n, ldk, Dv, {Vp, ldv, 1}, at(dSt_), ldk, at(tmp_k_), ldk, false);
     for (Index r = 0; r < n; ++r) {
-      dlam[std::size_t(r)] = double(simd::dot(K + r * ldk, at(tmp_k_) + r * ldk, ldk));
+      dlam[std::size_t(r)] = double(simd::dot(K + r * ldk, at(tmp_k_) + r * ldk, Dk));
       for (Index c = 0; c < ldk; ++c)
         dK[r * ldk + c] += lam_[std::size_t(r)] * tmp_k_[std::size_t(r * ldk + c)];
     }
@@ -275,9 +314,9 @@ class ChunkBackward {
       const float beta = h_.beta[t0 + r], e = e_[std::size_t(r)];
       const float* dbv = at(dBv_) + r * ldv;
       const float* dbk = at(dBk_) + r * ldk;
-      dbeta[std::size_t(r)] += double(simd::dot(V + r * ldv, dbv, ldv)) +
-                               double(e) * double(simd::dot(K + r * ldk, dbk, ldk));
-      de[std::size_t(r)] += double(beta) * double(simd::dot(K + r * ldk, dbk, ldk));
+      dbeta[std::size_t(r)] += double(simd::dot(V + r * ldv, dbv, Dv)) +
+                               double(e) * double(simd::dot(K + r * ldk, dbk, Dk));
+      de[std::size_t(r)] += double(beta) * double(simd::dot(K + r * ldk, dbk, Dk));
       for (Index c = 0; c < ldv; ++c) h_.dv[(t0 + r) * ldv + c] = beta * dbv[c];
       for (Index c = 0; c < ldk; ++c) dK[r * ldk + c] += beta * e * dbk[c];
     }
@@ -288,6 +327,7 @@ class ChunkBackward {
   std::vector<float> states_, S_, dS_next_, kk_, qk_, gam_, T_, M_, dM_, dT_, X_, dA_, Tt_;
   std::vector<float> Bv_, U_, Vp_, dVp_, dBv_, tmp_v_, Bk_, W_, dW_, dBk_, dQ_, dK_, tmp_k_;
   std::vector<float> Kt_, Bkt_, Vpt_, Bvt_, St_, dSt_, e_, lam_;
+  std::vector<float> saved_kk_, saved_T_, saved_W_, saved_Vp_;  // per chunk, from run()'s pass
   std::vector<double> G_, dG_;
 };
 
