@@ -20,6 +20,7 @@
 #include "support/attnkit_test.hpp"
 #include "support/backward_check.hpp"
 #include "support/error_checks.hpp"
+#include "support/gated_cases.hpp"
 
 namespace ak = attnkit;
 using ak::GatedSpec;
@@ -27,6 +28,10 @@ using ak::GatedUpdate;
 using ak::GateShape;
 using ak::Index;
 using ak::LinearForm;
+using ak::test::copy_values;
+using ak::test::GatedInputs;
+using ak::test::GatedShape;
+using ak::test::kGatedFamily;
 using ak::test::Layout;
 using ak::test::Tensor;
 
@@ -38,67 +43,19 @@ constexpr double kGatedF32 = 2e-5;
 // bf16 inputs are exact in f32; the output is rounded to bf16 once.
 constexpr double kGatedBf16 = ak::test::tol::kBf16;
 
-struct Shape {
-  Index batch = 2, k_heads = 2, v_heads = 4, len = 150, key_dim = 32, value_dim = 24;
-  Layout layout = Layout::Bshd;
-  int threads = 2;
-};
-
-// The inputs of one call: q, k, v in storage T, the gates in f32, a state [B, Hv, Dk, Dv].
-template <class T>
-struct Inputs {
-  Tensor<T> q, k, v;
-  Tensor<float> g, beta, state;
-  Inputs(const GatedSpec& spec, const Shape& s, std::uint32_t seed = 3, float g_low = -0.5f)
-      : q(s.layout, s.batch, s.k_heads, s.len, s.key_dim),
-        k(s.layout, s.batch, s.k_heads, s.len, s.key_dim),
-        v(s.layout, s.batch, s.v_heads, s.len, s.value_dim),
-        g(s.layout, s.batch, s.v_heads, s.len, spec.gate == GateShape::PerChannel ? s.key_dim : 1),
-        beta(s.layout, s.batch, s.v_heads, s.len, 1),
-        state(Layout::Bhsd, s.batch, s.v_heads, s.key_dim, s.value_dim) {
-    // Without l2 normalization the keys' scale must keep the delta rule stable
-    // (beta |k|^2 < 2): entries of 1/sqrt(Dk) give |k| near 1.
-    const float key_scale = spec.l2_normalize ? 1.f : 1.f / std::sqrt(float(s.key_dim));
-    q.randomize(seed, 1.f);
-    k.randomize(seed + 1, key_scale);
-    v.randomize(seed + 2);
-    state.randomize(seed + 3, 0.5f);
-    std::mt19937 rng(seed + 4);
-    std::uniform_real_distribution<float> unit(0.f, 1.f);
-    g.for_each([&](float& x) { x = g_low * unit(rng); });
-    beta.for_each([&](float& x) { x = unit(rng); });
-  }
-  ak::GateInputs gates(const GatedSpec& spec) const {
-    ak::GateInputs in;
-    if (spec.reads_gates()) in.g = g.cview();
-    if (spec.delta()) in.beta = beta.cview();
-    return in;
-  }
-};
-
-// dst = src, element for element (f32 to f64 for the reference's state).
-template <class A, class B>
-void copy_state(const Tensor<A>& src, Tensor<B>& dst) {
-  const auto& v = src.view;
-  for (Index b = 0; b < v.batch; ++b)
-    for (Index h = 0; h < v.heads; ++h)
-      for (Index r = 0; r < v.seq; ++r)
-        for (Index c = 0; c < v.dim; ++c) dst.view.row(b, h, r)[c] = B(v.row(b, h, r)[c]);
-}
-
 struct Result {
   double out = 0, state = 0;
 };
 
 // The kernel and the reference on the same inputs: relative errors of o and the final state.
 template <class T>
-Result run_against_reference(const GatedSpec& spec, const Shape& s, std::uint32_t seed = 3,
+Result run_against_reference(const GatedSpec& spec, const GatedShape& s, std::uint32_t seed = 3,
                              float g_low = -0.5f) {
-  Inputs<T> in(spec, s, seed, g_low);
+  GatedInputs<T> in(spec, s, seed, g_low);
   Tensor<T> o(s.layout, s.batch, s.v_heads, s.len, s.value_dim);
   Tensor<double> want(s.layout, s.batch, s.v_heads, s.len, s.value_dim);
   Tensor<double> state_want(Layout::Bhsd, s.batch, s.v_heads, s.key_dim, s.value_dim);
-  copy_state(in.state, state_want);
+  copy_values(in.state, state_want);
   const auto options = ak::Options{}.with_threads(s.threads);
   ak::reference::gated_attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), in.gates(spec),
                                  want.view, &state_want.view, options);
@@ -108,20 +65,13 @@ Result run_against_reference(const GatedSpec& spec, const Shape& s, std::uint32_
           ak::test::relative_error(in.state.view, state_want.view)};
 }
 
-const GatedSpec kFamily[] = {GatedSpec::gated_delta_net(),
-                             GatedSpec::kimi_delta(),
-                             GatedSpec::mamba2(),
-                             GatedSpec::gla(),
-                             GatedSpec{}.with_gate(GateShape::None),
-                             GatedSpec{}.with_head_gates({-0.1f, 0.f, -1.f, -0.01f})};
-
 }  // namespace
 
 TEST_CASE(
     "gated_attention: every update and gate, chunked and recurrent, against the f64 "
     "recurrence",
     "[gated]") {
-  const GatedSpec base = GENERATE(from_range(std::begin(kFamily), std::end(kFamily)));
+  const GatedSpec base = GENERATE(from_range(std::begin(kGatedFamily), std::end(kGatedFamily)));
   const bool l2 = GENERATE(true, false);
   const auto [form, chunk] = GENERATE(table<LinearForm, Index>({{LinearForm::Recurrent, 1},
                                                                 {LinearForm::Chunked, 16},
@@ -130,14 +80,14 @@ TEST_CASE(
   const GatedSpec spec = base.with_l2_normalize(l2).with_form(form).with_chunk(chunk);
   INFO("update " << int(spec.update) << " gate " << int(spec.gate) << " l2 " << l2 << " form "
                  << int(form) << " chunk " << chunk);
-  const Result r = run_against_reference<float>(spec, Shape{});
+  const Result r = run_against_reference<float>(spec, GatedShape{});
   CHECK(r.out <= kGatedF32);
   CHECK(r.state <= kGatedF32);
 }
 
 TEST_CASE("gated_attention: layouts, bf16 storage, one thread", "[gated]") {
   const GatedSpec spec = GENERATE(GatedSpec::gated_delta_net(), GatedSpec::gla());
-  Shape s;
+  GatedShape s;
   s.layout = GENERATE(Layout::Bhsd, Layout::Bshd, Layout::Padded);
   s.threads = GENERATE(1, 2);
   INFO("layout " << ak::test::name(s.layout) << " threads " << s.threads);
@@ -156,13 +106,13 @@ TEST_CASE("gated_attention: gates as negative as -20 a token stay finite and exa
                                   GatedSpec::mamba2(), GatedSpec::gla());
   const float g_low = GENERATE(-20.f, -3.f);
   INFO("gate " << int(spec.gate) << " update " << int(spec.update) << " g in [" << g_low << ", 0]");
-  const Result r = run_against_reference<float>(spec, Shape{}, 7, g_low);
+  const Result r = run_against_reference<float>(spec, GatedShape{}, 7, g_low);
   CHECK(r.out <= kGatedF32);
   CHECK(r.state <= kGatedF32);
 }
 
 TEST_CASE("gated_attention: L 4096 at unit scale, chunked and recurrent within 1e-5", "[gated]") {
-  Shape s;
+  GatedShape s;
   s.batch = 1;
   s.k_heads = 1;
   s.v_heads = 2;
@@ -179,12 +129,12 @@ TEST_CASE("gated_attention: L 4096 at unit scale, chunked and recurrent within 1
 TEST_CASE("gated_attention: a prefill and decode steps from its state equal one long call",
           "[gated]") {
   const GatedSpec spec = GENERATE(GatedSpec::gated_delta_net(), GatedSpec::gla());
-  Shape s;
+  GatedShape s;
   const Index prefill = 100;
-  Inputs<float> in(spec, s);
+  GatedInputs<float> in(spec, s);
   Tensor<float> whole(s.layout, s.batch, s.v_heads, s.len, s.value_dim);
   Tensor<float> state_whole(Layout::Bhsd, s.batch, s.v_heads, s.key_dim, s.value_dim);
-  copy_state(in.state, state_whole);
+  copy_values(in.state, state_whole);
   ak::gated_attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), in.gates(spec), whole.view,
                       state_whole.view);
   // The same tokens: rows [0, prefill) chunked, then one call per token, recurrent.
@@ -209,13 +159,13 @@ TEST_CASE("gated_attention: a prefill and decode steps from its state equal one 
 
 TEST_CASE("gated_attention: the thread count changes no bit", "[gated]") {
   const GatedSpec spec = GENERATE(GatedSpec::gated_delta_net(), GatedSpec::kimi_delta());
-  Shape s;
-  Inputs<float> in(spec, s);
+  GatedShape s;
+  GatedInputs<float> in(spec, s);
   std::vector<std::vector<float>> outs;
   for (const int threads : {1, 2, 3}) {
     Tensor<float> o(s.layout, s.batch, s.v_heads, s.len, s.value_dim);
     Tensor<float> state(Layout::Bhsd, s.batch, s.v_heads, s.key_dim, s.value_dim);
-    copy_state(in.state, state);
+    copy_values(in.state, state);
     ak::gated_attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), in.gates(spec), o.view,
                         state.view, ak::Options{}.with_threads(threads));
     outs.push_back(o.values());
@@ -227,9 +177,9 @@ TEST_CASE("gated_attention: the thread count changes no bit", "[gated]") {
 
 TEST_CASE("gated_attention: a call of no tokens writes nothing and keeps the state", "[gated]") {
   const GatedSpec spec = GatedSpec::gated_delta_net();
-  Shape s;
+  GatedShape s;
   s.len = 0;
-  Inputs<float> in(spec, s);
+  GatedInputs<float> in(spec, s);
   Tensor<float> o(s.layout, s.batch, s.v_heads, 0, s.value_dim);
   const std::vector<float> before = in.state.memory;
   ak::gated_attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), in.gates(spec), o.view,
@@ -240,9 +190,9 @@ TEST_CASE("gated_attention: a call of no tokens writes nothing and keeps the sta
 TEST_CASE("gated_attention: bad inputs throw Error before anything is written", "[gated]") {
   using ak::test::check_refused;
   const GatedSpec spec = GatedSpec::gated_delta_net();
-  Shape s;
+  GatedShape s;
   s.layout = Layout::Bhsd;
-  Inputs<float> in(spec, s);
+  GatedInputs<float> in(spec, s);
   Tensor<float> o(s.layout, s.batch, s.v_heads, s.len, s.value_dim);
   o.fill(42.f);
   in.state.fill(42.f);

@@ -20,11 +20,15 @@
 #include "support/attnkit_test.hpp"
 #include "support/backward_check.hpp"
 #include "support/error_checks.hpp"
+#include "support/gated_cases.hpp"
 
 namespace ak = attnkit;
 using ak::GatedSpec;
 using ak::GateShape;
 using ak::Index;
+using ak::test::GatedInputs;
+using ak::test::GatedShape;
+using ak::test::kGatedFamily;
 using ak::test::Layout;
 using ak::test::Tensor;
 
@@ -37,13 +41,6 @@ constexpr double kFdF64 = 1e-6;
 constexpr double kFdGates = 2e-5;
 // The f32 kernel against the f64 reference: sums over up to L tokens of f32 products.
 constexpr double kGradF32 = 5e-5;
-
-const GatedSpec kFamily[] = {GatedSpec::gated_delta_net(),
-                             GatedSpec::kimi_delta(),
-                             GatedSpec::mamba2(),
-                             GatedSpec::gla(),
-                             GatedSpec{}.with_gate(GateShape::None),
-                             GatedSpec{}.with_head_gates({-0.2f, -0.05f})};
 
 // Small inputs for the finite differences: B 1, Hk 1, Hv 2, L 6, Dk 4, Dv 3.
 struct Small {
@@ -108,9 +105,10 @@ double fd_error(Small& in, const GatedSpec& spec, std::vector<T>& x,
 }  // namespace
 
 TEST_CASE("reference::gated_attention_backward against finite differences", "[gated][backward]") {
-  const GatedSpec base = GENERATE(from_range(std::begin(kFamily), std::end(kFamily)));
+  const GatedSpec base = GENERATE(from_range(std::begin(kGatedFamily), std::end(kGatedFamily)));
   const bool l2 = GENERATE(true, false);
-  const GatedSpec spec = base.with_l2_normalize(l2);
+  GatedSpec spec = base.with_l2_normalize(l2);
+  if (spec.gate == GateShape::PerHead) spec = spec.with_head_gates({-0.2f, -0.05f});  // Hv 2
   INFO("update " << int(spec.update) << " gate " << int(spec.gate) << " l2 " << l2);
   Small in(spec);
   using S = Small;
@@ -136,39 +134,26 @@ TEST_CASE("reference::gated_attention_backward against finite differences", "[ga
 
 namespace {
 
-struct Shape {
-  Index batch = 2, k_heads = 2, v_heads = 4, len = 150, key_dim = 32, value_dim = 24;
-};
-
 // The f32 kernel's gradients and the f64 reference's on the same inputs (q, k, v in storage
 // T), with a starting state and a state gradient; returns the worst relative error of each.
 struct GradErrors {
   double dq = 0, dk = 0, dv = 0, dg = 0, dbeta = 0, d_state = 0;
 };
 template <class T>
-GradErrors kernel_against_reference(const GatedSpec& spec, const Shape& s, int threads,
+GradErrors kernel_against_reference(const GatedSpec& spec, const GatedShape& s, int threads,
                                     std::vector<float>* bits = nullptr) {
-  const Layout lay = Layout::Bshd;
-  Tensor<T> q(lay, s.batch, s.k_heads, s.len, s.key_dim),
-      k(lay, s.batch, s.k_heads, s.len, s.key_dim), v(lay, s.batch, s.v_heads, s.len, s.value_dim),
-      d_o(lay, s.batch, s.v_heads, s.len, s.value_dim);
-  const Index g_dim = spec.gate == GateShape::PerChannel ? s.key_dim : 1;
-  Tensor<float> g(lay, s.batch, s.v_heads, s.len, g_dim), beta(lay, s.batch, s.v_heads, s.len, 1),
-      state(Layout::Bhsd, s.batch, s.v_heads, s.key_dim, s.value_dim),
-      d_state(Layout::Bhsd, s.batch, s.v_heads, s.key_dim, s.value_dim);
-  q.randomize(11);
-  k.randomize(12, spec.l2_normalize ? 1.f : 1.f / std::sqrt(float(s.key_dim)));
-  v.randomize(13);
+  const Layout lay = s.layout;
+  GatedInputs<T> in(spec, s, 11, -0.3f);
+  const Index g_dim = in.g.view.dim;
+  Tensor<T> d_o(lay, s.batch, s.v_heads, s.len, s.value_dim);
+  Tensor<float> d_state(Layout::Bhsd, s.batch, s.v_heads, s.key_dim, s.value_dim);
   d_o.randomize(14);
-  state.randomize(15, 0.5f);
   d_state.randomize(16, 0.5f);
-  std::mt19937 rng(17);
-  std::uniform_real_distribution<float> unit(0.f, 1.f);
-  g.for_each([&](float& x) { x = -0.3f * unit(rng); });
-  beta.for_each([&](float& x) { x = unit(rng); });
-  ak::GateInputs gates;
-  if (spec.reads_gates()) gates.g = g.cview();
-  if (spec.delta()) gates.beta = beta.cview();
+  const auto& q = in.q;
+  const auto& k = in.k;
+  const auto& v = in.v;
+  const auto& state = in.state;
+  const ak::GateInputs gates = in.gates(spec);
 
   Tensor<float> dq(lay, s.batch, s.k_heads, s.len, s.key_dim),
       dk(lay, s.batch, s.k_heads, s.len, s.key_dim),
@@ -219,14 +204,13 @@ GradErrors kernel_against_reference(const GatedSpec& spec, const Shape& s, int t
 }  // namespace
 
 TEST_CASE("gated_attention_backward against the f64 reference", "[gated][backward]") {
-  const GatedSpec base = GENERATE(from_range(std::begin(kFamily), std::end(kFamily)));
+  const GatedSpec base = GENERATE(from_range(std::begin(kGatedFamily), std::end(kGatedFamily)));
   const bool l2 = GENERATE(true, false);
   const Index chunk = GENERATE(16, 64);
-  GatedSpec spec = base.with_l2_normalize(l2).with_chunk(chunk);
-  if (spec.gate == GateShape::PerHead) spec = spec.with_head_gates({-0.2f, -0.05f, 0.f, -1.f});
+  const GatedSpec spec = base.with_l2_normalize(l2).with_chunk(chunk);
   INFO("update " << int(spec.update) << " gate " << int(spec.gate) << " l2 " << l2 << " chunk "
                  << chunk);
-  const GradErrors e = kernel_against_reference<float>(spec, Shape{}, 2);
+  const GradErrors e = kernel_against_reference<float>(spec, GatedShape{}, 2);
   CHECK(e.dq <= kGradF32);
   CHECK(e.dk <= kGradF32);
   CHECK(e.dv <= kGradF32);
@@ -238,14 +222,14 @@ TEST_CASE("gated_attention_backward against the f64 reference", "[gated][backwar
 TEST_CASE("gated_attention_backward: bf16 inputs, and the thread count changes no bit",
           "[gated][backward]") {
   const GatedSpec spec = GENERATE(GatedSpec::gated_delta_net(), GatedSpec::kimi_delta());
-  const GradErrors e = kernel_against_reference<Eigen::bfloat16>(spec, Shape{}, 2);
+  const GradErrors e = kernel_against_reference<Eigen::bfloat16>(spec, GatedShape{}, 2);
   CHECK(e.dq <= kGradF32);  // bf16 inputs are exact in f32; the gradients stay f32
   CHECK(e.dk <= kGradF32);
   CHECK(e.dv <= kGradF32);
   std::vector<float> one, two, three;
-  kernel_against_reference<float>(spec, Shape{}, 1, &one);
-  kernel_against_reference<float>(spec, Shape{}, 2, &two);
-  kernel_against_reference<float>(spec, Shape{}, 3, &three);
+  kernel_against_reference<float>(spec, GatedShape{}, 1, &one);
+  kernel_against_reference<float>(spec, GatedShape{}, 2, &two);
+  kernel_against_reference<float>(spec, GatedShape{}, 3, &three);
   CHECK(one == two);
   CHECK(one == three);
 }
