@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <vector>
 
 #include "attnkit/detail/parallel.hpp"
@@ -64,7 +63,7 @@ class GatedBackward : public GatedRows<Q, K, V, float> {
     kn_.resize(std::size_t(L * ldk));
     vn_.resize(std::size_t(L * ldv));
     don_.resize(std::size_t(L * ldv));
-    decay_.resize(std::size_t(L * s.key_dim));
+    if (spec.gate == GateShape::PerChannel) decay_.resize(std::size_t(L * s.key_dim));
     betas_.resize(std::size_t(L));
     dqn_.resize(std::size_t(L * s.key_dim));
     dkn_.resize(std::size_t(L * s.key_dim));
@@ -103,9 +102,9 @@ class GatedBackward : public GatedRows<Q, K, V, float> {
       std::fill(std::copy_n(this->vc_, this->ldv_, vn_.data() + t * ldv),
                 vn_.data() + (t + 1) * ldv, 0.f);
       pack_rows(d_o_, b, h, t, 1, don_.data() + t * ldv, ldv);
-      for (Index c = 0; c < Dk; ++c)
-        decay_[std::size_t(t * Dk + c)] =
-            std::exp(this->gate_[std::size_t(this->spec_.gate == GateShape::PerChannel ? c : 0)]);
+      if (this->spec_.gate == GateShape::PerChannel)  // ColumnBackward's decays (only its)
+        for (Index c = 0; c < Dk; ++c)
+          decay_[std::size_t(t * Dk + c)] = std::exp(this->gate_[std::size_t(c)]);
       betas_[std::size_t(t)] = this->beta_[0];
     }
     for (auto* x : {&dqn_, &dkn_, &dgn_, &dbn_, &ddo_}) std::fill(x->begin(), x->end(), 0.f);
