@@ -104,17 +104,21 @@ void add_length(Index len) {
 }
 
 // Forward and backward of Gated DeltaNet at one length: the forward (chunked) then
-// gated_attention_backward() (dq, dk, dv, dg, dbeta), against the forward alone.
+// gated_attention_backward() (dq, dk, dv, dg, dbeta), against the forward alone; the
+// backward either runs the forward's chunks again ("fwd_bwd") or reads what the forward kept
+// in a GatedSaved ("fwd_bwd_saved", the training path).
 constexpr Index kBackwardLen = 2048;
-void add_backward() {
+const char* const kFwdBwd = "gated_delta_fwd_bwd/d:128/L:2048/threads:2";
+const char* const kFwdBwdSaved = "gated_delta_fwd_bwd_saved/d:128/L:2048/threads:2";
+void add_backward(const char* name, bool saved) {
   const auto spec = ak::GatedSpec::gated_delta_net();
-  add_timed("gated_delta_fwd_bwd/d:128/L:2048/threads:2", kBackwardLen, 0,
-            [spec](const auto& q, const auto& k, const auto& v, const auto& o) {
+  add_timed(name, kBackwardLen, 0,
+            [spec, saved](const auto& q, const auto& k, const auto& v, const auto& o) {
               static std::vector<float> grads(std::size_t(4 * kMaxLen * kHeads * kDim));
               static std::vector<float> gate_grads(std::size_t(2 * kMaxLen * kHeads));
+              static ak::GatedSaved kept;  // reused: its memory stays between calls
               const auto options = ak::Options{}.with_threads(kThreads);
               const ak::GateInputs g = gate_views(spec, kBackwardLen);
-              ak::gated_attention(spec, q, k, v, g, o, options);
               const auto view = [&](std::size_t slot) {
                 return ak::bshd(grads.data() + slot * kMaxLen * kHeads * kDim, 1, kBackwardLen,
                                 kHeads, kDim);
@@ -123,8 +127,16 @@ void add_backward() {
                   ak::bshd(gate_grads.data(), 1, kBackwardLen, kHeads, 1),
                   ak::bshd(gate_grads.data() + kMaxLen * kHeads, 1, kBackwardLen, kHeads, 1),
                   {}};
-              ak::gated_attention_backward(spec, q, k, v, g, ak::View<const float>(view(0)),
-                                           view(1), view(2), view(3), gg, {}, {}, options);
+              const ak::View<const float> d_o(view(0));
+              if (saved) {
+                ak::gated_attention(spec, q, k, v, g, o, ak::View<float>{}, kept, options);
+                ak::gated_attention_backward(kept, spec, q, k, v, g, d_o, view(1), view(2), view(3),
+                                             gg, {}, options);
+              } else {
+                ak::gated_attention(spec, q, k, v, g, o, options);
+                ak::gated_attention_backward(spec, q, k, v, g, d_o, view(1), view(2), view(3), gg,
+                                             {}, {}, options);
+              }
             });
 }
 
@@ -183,13 +195,16 @@ void print_summary() {
                 g->seconds * 1e3, gflops, 100 * gflops / (kThreads * peak), kda->seconds * 1e3,
                 lin->seconds * 1e3, soft->seconds * 1e3, soft->seconds / g->seconds);
   }
-  const auto* fb = attnkit_bench::find_best("gated_delta_fwd_bwd/d:128/L:2048/threads:2");
   const auto* f = attnkit_bench::find_best(key("gated_delta", kBackwardLen));
-  if (fb != nullptr && f != nullptr)
+  const auto* fb = attnkit_bench::find_best(kFwdBwd);
+  const auto* fs = attnkit_bench::find_best(kFwdBwdSaved);
+  if (fb != nullptr && fs != nullptr && f != nullptr)
     std::printf(
-        "\nforward + backward (L %ld): %.1f ms, %.1fx the forward (%.1f ms; target <= "
-        "3.5x)\n",
-        long(kBackwardLen), fb->seconds * 1e3, fb->seconds / f->seconds, f->seconds * 1e3);
+        "\nforward + backward (L %ld), against the forward alone (%.1f ms; target <= 3.5x): "
+        "with the forward's GatedSaved %.1f ms, %.2fx; the backward running the forward again "
+        "%.1f ms, %.2fx\n",
+        long(kBackwardLen), f->seconds * 1e3, fs->seconds * 1e3, fs->seconds / f->seconds,
+        fb->seconds * 1e3, fb->seconds / f->seconds);
   const auto* d = attnkit_bench::find_best("decode");
   const auto* s = attnkit_bench::find_best("stream");
   if (d != nullptr && s != nullptr)
@@ -208,7 +223,8 @@ int main(int argc, char** argv) {
   attnkit_bench::report_baseline("kda", "softmax");
   benchmark::RegisterBenchmark("tile_peak", BM_TilePeak)->UseRealTime();
   for (Index len = kMinLen; len <= kMaxLen; len *= 2) add_length(len);
-  add_backward();
+  add_backward(kFwdBwd, false);
+  add_backward(kFwdBwdSaved, true);
   attnkit_bench::register_timed("gated_delta_decode/d:128/threads:1", BM_DecodeStep);
   attnkit_bench::register_timed("state_stream/d:128/threads:1", BM_StateStream);
   return attnkit_bench::run_benchmarks(

@@ -8,6 +8,7 @@
 #include "attnkit/core/tensor.hpp"
 #include "attnkit/gated/gated_attention.hpp"
 #include "attnkit/gated/gated_backward.hpp"
+#include "attnkit/gated/gated_saved.hpp"
 #include "attnkit/gated/gated_spec.hpp"
 #include "attnkit/gated/reference.hpp"
 #include "attnkit/gated/reference_backward.hpp"

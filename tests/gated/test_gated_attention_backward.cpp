@@ -7,6 +7,7 @@
 #include <Eigen/Core>
 #include <attnkit/gated/gated_attention.hpp>
 #include <attnkit/gated/gated_backward.hpp>
+#include <attnkit/gated/gated_saved.hpp>
 #include <attnkit/gated/reference.hpp>
 #include <attnkit/gated/reference_backward.hpp>
 #include <catch2/catch_test_macros.hpp>
@@ -141,7 +142,7 @@ struct GradErrors {
 };
 template <class T>
 GradErrors kernel_against_reference(const GatedSpec& spec, const GatedShape& s, int threads,
-                                    std::vector<float>* bits = nullptr) {
+                                    std::vector<float>* bits = nullptr, bool saved = false) {
   const Layout lay = s.layout;
   GatedInputs<T> in(spec, s, 11, -0.3f);
   const Index g_dim = in.g.view.dim;
@@ -164,9 +165,20 @@ GradErrors kernel_against_reference(const GatedSpec& spec, const GatedShape& s, 
   if (spec.reads_gates()) grads.dg = dg.view;
   if (spec.delta()) grads.dbeta = db.view;
   grads.d_state_in = ds.view;
-  ak::gated_attention_backward(spec, q.cview(), k.cview(), v.cview(), gates, d_o.cview(), dq.view,
-                               dk.view, dv.view, grads, state.cview(), d_state.cview(),
-                               ak::Options{}.with_threads(threads));
+  const auto options = ak::Options{}.with_threads(threads);
+  if (saved) {  // the forward keeps its chunks (from a copy of the state: it leaves the last)
+    ak::GatedSaved kept;
+    Tensor<float> o(lay, s.batch, s.v_heads, s.len, s.value_dim),
+        state_io(Layout::Bhsd, s.batch, s.v_heads, s.key_dim, s.value_dim);
+    state_io.memory = state.memory;
+    ak::gated_attention(spec, q.cview(), k.cview(), v.cview(), gates, o.view, state_io.view, kept,
+                        options);
+    ak::gated_attention_backward(kept, spec, q.cview(), k.cview(), v.cview(), gates, d_o.cview(),
+                                 dq.view, dk.view, dv.view, grads, d_state.cview(), options);
+  } else {
+    ak::gated_attention_backward(spec, q.cview(), k.cview(), v.cview(), gates, d_o.cview(), dq.view,
+                                 dk.view, dv.view, grads, state.cview(), d_state.cview(), options);
+  }
   if (bits != nullptr)
     for (const auto* t : {&dq, &dk, &dv, &dg, &db, &ds})
       bits->insert(bits->end(), t->memory.begin(), t->memory.end());
@@ -207,10 +219,11 @@ TEST_CASE("gated_attention_backward against the f64 reference", "[gated][backwar
   const GatedSpec base = GENERATE(from_range(std::begin(kGatedFamily), std::end(kGatedFamily)));
   const bool l2 = GENERATE(true, false);
   const Index chunk = GENERATE(16, 64);
+  const bool saved = GENERATE(false, true);  // the backward's own pass, or the forward's
   const GatedSpec spec = base.with_l2_normalize(l2).with_chunk(chunk);
   INFO("update " << int(spec.update) << " gate " << int(spec.gate) << " l2 " << l2 << " chunk "
-                 << chunk);
-  const GradErrors e = kernel_against_reference<float>(spec, GatedShape{}, 2);
+                 << chunk << " saved " << saved);
+  const GradErrors e = kernel_against_reference<float>(spec, GatedShape{}, 2, nullptr, saved);
   CHECK(e.dq <= kGradF32);
   CHECK(e.dk <= kGradF32);
   CHECK(e.dv <= kGradF32);
@@ -232,6 +245,10 @@ TEST_CASE("gated_attention_backward: bf16 inputs, and the thread count changes n
   kernel_against_reference<float>(spec, GatedShape{}, 3, &three);
   CHECK(one == two);
   CHECK(one == three);
+  std::vector<float> kept_one, kept_two;  // from the forward's saved chunks
+  kernel_against_reference<float>(spec, GatedShape{}, 1, &kept_one, true);
+  kernel_against_reference<float>(spec, GatedShape{}, 2, &kept_two, true);
+  CHECK(kept_one == kept_two);
 }
 
 TEST_CASE("gated_attention_backward: bad arguments throw Error before anything is written",
@@ -280,6 +297,32 @@ TEST_CASE("gated_attention_backward: bad arguments throw Error before anything i
                                      dq.view, dk.view, dv.view, ak::GateGrads{dg.view, {}, {}});
       },
       {"grads.dg", "empty"}, outs);
+  // With a GatedSaved: it must be kept, and by a call of the same shape, spec and scale.
+  const auto call_saved = [&](const ak::GatedSaved& saved, const GatedSpec& with,
+                              const ak::Options& options = {}) {
+    ak::gated_attention_backward(saved, with, q.cview(), k.cview(), v.cview(), gates, d_o.cview(),
+                                 dq.view, dk.view, dv.view, {}, {}, options);
+  };
+  check_refused([&] { call_saved(ak::GatedSaved{}, spec); }, {"saved", "empty"}, outs);
+  ak::GatedSaved shorter;
+  {
+    Tensor<float> o(lay, B, Hv, L - 1, D);
+    const auto rows = [&](const Tensor<float>& t) {
+      return ak::View<const float>(ak::bhsd(t.memory.data(), B, t.view.heads, L - 1, t.view.dim));
+    };
+    ak::gated_attention(spec, rows(q), rows(k), rows(v), ak::GateInputs{rows(g), rows(beta)},
+                        o.view, ak::View<float>{}, shorter);
+  }
+  check_refused([&] { call_saved(shorter, spec); }, {"q.seq", "4", "5"}, outs);
+  ak::GatedSaved kept;
+  {
+    Tensor<float> o(lay, B, Hv, L, D);
+    ak::gated_attention(spec, q.cview(), k.cview(), v.cview(), gates, o.view, ak::View<float>{},
+                        kept);
+  }
+  check_refused([&] { call_saved(kept, spec.with_chunk(2)); }, {"spec", "chunk"}, outs);
+  check_refused([&] { call_saved(kept, spec, ak::Options{}.with_scale(0.5f)); },
+                {"options.scale", "0.5"}, outs);
   state.fill(std::numeric_limits<float>::quiet_NaN());
   check_refused([&] { call(dq.view, {}, state.cview()); }, {"state_in", "finite"}, outs);
 }

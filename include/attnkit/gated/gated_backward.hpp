@@ -16,10 +16,12 @@
 #include <vector>
 
 #include "attnkit/detail/parallel.hpp"
+#include "attnkit/detail/scratch.hpp"
 #include "attnkit/gated/gated_backward_chunks.hpp"
 #include "attnkit/gated/gated_backward_columns.hpp"
 #include "attnkit/gated/gated_checks.hpp"
 #include "attnkit/gated/gated_rows.hpp"
+#include "attnkit/gated/gated_saved.hpp"
 #include "attnkit/gated/gated_spec.hpp"
 #include "attnkit/options.hpp"
 
@@ -43,165 +45,200 @@ class GatedBackward : public GatedRows<Q, K, V, float> {
                 const View<K>& k, const View<V>& v, const GateInputs& gates, const View<G>& d_o,
                 const View<float>& dq, const View<float>& dk, const View<float>& dv,
                 const GateGrads& grads, const View<const float>& state_in,
-                const View<const float>& d_state_out)
+                const View<const float>& d_state_out, const GatedSaved* saved)
       : Base(spec.with_form(LinearForm::Recurrent), s, scale, q, k, v, gates, dv, nullptr),
-        chunk_(spec.chunk),
+        chunk_(std::min(spec.chunk, std::max<Index>(s.len, 1))),  // the forward's chunks
         ldvb_((s.value_dim + ColumnBackward::kBlock - 1) / ColumnBackward::kBlock *
               ColumnBackward::kBlock),
+        per_channel_(spec.gate == GateShape::PerChannel),
         d_o_(d_o),
         dq_(dq),
         dk_(dk),
         grads_(grads),
         in_(state_in),
-        d_out_(d_state_out) {
-    const Index L = s.len, ldk = this->ldk_, ldv = ldvb_;
-    dqk_.resize(std::size_t(2 * L * s.key_dim));
-    // The head's rows, loaded once: normalized q and k, v and d_o [L, ld], the decays
-    // [L, Dk] and beta [L]; the row sums the column blocks add to: dq and dk of the
-    // normalized rows, dg [L, Dk], dbeta, d . do [L].
-    qn_.resize(std::size_t(L * ldk));
-    kn_.resize(std::size_t(L * ldk));
-    vn_.resize(std::size_t(L * ldv));
-    don_.resize(std::size_t(L * ldv));
-    if (spec.gate == GateShape::PerChannel) decay_.resize(std::size_t(L * s.key_dim));
-    betas_.resize(std::size_t(L));
-    dqn_.resize(std::size_t(L * s.key_dim));
-    dkn_.resize(std::size_t(L * s.key_dim));
-    dgn_.resize(std::size_t(L * s.key_dim));
-    dbn_.resize(std::size_t(L));
-    ddo_.resize(std::size_t(L));
+        d_out_(d_state_out),
+        saved_(saved),
+        rows_(Scratch::size_for(s.len * this->ldk_, s.len * this->ldk_, s.len * ldvb_,
+                                s.len * ldvb_, s.len * ldvb_, 2 * s.len * s.key_dim,
+                                per_channel_ ? s.len * s.key_dim : 0,
+                                per_channel_ ? s.len * s.key_dim : 0, s.len, s.len, s.len, s.len,
+                                s.len, s.len, s.len, s.key_dim * ldvb_, s.key_dim * ldvb_)) {
+    // The key head's rows, loaded once: normalized q and k [L, ldk] and their 1 / |x|; per
+    // value head v, d_o and dv [L, ldv], beta, the log gates [L] and (per channel) the decays
+    // [L, Dk]; the sums over the value heads of dq and dk of the normalized rows [L, Dk];
+    // what the engines write per row: dg ([L, Dk] per channel, else [L]), dbeta, d . do [L].
+    const Index L = s.len, Dk = s.key_dim, ldk = this->ldk_, ldv = ldvb_;
+    qn_ = rows_.carve(L * ldk);
+    kn_ = rows_.carve(L * ldk);
+    vn_ = rows_.carve(L * ldv);
+    don_ = rows_.carve(L * ldv);
+    dv_rows_ = rows_.carve(L * ldv);
+    dqk_ = rows_.carve(2 * L * Dk);
+    decay_ = rows_.carve(per_channel_ ? L * Dk : 0);
+    dgn_ = rows_.carve(per_channel_ ? L * Dk : 0);
+    rq_ = rows_.carve(L);
+    rk_ = rows_.carve(L);
+    betas_ = rows_.carve(L);
+    log_gate_ = rows_.carve(L);
+    dg_token_ = rows_.carve(L);
+    dbn_ = rows_.carve(L);
+    ddo_ = rows_.carve(L);
+    S0_ = rows_.carve(Dk * ldv);
+    dS0_ = rows_.carve(Dk * ldv);
   }
 
   void run(Index b, Index kh) {
     const GatedShape& s = this->s_;
-    std::fill(dqk_.begin(), dqk_.end(), 0.f);
+    const Index L = s.len, Dk = s.key_dim, ldk = this->ldk_;
+    pack_rows(this->q_, b, kh, 0, L, qn_, ldk);
+    pack_rows(this->k_, b, kh, 0, L, kn_, ldk);
+    for (Index t = 0; t < L; ++t) {
+      rq_[t] = normalize(qn_ + t * ldk, this->scale_);
+      rk_[t] = normalize(kn_ + t * ldk, 1.f);
+    }
+    std::fill(dqk_, dqk_ + 2 * L * Dk, 0.f);
     const Index group = s.v_heads / s.k_heads;
-    for (Index h = kh * group; h < (kh + 1) * group; ++h) head(b, kh, h);
-    const auto raw_grad = [&](const auto& x, Index t, const float* dy, float factor, float* out) {
-      pack_rows(x, b, kh, t, 1, this->qc_, this->ldk_);  // the raw row
-      row_backward(this->qc_, dy, factor, out);
-    };
-    for (Index t = 0; t < s.len; ++t) {
-      std::fill(dq_.row(b, kh, t), dq_.row(b, kh, t) + s.key_dim, 0.f);
-      std::fill(dk_.row(b, kh, t), dk_.row(b, kh, t) + s.key_dim, 0.f);
-      raw_grad(this->q_, t, dqk_.data() + t * s.key_dim, this->scale_, dq_.row(b, kh, t));
-      raw_grad(this->k_, t, dqk_.data() + (s.len + t) * s.key_dim, 1.f, dk_.row(b, kh, t));
+    for (Index h = kh * group; h < (kh + 1) * group; ++h) head(b, h);
+    for (Index t = 0; t < L; ++t) {
+      row_backward(qn_ + t * ldk, rq_[t], dqk_ + t * Dk, this->scale_, dq_.row(b, kh, t));
+      row_backward(kn_ + t * ldk, rk_[t], dqk_ + (L + t) * Dk, 1.f, dk_.row(b, kh, t));
     }
   }
 
  private:
   // The gradients of value head h: dv, dg, dbeta, d_state_in, and dq, dk of the normalized
   // rows summed into dqk_.
-  void head(Index b, Index kh, Index h) {
+  void head(Index b, Index h) {
     const GatedShape& s = this->s_;
-    const Index L = s.len, Dk = s.key_dim, ldk = this->ldk_, ldv = ldvb_;
+    const Index L = s.len, Dk = s.key_dim, ldv = ldvb_;
+    pack_rows(this->v_, b, h, 0, L, vn_, ldv);
+    pack_rows(d_o_, b, h, 0, L, don_, ldv);
     for (Index t = 0; t < L; ++t) {
-      this->load_rows(b, kh, h, t, 1);
-      std::copy_n(this->qc_, ldk, qn_.data() + t * ldk);
-      std::copy_n(this->kc_, ldk, kn_.data() + t * ldk);
-      std::fill(std::copy_n(this->vc_, this->ldv_, vn_.data() + t * ldv),
-                vn_.data() + (t + 1) * ldv, 0.f);
-      pack_rows(d_o_, b, h, t, 1, don_.data() + t * ldv, ldv);
-      if (this->spec_.gate == GateShape::PerChannel)  // ColumnBackward's decays (only its)
-        for (Index c = 0; c < Dk; ++c)
-          decay_[std::size_t(t * Dk + c)] = std::exp(this->gate_[std::size_t(c)]);
-      betas_[std::size_t(t)] = this->beta_[0];
+      betas_[t] = this->spec_.delta() ? this->gates_.beta.row(b, h, t)[0] : 1.f;
+      log_gate_[t] = this->log_gate(b, h, t, 0);
+      if (per_channel_)  // ColumnBackward's decays (only its)
+        for (Index c = 0; c < Dk; ++c) decay_[t * Dk + c] = std::exp(this->log_gate(b, h, t, c));
     }
-    for (auto* x : {&dqn_, &dkn_, &dgn_, &dbn_, &ddo_}) std::fill(x->begin(), x->end(), 0.f);
+    if (per_channel_) {  // ColumnBackward adds its blocks' parts to these
+      std::fill(dgn_, dgn_ + L * Dk, 0.f);
+      std::fill(dbn_, dbn_ + L, 0.f);
+      std::fill(ddo_, ddo_ + L, 0.f);
+      std::fill(dv_rows_, dv_rows_ + L * ldv, 0.f);
+    }
     engines(b, h);
     for (Index t = 0; t < L; ++t) {
-      float* sum_q = dqk_.data() + t * Dk;
-      float* sum_k = dqk_.data() + (L + t) * Dk;
-      const float* k = kn_.data() + t * ldk;
-      for (Index c = 0; c < Dk; ++c) {
-        sum_q[c] += dqn_[std::size_t(t * Dk + c)] + k[c] * ddo_[std::size_t(t)];
-        sum_k[c] += dkn_[std::size_t(t * Dk + c)];
+      if (per_channel_) {  // dq of the normalized row also takes k (d . do)
+        const float* k = kn_ + t * this->ldk_;
+        float* sum_q = dqk_ + t * Dk;
+        for (Index c = 0; c < Dk; ++c) sum_q[c] += k[c] * ddo_[t];
       }
+      std::copy_n(dv_rows_ + t * ldv, s.value_dim, this->o_.row(b, h, t));
       if (this->spec_.delta() && grads_.dbeta.data != nullptr)
-        grads_.dbeta.row(b, h, t)[0] = dbn_[std::size_t(t)];
+        grads_.dbeta.row(b, h, t)[0] = dbn_[t];
       if (grads_.dg.data != nullptr) {
         float* dg = grads_.dg.row(b, h, t);
-        if (this->spec_.gate == GateShape::PerChannel)
-          std::copy_n(dgn_.data() + t * Dk, Dk, dg);
+        if (per_channel_)
+          std::copy_n(dgn_ + t * Dk, Dk, dg);
         else if (this->spec_.gate == GateShape::PerToken)
-          dg[0] = dgn_[std::size_t(t * Dk)];  // by_chunks() leaves a token's dg in column 0
+          dg[0] = dg_token_[t];
       }
     }
   }
 
-  // The head's engine: scalar gates the chunked form's backward (ChunkBackward), per-channel
-  // gates the recurrence by blocks of columns (ColumnBackward); dv and the starting state's
-  // gradient go through row buffers of ldvb_ floats.
+  // The head's engine: scalar gates the chunked form's backward (ChunkBackward), from the
+  // forward's saved chunks when there are; per-channel gates the recurrence by blocks of
+  // columns (ColumnBackward). dv and the starting state's gradient go through row buffers of
+  // ldvb_ floats; dq and dk are added to dqk_ directly.
   void engines(Index b, Index h) {
     const GatedShape& s = this->s_;
     const Index L = s.len, Dk = s.key_dim, ldv = ldvb_, area = Dk * ldv;
-    log_gate_.resize(std::size_t(L));
-    dg_token_.assign(std::size_t(L), 0.f);
-    dv_rows_.assign(std::size_t(L * ldv), 0.f);
-    for (Index t = 0; t < L; ++t) log_gate_[std::size_t(t)] = this->log_gate(b, h, t, 0);
-    S0_.assign(std::size_t(area), 0.f);
-    dS0_.assign(std::size_t(area), 0.f);
+    std::fill(S0_, S0_ + area, 0.f);
+    std::fill(dS0_, dS0_ + area, 0.f);
+    const SavedHead saved = saved_ != nullptr ? SavedAccess::head(*saved_, b, h) : SavedHead{};
     for (Index c = 0; c < Dk; ++c) {
-      if (in_.data != nullptr) std::copy_n(in_.row(b, h, c), s.value_dim, S0_.data() + c * ldv);
-      if (d_out_.data != nullptr)
-        std::copy_n(d_out_.row(b, h, c), s.value_dim, dS0_.data() + c * ldv);
+      if (saved.states != nullptr)
+        std::copy_n(saved.states + c * saved.ldv, s.value_dim, S0_ + c * ldv);
+      else if (in_.data != nullptr)
+        std::copy_n(in_.row(b, h, c), s.value_dim, S0_ + c * ldv);
+      if (d_out_.data != nullptr) std::copy_n(d_out_.row(b, h, c), s.value_dim, dS0_ + c * ldv);
     }
     const bool delta = this->spec_.delta();
-    const HeadRows rows{L,
-                        Dk,
-                        s.value_dim,
-                        this->ldk_,
-                        ldv,
-                        chunk_,
-                        delta,
-                        qn_.data(),
-                        kn_.data(),
-                        vn_.data(),
-                        don_.data(),
-                        log_gate_.data(),
-                        betas_.data(),
-                        dqn_.data(),
-                        dkn_.data(),
-                        dv_rows_.data(),
-                        dg_token_.data(),
-                        delta ? dbn_.data() : nullptr};
-    if (this->spec_.gate == GateShape::PerChannel) {
-      columns_.run(rows, decay_.data(), dgn_.data(), ddo_.data(), S0_.data(), dS0_.data());
-    } else {
-      chunks_.run(rows, S0_.data(), dS0_.data());
-      for (Index t = 0; t < L; ++t) dgn_[std::size_t(t * Dk)] = dg_token_[std::size_t(t)];
-    }
-    for (Index t = 0; t < L; ++t)
-      std::copy_n(dv_rows_.data() + t * ldv, s.value_dim, this->o_.row(b, h, t));
+    const HeadRows rows{L,      Dk,   s.value_dim,   this->ldk_, ldv,       chunk_,
+                        delta,  qn_,  kn_,           vn_,        don_,      log_gate_,
+                        betas_, dqk_, dqk_ + L * Dk, dv_rows_,   dg_token_, delta ? dbn_ : nullptr};
+    if (per_channel_)
+      columns_.run(rows, decay_, dgn_, ddo_, S0_, dS0_);
+    else if (saved.P != nullptr)
+      chunks_.run(rows, saved, dS0_);
+    else
+      chunks_.run(rows, S0_, dS0_);
     if (grads_.d_state_in.data != nullptr)
       for (Index c = 0; c < Dk; ++c)
-        std::copy_n(dS0_.data() + c * ldv, s.value_dim, grads_.d_state_in.row(b, h, c));
+        std::copy_n(dS0_ + c * ldv, s.value_dim, grads_.d_state_in.row(b, h, c));
   }
 
-  // out += dx of y = factor x r (l2) or factor x, x the raw row (reference_backward.hpp).
-  void row_backward(const float* x, const float* dy, float factor, float* out) const {
+  // x (Dk values, zero-padded to ldk) l2-normalized when the spec asks, times factor; returns
+  // 1 / |x| (1 without l2), for row_backward().
+  float normalize(float* x, float factor) const {
+    if (!this->spec_.l2_normalize) {
+      if (factor != 1.f) Base::scale_row(x, this->ldk_, factor);
+      return 1.f;
+    }
+    const double r = 1.0 / std::sqrt(double(simd::dot(x, x, this->ldk_)) + 1e-6);
+    Base::scale_row(x, this->ldk_, float(double(factor) * r));
+    return float(r);
+  }
+
+  // out = dx of y = factor x r (l2) or factor x (reference_backward.hpp), from y (the loaded
+  // row), r = 1 / |x| and dy.
+  void row_backward(const float* y, float r, const float* dy, float factor, float* out) const {
     const Index Dk = this->s_.key_dim;
     if (!this->spec_.l2_normalize) {
-      for (Index c = 0; c < Dk; ++c) out[c] += factor * dy[c];
+      for (Index c = 0; c < Dk; ++c) out[c] = factor * dy[c];
       return;
     }
-    const float r = float(1.0 / std::sqrt(double(simd::dot(x, x, Dk)) + 1e-6));
-    const float dot = r * simd::dot(x, dy, Dk);  // y0 . dy, y0 = x r
-    for (Index c = 0; c < Dk; ++c) out[c] += factor * r * (dy[c] - x[c] * r * dot);
+    const float inv = 1.f / factor;                // y0 = y / factor = x r
+    const float dot = inv * simd::dot(y, dy, Dk);  // y0 . dy
+    for (Index c = 0; c < Dk; ++c) out[c] = factor * r * (dy[c] - y[c] * inv * dot);
   }
 
-  Index chunk_, ldvb_;  // ldvb_: the rows of vn_ and don_, whole blocks of columns
+  Index chunk_, ldvb_;  // ldvb_: the rows of vn_, don_ and dv_rows_, whole blocks of columns
+  bool per_channel_;
   View<G> d_o_;
   View<float> dq_, dk_;
   GateGrads grads_;
   View<const float> in_, d_out_;
-  std::vector<float> dqk_;
-  std::vector<float> qn_, kn_, vn_, don_, decay_, betas_;  // the head's rows (head())
-  std::vector<float> dqn_, dkn_, dgn_, dbn_, ddo_;         // its row sums over blocks
-  ChunkBackward chunks_;                                   // scalar gates
-  ColumnBackward columns_;                                 // per-channel gates
-  std::vector<float> log_gate_, dg_token_, dv_rows_, S0_, dS0_;
+  const GatedSaved* saved_;  // the forward's kept chunks, or null
+  Scratch rows_;             // the buffers below
+  float *qn_, *kn_, *vn_, *don_, *dv_rows_, *dqk_, *decay_, *dgn_;
+  float *rq_, *rk_, *betas_, *log_gate_, *dg_token_, *dbn_, *ddo_, *S0_, *dS0_;
+  ChunkBackward chunks_;    // scalar gates
+  ColumnBackward columns_;  // per-channel gates
 };
+
+}  // namespace detail
+
+namespace detail {
+
+template <class Q, class K, class V, class G>
+void run_gated_backward(const GatedSpec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
+                        const GateInputs& gates, const View<G>& d_o, const View<float>& dq,
+                        const View<float>& dk, const View<float>& dv, const GateGrads& grads,
+                        const View<const float>& state_in, const View<const float>& d_state_out,
+                        const Options& options, const GatedSaved* saved) {
+  const GatedShape s = check_gated(spec, q, k, v, gates, dv, nullptr, options);
+  check_gated_grads(spec, s, q, k, v, d_o, dq, dk, dv, grads, state_in, d_state_out);
+  const float scale = options.scale.value_or(1.f / std::sqrt(float(s.key_dim)));
+  if (saved != nullptr) SavedAccess::check(*saved, spec, s, scale);
+  using Engine = GatedBackward<Q, K, V, G>;
+  const Index items = s.batch * s.k_heads;
+  if (items == 0) return;
+  const int threads = threads_for(options.threads, items);
+  Workers<Engine> workers(threads, spec, s, scale, q, k, v, gates, d_o, dq, dk, dv, grads, state_in,
+                          d_state_out, saved);
+  for_each_item(workers, items,
+                [&](Engine& mine, Index item) { mine.run(item / s.k_heads, item % s.k_heads); });
+}
 
 }  // namespace detail
 
@@ -209,7 +246,8 @@ class GatedBackward : public GatedRows<Q, K, V, float> {
 /// gradient with respect to o is d_o (and, if given, with respect to the state the call left,
 /// d_state_out): dq, dk [B, Hk, L, Dk] (summed over the value heads that read each key head),
 /// dv [B, Hv, L, Dv], all f32, and the GateGrads wanted. state_in: the state the forward
-/// started from (empty: zero). Bitwise the same for any thread count.
+/// started from (empty: zero). Runs the forward's chunks again first; the overload with a
+/// GatedSaved does not. Bitwise the same for any thread count.
 template <class Q, class K, class V, class G>
 void gated_attention_backward(const GatedSpec& spec, const View<Q>& q, const View<K>& k,
                               const View<V>& v, const GateInputs& gates, const View<G>& d_o,
@@ -217,18 +255,21 @@ void gated_attention_backward(const GatedSpec& spec, const View<Q>& q, const Vie
                               const GateGrads& grads = {}, const View<const float>& state_in = {},
                               const View<const float>& d_state_out = {},
                               const Options& options = {}) {
-  const detail::GatedShape s = detail::check_gated(spec, q, k, v, gates, dv, nullptr, options);
-  detail::check_gated_grads(spec, s, q, k, v, d_o, dq, dk, dv, grads, state_in, d_state_out);
-  const float scale = options.scale.value_or(1.f / std::sqrt(float(s.key_dim)));
-  using Engine = detail::GatedBackward<Q, K, V, G>;
-  const Index items = s.batch * s.k_heads;
-  if (items == 0) return;
-  const int threads = detail::threads_for(options.threads, items);
-  detail::Workers<Engine> workers(threads, spec, s, scale, q, k, v, gates, d_o, dq, dk, dv, grads,
-                                  state_in, d_state_out);
-  detail::for_each_item(workers, items, [&](Engine& mine, Index item) {
-    mine.run(item / s.k_heads, item % s.k_heads);
-  });
+  detail::run_gated_backward(spec, q, k, v, gates, d_o, dq, dk, dv, grads, state_in, d_state_out,
+                             options, nullptr);
+}
+
+/// gated_attention_backward() of the gated_attention(..., saved) call that kept `saved`
+/// (which holds its starting state): the same inputs, spec and scale, else an Error.
+template <class Q, class K, class V, class G>
+void gated_attention_backward(const GatedSaved& saved, const GatedSpec& spec, const View<Q>& q,
+                              const View<K>& k, const View<V>& v, const GateInputs& gates,
+                              const View<G>& d_o, const View<float>& dq, const View<float>& dk,
+                              const View<float>& dv, const GateGrads& grads = {},
+                              const View<const float>& d_state_out = {},
+                              const Options& options = {}) {
+  detail::run_gated_backward(spec, q, k, v, gates, d_o, dq, dk, dv, grads, {}, d_state_out, options,
+                             &saved);
 }
 
 }  // namespace attnkit

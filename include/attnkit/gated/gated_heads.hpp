@@ -21,6 +21,7 @@
 #include <cmath>
 
 #include "attnkit/gated/gated_rows.hpp"
+#include "attnkit/gated/gated_saved.hpp"
 #include "attnkit/gemm/tile_gemm.hpp"
 
 namespace attnkit::detail {
@@ -30,20 +31,27 @@ class GatedHeads : public GatedRows<Q, K, V, O> {
   using Base = GatedRows<Q, K, V, O>;
 
  public:
-  using Base::Base;
+  /// With `saved`: each item keeps its head's part of it (gated_saved.hpp), which the caller
+  /// sized for this call (scalar gates: the spec's chunked form).
+  GatedHeads(const GatedSpec& spec, const GatedShape& s, float scale, const View<Q>& q,
+             const View<K>& k, const View<V>& v, const GateInputs& gates, const View<O>& o,
+             const View<float>* state, GatedSaved* saved)
+      : Base(spec, s, scale, q, k, v, gates, o, state), saved_(saved) {}
 
   void run(Index b, Index h) {
     Index ld = 0;
     float* S = this->load_state(b, h, ld);
+    keep_ = saved_ != nullptr ? SavedAccess::head(*saved_, b, h) : SavedHead{};
+    if (keep_.states != nullptr && keep_.P == nullptr) keep_state(S, ld, 0);
     const Index kh = this->s_.k_head(h);
     for (Index t0 = 0; t0 < this->s_.len;) {
       Index n = std::min(this->c_, this->s_.len - t0);
       this->load_rows(b, kh, h, t0, n);
       n = safe_rows(n);
-      if (n == 1)
+      if (n == 1 && keep_.P == nullptr)  // kept chunks have their products, even of one row
         step(S, ld);
       else
-        chunk(S, ld, n);
+        chunk(S, ld, n, t0 / this->c_);
       this->write_rows(b, h, t0, n);
       t0 += n;
     }
@@ -182,7 +190,9 @@ class GatedHeads : public GatedRows<Q, K, V, O> {
     return per_channel() ? f[std::size_t(r * this->ldk_ + c)] : f[std::size_t(r)];
   }
 
-  void chunk(float* S, Index ld, Index n) {
+  // Chunk number `number` of n rows; kept (saved_) with its starting state and products.
+  void chunk(float* S, Index ld, Index n, Index number) {
+    if (keep_.P != nullptr) keep_state(S, ld, number);
     if (!per_channel()) cumulate(n);
     const Index Dk = this->s_.key_dim, ldk = this->ldk_, ldv = this->ldv_, cp = this->cp_;
     float *q = this->qc_, *k = this->kc_, *kt = this->kt_, *v = this->vc_;
@@ -205,10 +215,12 @@ class GatedHeads : public GatedRows<Q, K, V, O> {
     float* P = this->pc_;
     gemm::gemm(n, cp, Dk, {qs, ldk, 1}, kt, cp, P, cp, false);
     mask(P, n, true);
+    keep(keep_.P, number, P, n, cp);
     if (this->spec_.delta()) {
       float* A = this->ac_;  // strictly-lower(diag(beta) (K K^T . Gamma))
       gemm::gemm(n, cp, Dk, {ks, ldk, 1}, kt, cp, A, cp, false);
       mask(A, n, false);
+      keep(keep_.kkg, number, A, n, cp);
       for (Index r = 0; r < n; ++r)
         for (Index j = 0; j < r; ++j) A[r * cp + j] *= this->beta_[std::size_t(r)];
       // W rows: beta_r K_r . exp(G_r) (overwrites ks, read no more); U rows: beta_r V_r.
@@ -229,13 +241,16 @@ class GatedHeads : public GatedRows<Q, K, V, O> {
         for (Index j = 0; j < r; ++j)
           Base::axpy(row, T + j * cp, simd::round_up(j + 1), -A[r * cp + j]);
       }
+      keep(keep_.T, number, T, n, cp);
       float* U = this->tmp_;
       gemm::gemm(n, ldv, n, {T, cp, 1}, v, ldv, U, ldv, false);
       float* Wt = this->qs_;  // free once P is formed
       gemm::gemm(n, ldk, n, {T, cp, 1}, W, ldk, Wt, ldk, false);
+      keep(keep_.W, number, Wt, n, ldk);
       float* WS = this->oc_;  // V' = U - W S, into v (read no more); oc_ is free until O
       gemm::gemm(n, ldv, Dk, {Wt, ldk, 1}, S, ld, WS, ldv, false);
       for (Index i = 0; i < n * ldv; ++i) v[i] = U[i] - WS[i];
+      keep(keep_.Vp, number, v, n, ldv);
     }
     // O = (Q . exp(G)) S + P V'. Q's rows scaled in place (read no more).
     float* Ob = this->oc_;
@@ -249,6 +264,18 @@ class GatedHeads : public GatedRows<Q, K, V, O> {
     }
     scale_rows(k, n, el_);
     gemm::gemm(Dk, ldv, n, {k, 1, ldk}, v, ldv, S, ld, true);
+  }
+
+  // The kept state before chunk c: S's Dk rows of Dv (ld apart), zero-padded to ldv.
+  void keep_state(const float* S, Index ld, Index c) const {
+    float* to = keep_.state(c);
+    for (Index r = 0; r < keep_.key_dim; ++r)
+      std::fill(std::copy_n(S + r * ld, this->s_.value_dim, to + r * keep_.ldv),
+                to + (r + 1) * keep_.ldv, 0.f);
+  }
+  // Chunk c's n rows of ld floats of a kept product (`to`: its row 0; null: not kept).
+  void keep(float* to, Index c, const float* x, Index n, Index ld) const {
+    if (to != nullptr) std::copy_n(x, n * ld, to + c * this->c_ * ld);
   }
 
   // x[r, c] *= f[r, c] (per channel) or f[r] (scalar gates), n rows of ldk.
@@ -279,6 +306,8 @@ class GatedHeads : public GatedRows<Q, K, V, O> {
     }
   }
 
+  GatedSaved* saved_;
+  SavedHead keep_;                                // the item's part of saved_ (or none)
   std::vector<float> er_, el_, gamma_, fr_, fj_;  // the chunk's decay factors (factors())
   std::vector<double> cum_;
   std::vector<float> factors_;  // the step's a k, a q and a per key channel
