@@ -157,3 +157,33 @@ TEST_CASE("gemm: StridedA addresses element (i, p) at i * row_stride + p * col_s
   CHECK(cols.at(2, 1) == data + 5);
   CHECK(gemm::StridedA{data + 1, 4, 1}.at(1, 2) == data + 7);
 }
+
+TEST_CASE("gemm: a triangular A skips the zeros past its bands, with the bits of the whole product",
+          "[gemm]") {
+  // A [m, m] with the triangle's other side zero; the triangular product reads it only in
+  // the diagonal blocks of its bands of kMR rows, so past them it holds NaN there (a read
+  // poisons C) and zero inside them.
+  for (const Index m : {1, 5, 6, 7, 13, 64})
+    for (const auto t : {gemm::Triangle::Lower, gemm::Triangle::Upper})
+      for (const bool accumulate : {false, true}) {
+        INFO("m=" << m << (t == gemm::Triangle::Lower ? " lower" : " upper")
+                  << (accumulate ? " C +=" : " C ="));
+        std::mt19937 rng(static_cast<std::uint32_t>(m));
+        const Index n = 2 * gemm::kWidth;
+        std::vector<float> zeros = uniform(std::size_t(m * m), rng), nans = zeros;
+        for (Index i = 0; i < m; ++i)
+          for (Index p = 0; p < m; ++p)
+            if (t == gemm::Triangle::Lower ? p > i : p < i) {
+              const Index band = i / gemm::kMR * gemm::kMR;  // the row's band starts here
+              const bool read = t == gemm::Triangle::Lower ? p < band + gemm::kMR : p >= band;
+              zeros[std::size_t(i * m + p)] = 0.f;
+              nans[std::size_t(i * m + p)] = read ? 0.f : kNaN;
+            }
+        const std::vector<float> b = uniform(std::size_t(m * n), rng),
+                                 c0 = uniform(std::size_t(m * n), rng);
+        std::vector<float> whole = c0, part = c0;
+        gemm::gemm(m, n, m, {zeros.data(), m, 1}, b.data(), n, whole.data(), n, accumulate);
+        gemm::gemm(m, n, m, {nans.data(), m, 1}, b.data(), n, part.data(), n, accumulate, t);
+        CHECK(std::memcmp(whole.data(), part.data(), whole.size() * sizeof(float)) == 0);
+      }
+}

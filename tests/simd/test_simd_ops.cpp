@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <attnkit/simd/simd.hpp>
+#include <attnkit/simd/stream.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <cmath>
 #include <cstdint>
@@ -241,4 +242,22 @@ TEST_CASE("simd ops: transpose_block moves element (r, c) to (c, r)", "[simd][tr
   for (int c = 0; c < kWidth; ++c)  // nothing written past a row of the block
     for (std::ptrdiff_t x = kWidth; x < ldd; ++x)
       CHECK(dst[static_cast<std::size_t>(c * ldd + x)] == -1.f);
+}
+
+TEST_CASE("stream_copy: every length, to aligned and unaligned rows, bit for bit",
+          "[simd][stream]") {
+  // 64-byte aligned storage; offsets 0 (streamed where the ISA has it) and 1 (plain copy).
+  alignas(64) static float dst[256 + 16];
+  std::vector<float> src(256);
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = float(i) * 0.5f - 7.f;
+  for (const attnkit::Index n : {0, 1, 15, 16, 17, 33, 100, 256})
+    for (const int offset : {0, 1}) {
+      std::fill(std::begin(dst), std::end(dst), -1.f);
+      simd::stream_copy(src.data(), n, dst + offset);
+      simd::stream_fence();
+      INFO("n " << n << " offset " << offset);
+      CHECK(std::memcmp(dst + offset, src.data(), std::size_t(n) * sizeof(float)) == 0);
+      CHECK(dst[std::size_t(offset + n)] == -1.f);  // exact: nothing past n written
+      if (offset == 1) CHECK(dst[0] == -1.f);
+    }
 }

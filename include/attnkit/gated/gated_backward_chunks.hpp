@@ -36,6 +36,10 @@ struct HeadRows {
 };
 
 class ChunkBackward {
+  // The triangular factors (M, dM . Gamma and T lower; their transposes upper) as GEMM A.
+  static constexpr auto kLower = gemm::Triangle::Lower;
+  static constexpr auto kUpper = gemm::Triangle::Upper;
+
  public:
   /// Runs the head from its saved chunks (the forward's); dS [Dk, ldv]: the gradient of the
   /// state after the head (in), of the state before it (out).
@@ -157,8 +161,8 @@ class ChunkBackward {
       scaled_inputs(t0, n);
       float* W = own.W + t0 * ldk;
       float* Vk = own.Vp + t0 * ldv;
-      gemm::gemm(n, ldv, n, {T, cp, 1}, at(Bv_), ldv, at(U_), ldv, false);
-      gemm::gemm(n, ldk, n, {T, cp, 1}, at(Bk_), ldk, W, ldk, false);
+      gemm::gemm(n, ldv, n, {T, cp, 1}, at(Bv_), ldv, at(U_), ldv, false, kLower);
+      gemm::gemm(n, ldk, n, {T, cp, 1}, at(Bk_), ldk, W, ldk, false, kLower);
       gemm::gemm(n, ldv, Dk, {W, ldk, 1}, S, ldv, Vk, ldv, false);  // W S
       for (Index i = 0; i < n * ldv; ++i) Vk[i] = U_[std::size_t(i)] - Vk[i];
       Vp = Vk;
@@ -185,11 +189,12 @@ class ChunkBackward {
     }
   }
 
-  // x's rows [rows, ld_from] into to [rows, ld_to], each Dv wide and zero-padded.
-  void copy_rows(const float* x, Index ld_from, Index rows, float* to) const {
+  // x's rows [rows, ld_from] into to [rows, ldv], each Dv wide and zero-padded; returns to.
+  float* copy_rows(const float* x, Index ld_from, Index rows, float* to) const {
     const Index Dv = h_.value_dim, ld = h_.ldv;
     for (Index r = 0; r < rows; ++r)
       std::fill(std::copy_n(x + r * ld_from, Dv, to + r * ld), to + (r + 1) * ld, 0.f);
+    return to;
   }
 
   // Chunk c's backward from its saved state and products; dS as in run().
@@ -199,13 +204,15 @@ class ChunkBackward {
     const Index Dk = h_.key_dim, Dv = h_.value_dim, ldk = h_.ldk, ldv = h_.ldv, cp = cp_;
     const float* K = h_.k + t0 * ldk;
     const float* Q = h_.q + t0 * ldk;
-    copy_rows(saved.state(c), saved.ldv, Dk, at(S_));
-    const float* S = at(S_);
+    // S and V' in place when their rows are as wide as the head's, else copied.
+    const bool in_place = saved.ldv == ldv;
+    if (!in_place) copy_rows(saved.state(c), saved.ldv, Dk, at(S_));
+    const float* S = in_place ? saved.state(c) : at(S_);
     const float* M = saved.P + t0 * saved.cp;  // lower(Q K^T . Gamma)
     const float* Vp = h_.v + t0 * ldv;
     if (h_.delta) {
-      copy_rows(saved.Vp + t0 * saved.ldv, saved.ldv, n, at(Vp_));
-      Vp = at(Vp_);
+      Vp = saved.Vp + t0 * saved.ldv;
+      if (!in_place) Vp = copy_rows(Vp, saved.ldv, n, at(Vp_));
       scaled_inputs(t0, n);
     }
     // Y = [dO; dV'] [2n, ldv] (Additive: dO), so that the products by S^T and the state's
@@ -217,7 +224,7 @@ class ChunkBackward {
     float* dK = at(dK_);
     for (auto* x : {&dG_, &de_, &dlam_, &dbeta_}) std::fill(x->begin(), x->end(), 0.0);
     // dV' = M^T dO + diag(lambda) K dS.
-    gemm::gemm(n, ldv, n, {M, 1, cp}, dO, ldv, dVp, ldv, false);
+    gemm::gemm(n, ldv, n, {M, 1, cp}, dO, ldv, dVp, ldv, false, kUpper);
     gemm::gemm(n, ldv, Dk, {K, ldk, 1}, dS, ldv, at(tmp_v_), ldv, false);
     for (Index r = 0; r < n; ++r)
       for (Index i = 0; i < ldv; ++i)
@@ -237,10 +244,10 @@ class ChunkBackward {
       de_[std::size_t(r)] += double(simd::dot(Q + r * ldk, dQ + r * ldk, Dk));
       scale_row(dQ + r * ldk, ldk, e_[std::size_t(r)]);
     }
-    gemm::gemm(n, ldk, n, {at(dM_), cp, 1}, K, ldk, dQ, ldk, true);
+    gemm::gemm(n, ldk, n, {at(dM_), cp, 1}, K, ldk, dQ, ldk, true, kLower);
     // dK = dMG^T Q + diag(lambda) V' dS^T; dlambda_j = K_j . (V' dS^T)_j.
     transpose(dS, ldv, Dk, Dv, at(dSt_), ldk);
-    gemm::gemm(n, ldk, n, {at(dM_), 1, cp}, Q, ldk, dK, ldk, false);
+    gemm::gemm(n, ldk, n, {at(dM_), 1, cp}, Q, ldk, dK, ldk, false, kUpper);
     gemm::gemm(n, ldk, Dv, {Vp, ldv, 1}, at(dSt_), ldk, at(tmp_k_), ldk, false);
     for (Index r = 0; r < n; ++r) {
       dlam_[std::size_t(r)] = double(simd::dot(K + r * ldk, at(tmp_k_) + r * ldk, Dk));
@@ -328,15 +335,15 @@ class ChunkBackward {
     const float* kkg = saved.kkg + t0 * cp;
     float* dK = at(dK_);
     for (Index i = 0; i < n * ldk; ++i) dW[i] = -dW[i];
-    gemm::gemm(n, ldv, n, {T, 1, cp}, dVp, ldv, at(dBv_), ldv, false);  // dBv = T^T dU
-    gemm::gemm(n, ldk, n, {T, 1, cp}, dW, ldk, at(dBk_), ldk, false);   // dBk = T^T dW
-    transpose(at(Bv_), ldv, n, Dv, at(Bvt_), cp);                       // dT = dU Bv^T + dW Bk^T
+    gemm::gemm(n, ldv, n, {T, 1, cp}, dVp, ldv, at(dBv_), ldv, false, kUpper);  // dBv = T^T dU
+    gemm::gemm(n, ldk, n, {T, 1, cp}, dW, ldk, at(dBk_), ldk, false, kUpper);   // dBk = T^T dW
+    transpose(at(Bv_), ldv, n, Dv, at(Bvt_), cp);  // dT = dU Bv^T + dW Bk^T
     transpose(at(Bk_), ldk, n, Dk, at(Bkt_), cp);
     gemm::gemm(n, cp, Dv, {dVp, ldv, 1}, at(Bvt_), cp, at(dT_), cp, false);
     gemm::gemm(n, cp, Dk, {dW, ldk, 1}, at(Bkt_), cp, at(dT_), cp, true);
     transpose(T, cp, n, n, at(Tt_), cp);  // dA = -T^T (dT T^T)
     gemm::gemm(n, cp, n, {at(dT_), cp, 1}, at(Tt_), cp, at(X_), cp, false);
-    gemm::gemm(n, cp, n, {T, 1, cp}, at(X_), cp, at(dA_), cp, false);
+    gemm::gemm(n, cp, n, {T, 1, cp}, at(X_), cp, at(dA_), cp, false, kUpper);
     // A_rj = beta_r KKG_rj (j < r): with dA = -(dA_), dbeta_r += sum_j dA_rj KKG_rj, the
     // Gamma gradient beta_r dA . KKG, and D = beta dA . Gamma (its strict lower part read).
     float* D = at(dA_);

@@ -23,6 +23,7 @@
 #include "attnkit/gated/gated_rows.hpp"
 #include "attnkit/gated/gated_saved.hpp"
 #include "attnkit/gemm/tile_gemm.hpp"
+#include "attnkit/simd/stream.hpp"
 
 namespace attnkit::detail {
 
@@ -56,6 +57,7 @@ class GatedHeads : public GatedRows<Q, K, V, O> {
       t0 += n;
     }
     this->store_state(b, h, S);
+    if (keep_.states != nullptr) simd::stream_fence();
   }
 
  private:
@@ -269,13 +271,17 @@ class GatedHeads : public GatedRows<Q, K, V, O> {
   // The kept state before chunk c: S's Dk rows of Dv (ld apart), zero-padded to ldv.
   void keep_state(const float* S, Index ld, Index c) const {
     float* to = keep_.state(c);
+    if (ld == keep_.ldv) {  // whole padded rows (own_state_'s, or the caller's, Dv = ldv)
+      simd::stream_copy(S, keep_.key_dim * ld, to);
+      return;
+    }
     for (Index r = 0; r < keep_.key_dim; ++r)
       std::fill(std::copy_n(S + r * ld, this->s_.value_dim, to + r * keep_.ldv),
                 to + (r + 1) * keep_.ldv, 0.f);
   }
   // Chunk c's n rows of ld floats of a kept product (`to`: its row 0; null: not kept).
   void keep(float* to, Index c, const float* x, Index n, Index ld) const {
-    if (to != nullptr) std::copy_n(x, n * ld, to + c * this->c_ * ld);
+    if (to != nullptr) simd::stream_copy(x, n * ld, to + c * this->c_ * ld);
   }
 
   // x[r, c] *= f[r, c] (per channel) or f[r] (scalar gates), n rows of ldk.

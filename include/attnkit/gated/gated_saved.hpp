@@ -12,6 +12,8 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "attnkit/core/error.hpp"
@@ -97,11 +99,13 @@ struct SavedAccess {
                               simd::round_up(s.value_dim),
                               spec.delta(),
                               spec.gate != GateShape::PerChannel};
-    saved.data_.resize(std::size_t(s.batch * s.v_heads * saved.sizes_.floats()));
+    // 15 floats more, so that the heads start 64-byte aligned (simd::stream_copy()).
+    saved.data_.resize(std::size_t(s.batch * s.v_heads * saved.sizes_.floats() + 15));
   }
   static SavedHead head(const GatedSaved& saved, Index b, Index h) {
-    const Index floats = saved.sizes_.floats();
-    float* base = const_cast<float*>(saved.data_.data());  // the forward's item writes its own
+    const Index floats = saved.sizes_.floats();           // a multiple of 16: every head aligned
+    auto* base = const_cast<float*>(saved.data_.data());  // the forward's item writes its own
+    base += (16 - (reinterpret_cast<std::uintptr_t>(base) / sizeof(float)) % 16) % 16;
     return saved.sizes_.carve(base + (b * saved.shape_.v_heads + h) * floats);
   }
   static SavedHead head(GatedSaved& saved, Index b, Index h) {

@@ -151,4 +151,23 @@ inline void gemm(Index m, Index n, Index k, StridedA a, const float* b, Index ld
   }
 }
 
+/// Which entries of a square A [m, k = m] a product reads: all, or its lower (j <= i) or
+/// upper (j >= i) triangle, the rest being zero.
+enum class Triangle { Full, Lower, Upper };
+
+/// gemm() of a triangular A (the other side zero): each band of kMR rows skips the depth
+/// where all its rows of A are zero (about half the work at m = k = 64); the zeros inside a
+/// band's diagonal block are read. The same bits as gemm() of the whole A.
+inline void gemm(Index m, Index n, Index k, StridedA a, const float* b, Index ldb, float* c,
+                 Index ldc, bool accumulate, Triangle t) {
+  if (t == Triangle::Full) return gemm(m, n, k, a, b, ldb, c, ldc, accumulate);
+  for (Index i0 = 0; i0 < m; i0 += kMR) {
+    const Index rows = std::min(Index{kMR}, m - i0);
+    const Index p0 = t == Triangle::Lower ? 0 : std::min(i0, k);
+    const Index p1 = t == Triangle::Lower ? std::min(k, i0 + rows) : k;
+    gemm(rows, n, p1 - p0, {a.at(i0, p0), a.row_stride, a.col_stride}, b + p0 * ldb, ldb,
+         c + i0 * ldc, ldc, accumulate);
+  }
+}
+
 }  // namespace attnkit::gemm
