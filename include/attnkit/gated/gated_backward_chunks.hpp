@@ -310,7 +310,7 @@ class ChunkBackward {
       Vec acc(0.f);
       for (Index j = 0; j < simd::round_up(r + 1); j += simd::kWidth) {
         const Vec x = simd::load(X + r * cp + j) * simd::load(Y + r * cp + j);
-        acc += x;
+        acc = acc + x;
         simd::store(at(colsum_) + j, simd::fma(x, fv, simd::load(at(colsum_) + j)));
       }
       const float sum = simd::reduce_add(acc);

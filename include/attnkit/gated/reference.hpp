@@ -70,12 +70,12 @@ template <class Q, class K, class V, class O>
 void gated_attention(const GatedSpec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
                      const GateInputs& gates, const View<O>& o, const View<double>* state = nullptr,
                      const Options& options = {}) {
-  const detail::GatedShape s = detail::check_gated(spec, q, k, v, gates, o, nullptr, options);
+  const attnkit::detail::GatedShape s = attnkit::detail::check_gated(spec, q, k, v, gates, o, nullptr, options);
   if (state != nullptr) {
-    detail::require_dim(state->batch, s.batch, "state.batch", "q.batch");
-    detail::require_dim(state->heads, s.v_heads, "state.heads", "v.heads");
-    detail::require_dim(state->seq, s.key_dim, "state.seq", "q.dim");
-    detail::require_dim(state->dim, s.value_dim, "state.dim", "v.dim");
+    attnkit::detail::require_dim(state->batch, s.batch, "state.batch", "q.batch");
+    attnkit::detail::require_dim(state->heads, s.v_heads, "state.heads", "v.heads");
+    attnkit::detail::require_dim(state->seq, s.key_dim, "state.seq", "q.dim");
+    attnkit::detail::require_dim(state->dim, s.value_dim, "state.dim", "v.dim");
   }
   const double scale = double(options.scale.value_or(1.f / std::sqrt(float(s.key_dim))));
   const auto Dk = std::size_t(s.key_dim), Dv = std::size_t(s.value_dim);

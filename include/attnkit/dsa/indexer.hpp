@@ -1,0 +1,190 @@
+// indexer_topk(): DeepSeek Sparse Attention's lightning indexer and its top-k selection
+// (DeepSeek-V3.2, GLM-5; transformers' deepseek_v32): for query t and every key s it sees,
+//   I(t, s) = sum_j w(t, j) ReLU(q_I(t, j) . k_I(s))
+// over the indexer heads j (w: the caller's weights, any scale folded in), and keeps the k
+// keys of the highest I (on equal scores the lower key) in increasing key order, -1 past the
+// keys a query sees. The [Lq, Lk] score matrix is never stored: per block of queries, tiles
+// of keys go through the tile GEMM ([queries x heads, keys], against k_I transposed once per
+// call), the heads' weighted ReLU sum and each query's TopkRow (dsa/topk_row.hpp). Work items
+// are (batch, block of queries); each row is one thread's, so the selection is the same for
+// any thread count.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "attnkit/detail/parallel.hpp"
+#include "attnkit/dsa/indexer_checks.hpp"
+#include "attnkit/dsa/topk_row.hpp"
+#include "attnkit/gemm/tile_gemm.hpp"
+#include "attnkit/options.hpp"
+#include "attnkit/simd/simd.hpp"
+#include "attnkit/simd/transpose.hpp"
+#include "attnkit/storage/f32_rows.hpp"
+
+namespace attnkit {
+
+namespace detail {
+
+/// One worker of indexer_topk(): a block of queries at a time.
+template <class QI, class KI>
+class IndexerBlocks {
+ public:
+  static constexpr Index kKeys = 256;  // keys per tile (columns of the GEMM)
+
+  IndexerBlocks(const IndexerShape& s, const View<QI>& q, const View<const float>& w,
+                const std::vector<float>& kt, const View<std::int32_t>& selected)
+      : s_(s),
+        q_(q),
+        w_(w),
+        kt_(kt),
+        selected_(selected),
+        a_(std::size_t(s.block * s.heads * s.ldd)),
+        scores_(std::size_t(s.block * s.heads * kKeys)),
+        weights_(std::size_t(s.block * s.heads)),
+        row_(std::size_t(kKeys)),
+        rows_(std::size_t(s.block)) {}
+
+  /// The queries of `block` (batch b) against part `part` of the `parts` ranges of the keys
+  /// they see: one part writes the selection; more leave each row's kept entries in
+  /// `partial` (query row r of the block at partial[r * parts + part]) for merge_parts().
+  void run(Index b, Index block, Index part, Index parts,
+           std::vector<std::vector<TopkRow::Entry>>* partial) {
+    const IndexerShape& s = s_;
+    const Index H = s.heads, t0 = block * s.block, n = std::min(s.block, s.q_len - t0);
+    for (Index r = 0; r < n; ++r)
+      for (Index j = 0; j < H; ++j) {
+        pack_rows(q_, b, j, t0 + r, 1, a_.data() + (r * H + j) * s.ldd, s.ldd);
+        weights_[std::size_t(r * H + j)] = w_.row(b, j, t0 + r)[0];
+      }
+    for (Index r = 0; r < n; ++r) rows_[std::size_t(r)].reset(s.topk);
+    // Keys the block sees: [0, end); query t sees [0, t + offset + 1) under causal.
+    const Index end = s.causal ? std::clamp<Index>(t0 + n + s.offset, 0, s.k_len) : s.k_len;
+    const Index per = (end / parts + kKeys - 1) / kKeys * kKeys;  // keys a part, whole tiles
+    const Index lo = std::min(end, part * per),
+                hi = part + 1 == parts ? end : std::min(end, lo + per);
+    const float* kt = kt_.data() + b * s.k_len_pad * s.ldd;  // [Di, ldk] of batch b
+    for (Index s0 = lo; s0 < hi; s0 += kKeys) {
+      const Index cols = std::min(kKeys, hi - s0), padded = simd::round_up(cols);
+      gemm::gemm(n * H, padded, s.dim, {a_.data(), s.ldd, 1}, kt + s0, s.k_len_pad, scores_.data(),
+                 kKeys, false);
+      for (Index r = 0; r < n; ++r) {
+        const Index seen = s.causal ? std::clamp<Index>(t0 + r + s.offset + 1 - s0, 0, cols) : cols;
+        if (seen == 0) continue;
+        head_sum(r, simd::round_up(seen));
+        rows_[std::size_t(r)].offer(row_.data(), s0, seen);
+      }
+    }
+    for (Index r = 0; r < n; ++r) {
+      if (parts == 1) {
+        rows_[std::size_t(r)].finish(selected_.row(b, 0, t0 + r));
+        continue;
+      }
+      Index count = 0;
+      const TopkRow::Entry* e = rows_[std::size_t(r)].kept(count);
+      (*partial)[std::size_t(r * parts + part)].assign(e, e + count);
+    }
+  }
+
+ private:
+  // row_[0, cols) = sum_j w_j ReLU(scores row (r, j)), the heads in order.
+  void head_sum(Index r, Index cols) {
+    using simd::Vec;
+    const Index H = s_.heads;
+    const Vec zero(0.f);
+    for (Index c = 0; c < cols; c += simd::kWidth) {
+      Vec acc(0.f);
+      for (Index j = 0; j < H; ++j) {
+        const Vec x = simd::load(scores_.data() + (r * H + j) * kKeys + c);
+        acc = simd::fma(simd::max(x, zero), Vec(weights_[std::size_t(r * H + j)]), acc);
+      }
+      simd::store(row_.data() + c, acc);
+    }
+  }
+
+  IndexerShape s_;
+  View<QI> q_;
+  View<const float> w_;
+  const std::vector<float>& kt_;
+  View<std::int32_t> selected_;
+  std::vector<float> a_, scores_, weights_, row_;
+  std::vector<TopkRow> rows_;
+};
+
+// kt[b] = k_I of batch b transposed, [Di, k_len_pad] (zero past k_len), tiles of keys in
+// parallel.
+template <class KI>
+std::vector<float> transposed_keys(const IndexerShape& s, const View<KI>& k, int threads) {
+  std::vector<float> kt(std::size_t(s.batch * s.k_len_pad * s.ldd), 0.f);
+  const Index W = simd::kWidth, tiles = s.k_len_pad / W;
+  parallel_for(threads, s.batch * tiles, 16, [&](Index item) {
+    const Index b = item / tiles, s0 = item % tiles * W;
+    std::vector<float> rows(std::size_t(W * s.ldd));
+    float* tile = rows.data();
+    for (Index r = 0; r < W; ++r) {
+      float* row = tile + r * s.ldd;
+      if (s0 + r < s.k_len)
+        pack_rows(k, b, 0, s0 + r, 1, row, s.ldd);
+      else
+        std::fill(row, row + s.ldd, 0.f);
+    }
+    float* dst = kt.data() + b * s.k_len_pad * s.ldd;
+    for (Index c = 0; c < s.ldd; c += W)
+      simd::transpose_block(tile + c, s.ldd, dst + c * s.k_len_pad + s0, s.k_len_pad);
+  });
+  return kt;
+}
+
+}  // namespace detail
+
+/// The indexer's selection: for each query of q_I [B, Hi, Lq, Di] (Hi indexer heads) with
+/// weights w [B, Hi, Lq, 1] (f32), the spec.topk keys of k_I [B, 1, Lk, Di] with the highest
+/// sum_j w(t, j) ReLU(q_I(t, j) . k_I(s)), written as increasing key indices into selected
+/// [B, 1, Lq, topk] (int32; -1 past the keys a query sees). Causal: query t sees keys
+/// s <= t + options.q_offset (default Lk - Lq). q_I and k_I in f32, bf16 or f16; f32
+/// products. Throws Error before writing anything on bad input (shapes, topk < 1, values
+/// that are not finite, a selection sharing memory with an input).
+template <class QI, class KI>
+void indexer_topk(const IndexerSpec& spec, const View<QI>& q, const View<const float>& w,
+                  const View<KI>& k, const View<std::int32_t>& selected,
+                  const Options& options = {}) {
+  const detail::IndexerShape s = detail::check_indexer(spec, q, w, k, selected, options);
+  if (s.batch * s.q_len == 0) return;
+  const int threads = detail::thread_count(options.threads);
+  const std::vector<float> kt = detail::transposed_keys(s, k, threads);
+  const Index blocks = (s.q_len + s.block - 1) / s.block, rows = s.batch * blocks;
+  // Fewer blocks than threads (decode): each block's keys in parts, merged after.
+  const Index parts =
+      rows >= threads ? 1
+                      : std::clamp<Index>(threads / rows, 1,
+                                          s.k_len / (4 * detail::IndexerBlocks<QI, KI>::kKeys) + 1);
+  std::vector<std::vector<std::vector<detail::TopkRow::Entry>>> partial(
+      std::size_t(parts > 1 ? rows : 0),
+      std::vector<std::vector<detail::TopkRow::Entry>>(std::size_t(s.block * parts)));
+  using Engine = detail::IndexerBlocks<QI, KI>;
+  detail::Workers<Engine> workers(detail::threads_for(options.threads, rows * parts), s, q, w, kt,
+                                  selected);
+  // The last blocks see the most keys: hand them out first.
+  detail::for_each_item(workers, rows * parts, [&](Engine& mine, Index item) {
+    const Index i = rows * parts - 1 - item, row = i / parts;
+    mine.run(row % s.batch, row / s.batch, i % parts, parts,
+             parts > 1 ? &partial[std::size_t(row)] : nullptr);
+  });
+  if (parts == 1) return;
+  // Each query's parts in key order through one more TopkRow: the same exact selection.
+  detail::parallel_for(threads, rows, 1, [&](Index row) {
+    const Index b = row % s.batch, t0 = row / s.batch * s.block;
+    detail::TopkRow merged;
+    for (Index r = 0; r < std::min(s.block, s.q_len - t0); ++r) {
+      merged.reset(s.topk);
+      for (Index part = 0; part < parts; ++part)
+        for (const auto& e : partial[std::size_t(row)][std::size_t(r * parts + part)])
+          merged.offer(e.score, e.key);
+      merged.finish(selected.row(b, 0, t0 + r));
+    }
+  });
+}
+
+}  // namespace attnkit

@@ -1,0 +1,123 @@
+// topk_attention(): attention over per-query key sets of any size chosen at run time
+// (DeepSeek Sparse Attention: the indexer's top k, dsa/indexer.hpp), one set per query
+// position shared by all its heads. Per (batch, query, KV head): the selected K and V rows
+// are gathered once (in their storage type) and the heads that read that KV head run as the
+// rows of one tiled-kernel call against them (Mask Full), so the work is proportional to
+// Lq x k, and every Score and Normalizer attention() takes serves (a gathered call: no
+// Position; apply RoPE before, as DeepSeek caches its rope keys rotated). Plain softmax over
+// Dot scores (sinks allowed) takes its own engine (dsa/topk_rows.hpp: the heads in the lanes
+// of the logits); the rest calls the tiled kernel. A normalizer with
+// per-head parameters (sinks, per-head biases) runs one head a call. A gathered call's key
+// count is the selection's: a normalizer that reads Lk (Sigmoid{}'s default bias -log Lk)
+// sees k, not the sequence length.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "attnkit/detail/parallel.hpp"
+#include "attnkit/dsa/topk_checks.hpp"
+#include "attnkit/dsa/topk_rows.hpp"
+#include "attnkit/kernel/attention.hpp"
+#include "attnkit/options.hpp"
+#include "attnkit/select/gather.hpp"
+#include "attnkit/spec.hpp"
+
+namespace attnkit {
+
+namespace detail {
+
+/// Rows [begin, begin + n) of head h's query (or output) row t, as a [1, 1, n, dim] view:
+/// the heads of one query position, one a row.
+template <class T>
+View<T> heads_as_rows(const View<T>& x, Index b, Index h, Index t, Index n) {
+  View<T> v = x;
+  v.data = x.row(b, h, t);
+  v.batch = v.heads = 1;
+  v.seq = n;
+  v.seq_stride = x.head_stride;
+  v.batch_stride = v.head_stride = 0;
+  return v;
+}
+
+}  // namespace detail
+
+/// o[B, Hq, Lq, Dv] = attention of q [B, Hq, Lq, D] over, for each query position t, the keys
+/// `keys.indices` row t names ([B, 1, Lq, topk] int32, -1 entries skipped; shared by every
+/// head), of k [B, Hkv, Lk, D] and v [B, Hkv, Lk, Dv] (GQA: head h reads KV head h / (Hq /
+/// Hkv); MLA's shared latent is Hkv = 1). The spec's Mask must be Full and its Position
+/// NoPosition (the selection is the mask). A query with no key gets 0 (its LSE -inf).
+/// Options: scale, threads, lse ([B, Hq, Lq]). Throws Error before writing anything on bad
+/// input, including a selection out of range, naming a future key (keys.causal: key s of
+/// query t must be <= t + q_offset, default Lk - Lq) or a key twice.
+template <class Spec, class Q, class K, class V, class O>
+void topk_attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
+                    const View<O>& o, const TopkKeys& keys, const Options& options = {}) {
+  select::check_gathered_spec<Spec>();
+  const Problem p = make_problem(q, k, v, o, options);
+  validate_policies(spec, p, options);
+  detail::check_topk_keys(keys, p, o);
+  const Index group = p.q_heads / p.kv_heads, topk = keys.indices.dim;
+  using N = typename Spec::Normalizer;
+  constexpr bool kFast = std::is_same_v<typename Spec::Score, Dot> && std::is_same_v<N, Softmax>;
+  constexpr bool kPerHead = detail::has_for_head<N>::value;
+  const Index rows = kPerHead && !kFast ? 1 : group;  // heads a call
+  const Index items = p.batch * p.q_len * p.kv_heads;
+  struct Worker {
+    detail::TopkRows fast;
+    select::GatheredRows<K> keys;
+    select::GatheredRows<V> values;
+    std::vector<Index> cols;
+    std::vector<float> lse;
+  };
+  std::vector<Worker> pool(std::size_t(detail::threads_for(options.threads, items)));
+  detail::parallel_for(Index(pool.size()), items, 4, [&](Index item) {
+#ifdef _OPENMP
+    Worker& mine = pool[std::size_t(omp_get_thread_num())];
+#else
+    Worker& mine = pool.front();
+#endif
+    const Index g = item % p.kv_heads, t = item / p.kv_heads % p.q_len,
+                b = item / p.kv_heads / p.q_len;
+    const std::int32_t* row = keys.indices.row(b, 0, t);
+    float* lse = options.lse.empty() ? nullptr : options.lse.data();
+    if constexpr (kFast) {
+      const std::vector<float>& sinks = spec.normalizer.sinks;
+      mine.fast.run(q, k, v, o, b, g * group, t, group, g, row, topk, p.scale,
+                    sinks.empty() ? nullptr : sinks.data() + g * group,
+                    lse == nullptr ? nullptr : lse + (b * p.q_heads + g * group) * p.q_len + t,
+                    p.q_len);
+      return;
+    }
+    mine.cols.clear();
+    for (Index i = 0; i < topk; ++i)
+      if (row[i] >= 0) mine.cols.push_back(row[i]);
+    select::gather_rows(k, b, g, mine.cols, mine.keys);
+    select::gather_rows(v, b, g, mine.cols, mine.values);
+    for (Index h0 = g * group; h0 < (g + 1) * group; h0 += rows) {
+      Options call = options.with_threads(1).with_q_offset(0);
+      call.lse = {};
+      if (lse != nullptr) {
+        mine.lse.resize(std::size_t(rows));
+        call.lse = Span<float>(mine.lse.data(), rows);
+      }
+      const AttentionSpec<typename Spec::Score, Full, N, NoPosition> part{
+          spec.score, Full{}, select::for_head(spec.normalizer, h0), {}};
+      // The tiles, not split-KV: the call is one thread's, its rows a whole tile.
+      const auto q_rows = detail::heads_as_rows(q, b, h0, t, rows);
+      const auto o_rows = detail::heads_as_rows(o, b, h0, t, rows);
+      const auto k_rows = mine.keys.view();
+      const auto v_rows = mine.values.view();
+      const Problem one = make_problem(q_rows, k_rows, v_rows, o_rows, call);
+      detail::run_with_keys(part, one, q_rows, k_rows, v_rows, o_rows, call, false);
+      if (lse != nullptr)
+        for (Index r = 0; r < rows; ++r)
+          lse[(b * p.q_heads + h0 + r) * p.q_len + t] = mine.lse[std::size_t(r)];
+    }
+  });
+}
+
+}  // namespace attnkit

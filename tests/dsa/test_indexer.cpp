@@ -1,0 +1,189 @@
+// DeepSeek Sparse Attention's selection: TopkRow (the streaming exact top k) against a full
+// sort, with many ties and any block sizes; indexer_topk() against reference::indexer_topk()
+// exactly on integer inputs (every score exact in f32, so ties are real ties), causal and
+// not, decode (one query: the keys split over threads and merged), bf16 inputs, any thread
+// count; on random inputs, the selection's f64 scores against the reference's (near-ties may
+// swap); bad arguments refused before anything is written.
+#include <Eigen/Core>
+#include <algorithm>
+#include <attnkit/dsa/indexer.hpp>
+#include <attnkit/dsa/reference.hpp>
+#include <attnkit/dsa/topk_row.hpp>
+#include <catch2/catch_test_macros.hpp>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "support/attnkit_test.hpp"
+#include "support/error_checks.hpp"
+
+namespace ak = attnkit;
+using ak::Index;
+using ak::test::Layout;
+using ak::test::Tensor;
+
+namespace {
+
+// Scores of the selection against the reference's: on random inputs the f32 and f64 scores
+// of near-tied keys may order differently; a kept key's f64 score must then be within this
+// (relative to the row's largest score) of the reference's k-th.
+constexpr double kNearTie = 1e-5;
+
+// The top k of scores by a full sort (higher score, then lower key), in increasing key order.
+std::vector<std::int32_t> sorted_topk(const std::vector<float>& scores, Index k) {
+  std::vector<std::int32_t> order(scores.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+    const float x = scores[std::size_t(a)], y = scores[std::size_t(b)];
+    return x > y || (!(x < y) && a < b);
+  });
+  order.resize(std::min<std::size_t>(order.size(), std::size_t(k)));
+  std::sort(order.begin(), order.end());
+  order.resize(std::size_t(k), -1);
+  return order;
+}
+
+// The inputs of one indexer call: q_I [B, Hi, Lq, D], w [B, Hi, Lq, 1], k_I [B, 1, Lk, D], in
+// storage T; integers in [-3, 3] (exact products and sums) or N(0, 1).
+template <class T>
+struct IndexerInputs {
+  Tensor<T> q, k;
+  Tensor<float> w;
+  IndexerInputs(Index B, Index Hi, Index Lq, Index Lk, Index D, bool integers, std::uint32_t seed)
+      : q(Layout::Bshd, B, Hi, Lq, D), k(Layout::Bhsd, B, 1, Lk, D), w(Layout::Bshd, B, Hi, Lq, 1) {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> small(-3, 3);
+    std::normal_distribution<float> normal;
+    const auto draw = [&] { return integers ? float(small(rng)) : normal(rng); };
+    q.for_each([&](T& x) { x = T(draw()); });
+    k.for_each([&](T& x) { x = T(draw()); });
+    w.for_each([&](float& x) { x = draw(); });
+  }
+  std::vector<std::int32_t> select(const ak::IndexerSpec& spec, int threads, bool reference,
+                                   const ak::Options& base = {}) const {
+    std::vector<std::int32_t> out(std::size_t(q.view.batch * q.view.seq * spec.topk), -7);
+    const auto sel = ak::bhsd(out.data(), q.view.batch, 1, q.view.seq, spec.topk);
+    const auto options = base.with_threads(threads);
+    if (reference)
+      ak::reference::indexer_topk(spec, q.cview(), w.cview(), k.cview(), sel, options);
+    else
+      ak::indexer_topk(spec, q.cview(), w.cview(), k.cview(), sel, options);
+    return out;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("TopkRow: the exact top k of a stream, ties to the lower key, any blocks",
+          "[dsa][topk]") {
+  std::mt19937 rng(5);
+  for (const Index n : {0, 1, 7, 64, 300, 1000})
+    for (const Index k : {1, 5, 64, 300, 400}) {
+      std::uniform_int_distribution<int> tens(0, 9);  // many equal scores
+      std::vector<float> scores(static_cast<std::size_t>(n));
+      for (float& x : scores) x = float(tens(rng));
+      ak::detail::TopkRow row;
+      row.reset(k);
+      std::uniform_int_distribution<Index> block(1, 70);
+      for (Index s = 0; s < n;) {
+        const Index m = std::min(n - s, block(rng));
+        row.offer(scores.data() + s, s, m);
+        s += m;
+      }
+      std::vector<std::int32_t> got(static_cast<std::size_t>(k));
+      row.finish(got.data());
+      INFO("n " << n << " k " << k);
+      CHECK(got == sorted_topk(scores, k));
+    }
+}
+
+TEST_CASE("indexer_topk: the reference's selection exactly on integer inputs", "[dsa][indexer]") {
+  struct Case {
+    Index B, Hi, Lq, Lk, D, topk;
+    bool causal;
+    const char* what;
+  };
+  const Case cases[] = {
+      {2, 4, 300, 300, 32, 20, true, "causal prefill"},
+      {1, 64, 70, 70, 16, 8, true, "64 heads (blocks of 6 queries)"},
+      {1, 3, 50, 90, 24, 16, false, "not causal, Lq < Lk"},
+      {1, 4, 40, 200, 32, 300, true, "topk above every query's keys: -1 past them"},
+      {1, 4, 1, 3000, 32, 64, true, "decode: one query, keys in parts"},
+      {2, 4, 3, 2500, 16, 32, true, "three queries of two batches against 2500 keys"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    const IndexerInputs<float> in(c.B, c.Hi, c.Lq, c.Lk, c.D, true, 11);
+    const ak::IndexerSpec spec{c.topk, c.causal};
+    const auto want = in.select(spec, 1, true);
+    CHECK(in.select(spec, 1, false) == want);
+    CHECK(in.select(spec, 2, false) == want);
+    CHECK(in.select(spec, 3, false) == want);
+  }
+  const IndexerInputs<Eigen::bfloat16> bf16(1, 8, 100, 100, 32, true, 3);  // integers: exact
+  CHECK(bf16.select({16, true}, 2, false) == bf16.select({16, true}, 1, true));
+  const IndexerInputs<float> shifted(1, 4, 20, 120, 16, true, 4);  // q_offset given
+  const auto at50 = ak::Options{}.with_q_offset(50);
+  CHECK(shifted.select({24, true}, 2, false, at50) == shifted.select({24, true}, 1, true, at50));
+}
+
+TEST_CASE("indexer_topk: on random inputs the kept keys' scores are the top k's",
+          "[dsa][indexer]") {
+  const Index Lq = 200, Lk = 200, topk = 32;
+  const IndexerInputs<float> in(1, 16, Lq, Lk, 64, false, 21);
+  const ak::IndexerSpec spec{topk, true};
+  const auto got = in.select(spec, 2, false);
+  std::vector<std::int32_t> unused(static_cast<std::size_t>(Lq * topk));
+  const std::vector<double> I = ak::reference::indexer_scores(
+      spec, in.q.cview(), in.w.cview(), in.k.cview(), ak::bhsd(unused.data(), 1, 1, Lq, topk));
+  double worst = 0;
+  for (Index t = 0; t < Lq; ++t) {
+    std::vector<double> row(I.begin() + t * Lk, I.begin() + t * Lk + t + 1);
+    std::sort(row.begin(), row.end(), std::greater<>());
+    const Index kept = std::min<Index>(topk, t + 1);
+    const double kth = row[std::size_t(kept - 1)], top = std::max(1.0, std::abs(row[0]));
+    for (Index i = 0; i < topk; ++i) {
+      const std::int32_t s = got[std::size_t(t * topk + i)];
+      CHECK((i < kept) == (s >= 0));
+      if (s >= 0) worst = std::max(worst, (kth - I[std::size_t(t * Lk + s)]) / top);
+    }
+  }
+  CHECK(worst <= kNearTie);
+}
+
+TEST_CASE("indexer_topk: bad arguments throw Error before anything is written", "[dsa][indexer]") {
+  using ak::test::check_error;
+  const Index Hi = 4, L = 10, D = 8, K = 4;
+  IndexerInputs<float> in(1, Hi, L, L, D, true, 1);
+  std::vector<std::int32_t> out(static_cast<std::size_t>(L * K), 42);
+  const auto sel = ak::bhsd(out.data(), 1, 1, L, K);
+  const auto untouched = [&] {
+    CHECK(std::all_of(out.begin(), out.end(), [](std::int32_t x) { return x == 42; }));
+  };
+  const auto call = [&](const ak::IndexerSpec& spec, const ak::View<std::int32_t>& s,
+                        const ak::Options& options = {}) {
+    ak::indexer_topk(spec, in.q.cview(), in.w.cview(), in.k.cview(), s, options);
+  };
+  check_error(
+      [&] {
+        call({0, true}, ak::bhsd(out.data(), 1, 1, L, 0));
+      },
+      {"spec.topk", ">= 1", "0"});
+  check_error([&] { call({K + 1, true}, sel); }, {"selected.dim", "5", "4"});
+  check_error([&] { call({K, true}, sel, ak::Options{}.with_scale(0.5f)); }, {"options.scale"});
+  Tensor<float> k2(Layout::Bhsd, 1, 2, L, D);
+  check_error(
+      [&] {
+        ak::indexer_topk(ak::IndexerSpec{K, true}, in.q.cview(), in.w.cview(), k2.cview(), sel);
+      },
+      {"k_index.heads", "1", "2"});
+  in.q.view.row(0, 1, 3)[2] = std::numeric_limits<float>::quiet_NaN();
+  check_error([&] { call({K, true}, sel); }, {"q_index", "finite"});
+  in.q.view.row(0, 1, 3)[2] = 0.f;
+  const auto over_q = ak::View<std::int32_t>(
+      ak::bhsd(reinterpret_cast<std::int32_t*>(in.q.memory.data()), 1, 1, L, K));
+  check_error([&] { call({K, true}, over_q); }, {"selected", "q_index", "overlapping"});
+  untouched();
+}
