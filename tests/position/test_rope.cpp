@@ -1,7 +1,8 @@
 // Rope and RopeTable (position/rope_table.hpp, rope.hpp, apply.hpp): the frequencies of every
 // scaling against closed forms transcribed here from Hugging Face transformers'
-// modeling_rope_utils.py, and hand-computed values; the cos / sin table against std::cos /
-// std::sin in double at long positions; the relative-position property; NeoX vs GPT-J up to
+// modeling_rope_utils.py, and hand-computed values (YaRN with and without truncation), and
+// numbers pasted from transformers itself (gpt-oss's YaRN); the cos / sin table against
+// std::cos / std::sin in double at long positions; the relative-position property; NeoX vs GPT-J up to
 // their permutation; partial rotary; Rope fused in attention() against apply_position() then
 // attention() (q_offset / decode, GQA, position ids with gaps, BSHD and BHSD, 1 and 2
 // threads) and against reference::attention() (f32, bf16, f16; each pairing and scaling,
@@ -81,9 +82,13 @@ struct Range {
 };
 
 Range find_correction_range(double low_rot, double high_rot, double dim, double base,
-                            double max_pos) {
-  const double low = std::floor(find_correction_dim(low_rot, dim, base, max_pos));
-  const double high = std::ceil(find_correction_dim(high_rot, dim, base, max_pos));
+                            double max_pos, bool truncate) {
+  double low = find_correction_dim(low_rot, dim, base, max_pos);
+  double high = find_correction_dim(high_rot, dim, base, max_pos);
+  if (truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
   return {std::max(low, 0.0), std::min(high, dim - 1)};
 }
 
@@ -95,9 +100,10 @@ std::vector<double> linear_ramp_factor(double min, double max, Index n) {
 }
 
 std::vector<double> yarn(Index dim, double base, double factor, double original, double beta_fast,
-                         double beta_slow) {
+                         double beta_slow, bool truncate = true) {
   std::vector<double> f;
-  const Range range = find_correction_range(beta_fast, beta_slow, double(dim), base, original);
+  const Range range =
+      find_correction_range(beta_fast, beta_slow, double(dim), base, original, truncate);
   const std::vector<double> ramp = linear_ramp_factor(range.low, range.high, dim / 2);
   for (Index i = 0; i < dim / 2; ++i) {
     const double pos_freq = std::pow(base, double(2 * i) / double(dim));
@@ -194,6 +200,10 @@ TEST_CASE("RopeTable: each scaling's frequencies match transformers' closed form
                         hf::yarn(r, s.base, 8, original, 32, 1));
       check_frequencies(RopeTable(r, s.base, 4, RopeScaling::yarn(4, original, 16, 2)),
                         hf::yarn(r, s.base, 4, original, 16, 2));
+      check_frequencies(RopeTable(r, s.base, 4, RopeScaling::yarn(8, original, 32, 1, 0, false)),
+                        hf::yarn(r, s.base, 8, original, 32, 1, false));
+      check_frequencies(RopeTable(r, s.base, 4, RopeScaling::yarn(4, original, 16, 2, 0, false)),
+                        hf::yarn(r, s.base, 4, original, 16, 2, false));
       check_frequencies(RopeTable(r, s.base, 4, RopeScaling::llama3(8, original)),
                         hf::llama3(r, s.base, 8, original, 1, 4));
       check_frequencies(RopeTable(r, s.base, 4, RopeScaling::llama3(32, original, 2, 8)),
@@ -256,6 +266,104 @@ TEST_CASE("RopeTable: hand-computed frequencies of every scaling", "[position][r
     kept_before = kept;
   }
   CHECK_THAT(llama.attention_factor(), WithinRel(1.0, kFreqRel));
+}
+
+namespace {
+
+// inv_freq pasted from transformers 5.23.0, generated once with /work/venv-models/bin/python:
+//   from transformers import LlamaConfig
+//   from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS as F
+//   cfg = lambda d, rp: LlamaConfig(hidden_size=2 * d, num_attention_heads=2, head_dim=d,
+//                                   rope_parameters=rp, max_position_embeddings=131072)
+//   inv, att = F[rp["rope_type"]](cfg(d, rp)); print([repr(float(x)) for x in inv], att)
+// torch forms them in f32 (base ** (arange / d), its reciprocal, the ramp: each rounded): the
+// double ones are within 1.4e-7 relative of these (checked: 5e-7, ~4 f32 ulps).
+constexpr double kTorchF32Rel = 5e-7;
+
+void check_against_torch(const RopeTable& table, const std::vector<double>& torch) {
+  REQUIRE(table.inv_freq().size() == torch.size());
+  for (std::size_t m = 0; m < torch.size(); ++m) {
+    INFO("pair " << m);
+    CHECK_THAT(table.inv_freq()[m], WithinRel(torch[m], kTorchF32Rel));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("RopeTable: YaRN with truncate = false keeps the ramp's ends as they are",
+          "[position][rope]") {
+  // r = 128, base 10^4, 4096 original positions, s = 8 (the hand-computed YaRN case above):
+  // the ramp runs from c(32) = 20.94 to c(1) = 45.03, not from floor 20 to ceil 46.
+  const double lo = 128 * std::log(4096 / (32 * 2 * kPi)) / (2 * std::log(1e4));
+  const double hi = 128 * std::log(4096 / (1 * 2 * kPi)) / (2 * std::log(1e4));
+  REQUIRE(lo > 20.9);
+  REQUIRE(lo < 21);
+  REQUIRE(hi > 45);
+  REQUIRE(hi < 45.1);
+  const RopeTable plain(128, 10000, 4);
+  const RopeTable exact(128, 10000, 4, RopeScaling::yarn(8, 4096, 32, 1, 0, false));
+  const RopeTable truncated(128, 10000, 4, RopeScaling::yarn(8, 4096));
+  CHECK(RopeScaling::yarn(8, 4096).truncate);  // the default: as transformers
+  const auto ramped = [&](Index m, double ramp) {
+    const double theta = plain.inv_freq()[std::size_t(m)];
+    return theta * (1 - ramp) + theta / 8 * ramp;
+  };
+  CHECK_THAT(exact.inv_freq()[20], WithinRel(plain.inv_freq()[20], 1e-15));
+  for (const Index m : {Index{21}, Index{33}, Index{45}}) {
+    INFO("pair " << m);
+    CHECK_THAT(exact.inv_freq()[std::size_t(m)],
+               WithinRel(ramped(m, (m - lo) / (hi - lo)), kFreqRel));
+    CHECK_THAT(truncated.inv_freq()[std::size_t(m)],
+               WithinRel(ramped(m, (m - 20.0) / (46.0 - 20.0)), kFreqRel));
+  }
+  CHECK_THAT(exact.inv_freq()[46], WithinRel(plain.inv_freq()[46] / 8, kFreqRel));
+  CHECK(exact.attention_factor() == truncated.attention_factor());
+}
+
+TEST_CASE("RopeTable: YaRN with truncate = false matches gpt-oss's numbers from transformers",
+          "[position][rope]") {
+  // GptOssConfig's defaults (head_dim 64, rope_theta 150000) and rope_parameters: rp =
+  // {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate":
+  // False, "original_max_position_embeddings": 4096, "rope_theta": 150000.0}, d = 64, printed
+  // as above (check_against_torch); attention_factor 1.3465735902799727.
+  // gpt-oss's YaRN: pairs 9..17 (the ramp) differ from truncate = true's, by up to 1.76x.
+  const RopeTable gpt_oss(64, 150000, 4, RopeScaling::yarn(32, 4096, 32, 1, 0, false));
+  check_against_torch(gpt_oss, {1.0,
+                                0.6890442967414856,
+                                0.4747820496559143,
+                                0.32714587450027466,
+                                0.22541800141334534,
+                                0.15532298386096954,
+                                0.1070244237780571,
+                                0.07374456524848938,
+                                0.05081327259540558,
+                                0.031705696135759354,
+                                0.019334999844431877,
+                                0.011592049151659012,
+                                0.006794959306716919,
+                                0.0038603590801358223,
+                                0.002093792660161853,
+                                0.00105260219424963,
+                                0.0004564839182421565,
+                                0.00012931869423482567,
+                                3.830881178146228e-05,
+                                2.6396468456368893e-05,
+                                1.818833698052913e-05,
+                                1.253256959898863e-05,
+                                8.635495760245249e-06,
+                                5.95023948335438e-06,
+                                4.099978468730114e-06,
+                                2.8250667583051836e-06,
+                                1.9465962850517826e-06,
+                                1.3412909538601525e-06,
+                                9.242089618055616e-07,
+                                6.368209142237902e-07,
+                                4.38797854940276e-07,
+                                3.023511396804679e-07});
+  CHECK_THAT(gpt_oss.attention_factor(), WithinRel(1.3465735902799727, kFreqRel));
+  // With truncation (transformers' default) pair 17 is 0.0002279478358104825 instead.
+  CHECK_THAT(RopeTable(64, 150000, 4, RopeScaling::yarn(32, 4096)).inv_freq()[17],
+             WithinRel(0.0002279478358104825, kTorchF32Rel));
 }
 
 TEST_CASE("RopeTable: cos and sin are the attention factor times cos / sin of t theta in double",

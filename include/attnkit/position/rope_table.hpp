@@ -4,11 +4,12 @@
 // position * inv_freq[m], inv_freq[m] = base^(-2m / rotary_dim), changed by the scaling:
 //   Linear{s}:  inv_freq / s (position interpolation);
 //   Ntk{s}:     base * s^(r / (r - 2)) ("NTK-aware");
-//   Yarn{s, original_max_len, beta_fast = 32, beta_slow = 1, attention_factor}: per pair, a
-//               linear ramp between the interpolated (inv_freq / s) and the original
+//   Yarn{s, original_max_len, beta_fast = 32, beta_slow = 1, attention_factor, truncate}: per
+//               pair, a linear ramp between the interpolated (inv_freq / s) and the original
 //               frequency, over the pairs that turn between beta_slow and beta_fast times in
-//               the original context; cos and sin are multiplied by the attention factor
-//               (default 0.1 ln s + 1), so logits scale by its square, as in transformers;
+//               the original context (its ends floor / ceil'd unless truncate is false, as in
+//               gpt-oss); cos and sin are multiplied by the attention factor (default
+//               0.1 ln s + 1), so logits scale by its square, as in transformers;
 //   Llama3{s, original_max_len = 8192, low_freq_factor = 1, high_freq_factor = 4}: wavelengths
 //               above original / low are divided by s, below original / high kept, smoothly
 //               in between.
@@ -37,12 +38,16 @@ struct RopeScaling {
   double beta_fast = 32.0, beta_slow = 1.0;              // YaRN
   double attention_factor = 0.0;                         // YaRN; 0: 0.1 ln s + 1
   double low_freq_factor = 1.0, high_freq_factor = 4.0;  // Llama-3
+  bool truncate = true;                                  // YaRN: floor / ceil the ends of the ramp
 
   static RopeScaling linear(double s) { return {Kind::Linear, s}; }
   static RopeScaling ntk(double s) { return {Kind::Ntk, s}; }
+  /// truncate = false: the ramp's ends c(beta_fast), c(beta_slow) as they are (gpt-oss).
   static RopeScaling yarn(double s, double original, double fast = 32.0, double slow = 1.0,
-                          double attention = 0.0) {
-    return {Kind::Yarn, s, original, fast, slow, attention};
+                          double attention = 0.0, bool truncate = true) {
+    RopeScaling r{Kind::Yarn, s, original, fast, slow, attention};
+    r.truncate = truncate;
+    return r;
   }
   static RopeScaling llama3(double s, double original = 8192.0, double low = 1.0,
                             double high = 4.0) {
@@ -111,8 +116,13 @@ class RopeTable {
       const auto correction = [&](double turns) {
         return r * std::log(sc.original_max_len / (turns * kTwoPi)) / (2.0 * std::log(base));
       };
-      const double low = std::max(std::floor(correction(sc.beta_fast)), 0.0);
-      double high = std::min(std::ceil(correction(sc.beta_slow)), r - 1.0);
+      double low = correction(sc.beta_fast), high = correction(sc.beta_slow);
+      if (sc.truncate) {
+        low = std::floor(low);
+        high = std::ceil(high);
+      }
+      low = std::max(low, 0.0);
+      high = std::min(high, r - 1.0);
       if (high == low) high += 0.001;  // as transformers: avoid a zero-width ramp
       for (Index m = 0; m < pairs; ++m) {
         const double ramp = std::clamp((double(m) - low) / (high - low), 0.0, 1.0);
