@@ -1,6 +1,8 @@
 // Rope and RopeTable (position/rope_table.hpp, rope.hpp, apply.hpp): the frequencies of every
 // scaling against closed forms transcribed here from Hugging Face transformers'
-// modeling_rope_utils.py, and hand-computed values; the cos / sin table against std::cos /
+// modeling_rope_utils.py, and hand-computed values (YaRN with and without truncation,
+// proportional RoPE), and numbers pasted from transformers itself (gpt-oss's YaRN, Gemma 4's
+// proportional RoPE: frequencies and turned rows); the cos / sin table against std::cos /
 // std::sin in double at long positions; the relative-position property; NeoX vs GPT-J up to
 // their permutation; partial rotary; Rope fused in attention() against apply_position() then
 // attention() (q_offset / decode, GQA, position ids with gaps, BSHD and BHSD, 1 and 2
@@ -81,9 +83,13 @@ struct Range {
 };
 
 Range find_correction_range(double low_rot, double high_rot, double dim, double base,
-                            double max_pos) {
-  const double low = std::floor(find_correction_dim(low_rot, dim, base, max_pos));
-  const double high = std::ceil(find_correction_dim(high_rot, dim, base, max_pos));
+                            double max_pos, bool truncate) {
+  double low = find_correction_dim(low_rot, dim, base, max_pos);
+  double high = find_correction_dim(high_rot, dim, base, max_pos);
+  if (truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
   return {std::max(low, 0.0), std::min(high, dim - 1)};
 }
 
@@ -95,9 +101,10 @@ std::vector<double> linear_ramp_factor(double min, double max, Index n) {
 }
 
 std::vector<double> yarn(Index dim, double base, double factor, double original, double beta_fast,
-                         double beta_slow) {
+                         double beta_slow, bool truncate = true) {
   std::vector<double> f;
-  const Range range = find_correction_range(beta_fast, beta_slow, double(dim), base, original);
+  const Range range =
+      find_correction_range(beta_fast, beta_slow, double(dim), base, original, truncate);
   const std::vector<double> ramp = linear_ramp_factor(range.low, range.high, dim / 2);
   for (Index i = 0; i < dim / 2; ++i) {
     const double pos_freq = std::pow(base, double(2 * i) / double(dim));
@@ -124,6 +131,20 @@ std::vector<double> llama3(Index dim, double base, double factor, double old_con
     const bool medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
     inv_freq = medium ? smoothed : llama;
   }
+  return f;
+}
+
+// _compute_proportional_rope_parameters: rope_angles = int(rope_proportion * head_dim // 2)
+// frequencies 1 / base^(2i / head_dim) (i = 0, 2, ..), then head_dim // 2 - rope_angles
+// zeros; all divided by factor.
+std::vector<double> proportional(Index head_dim, double base, double rope_proportion,
+                                 double factor = 1.0) {
+  const auto rope_angles = Index(std::floor(rope_proportion * double(head_dim) / 2));
+  std::vector<double> f;
+  for (Index i = 0; i < 2 * rope_angles; i += 2)
+    f.push_back(1.0 / std::pow(base, double(i) / double(head_dim)));
+  f.resize(std::size_t(head_dim / 2), 0.0);
+  for (double& x : f) x /= factor;
   return f;
 }
 
@@ -194,10 +215,22 @@ TEST_CASE("RopeTable: each scaling's frequencies match transformers' closed form
                         hf::yarn(r, s.base, 8, original, 32, 1));
       check_frequencies(RopeTable(r, s.base, 4, RopeScaling::yarn(4, original, 16, 2)),
                         hf::yarn(r, s.base, 4, original, 16, 2));
+      check_frequencies(RopeTable(r, s.base, 4, RopeScaling::yarn(8, original, 32, 1, 0, false)),
+                        hf::yarn(r, s.base, 8, original, 32, 1, false));
+      check_frequencies(RopeTable(r, s.base, 4, RopeScaling::yarn(4, original, 16, 2, 0, false)),
+                        hf::yarn(r, s.base, 4, original, 16, 2, false));
       check_frequencies(RopeTable(r, s.base, 4, RopeScaling::llama3(8, original)),
                         hf::llama3(r, s.base, 8, original, 1, 4));
       check_frequencies(RopeTable(r, s.base, 4, RopeScaling::llama3(32, original, 2, 8)),
                         hf::llama3(r, s.base, 32, original, 2, 8));
+    }
+    for (const double p : {0.25, 0.5, 0.58, 1.0}) {
+      INFO("partial_rotary_factor " << p);
+      if (std::floor(p * double(r) / 2) < 1) continue;  // no pair turns: refused (tested below)
+      check_frequencies(RopeTable(r, s.base, 4, RopeScaling::proportional(p)),
+                        hf::proportional(r, s.base, p));
+      check_frequencies(RopeTable(r, s.base, 4, RopeScaling::proportional(p, 8)),
+                        hf::proportional(r, s.base, p, 8));
     }
   }
   CHECK_THAT(RopeTable(64, 1e4, 4, RopeScaling::yarn(8, 4096)).attention_factor(),
@@ -258,15 +291,175 @@ TEST_CASE("RopeTable: hand-computed frequencies of every scaling", "[position][r
   CHECK_THAT(llama.attention_factor(), WithinRel(1.0, kFreqRel));
 }
 
+namespace {
+
+// inv_freq pasted from transformers 5.23.0, generated once with /work/venv-models/bin/python:
+//   from transformers import LlamaConfig
+//   from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS as F
+//   cfg = lambda d, rp: LlamaConfig(hidden_size=2 * d, num_attention_heads=2, head_dim=d,
+//                                   rope_parameters=rp, max_position_embeddings=131072)
+//   inv, att = F[rp["rope_type"]](cfg(d, rp)); print([repr(float(x)) for x in inv], att)
+// torch forms them in f32 (base ** (arange / d), its reciprocal, the ramp: each rounded): the
+// double ones are within 1.4e-7 relative of these (checked: 5e-7, ~4 f32 ulps).
+constexpr double kTorchF32Rel = 5e-7;
+
+void check_against_torch(const RopeTable& table, const std::vector<double>& torch) {
+  REQUIRE(table.inv_freq().size() == torch.size());
+  for (std::size_t m = 0; m < torch.size(); ++m) {
+    INFO("pair " << m);
+    CHECK_THAT(table.inv_freq()[m], WithinRel(torch[m], kTorchF32Rel));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("RopeTable: YaRN with truncate = false keeps the ramp's ends as they are",
+          "[position][rope]") {
+  // r = 128, base 10^4, 4096 original positions, s = 8 (the hand-computed YaRN case above):
+  // the ramp runs from c(32) = 20.94 to c(1) = 45.03, not from floor 20 to ceil 46.
+  const double lo = 128 * std::log(4096 / (32 * 2 * kPi)) / (2 * std::log(1e4));
+  const double hi = 128 * std::log(4096 / (1 * 2 * kPi)) / (2 * std::log(1e4));
+  REQUIRE(lo > 20.9);
+  REQUIRE(lo < 21);
+  REQUIRE(hi > 45);
+  REQUIRE(hi < 45.1);
+  const RopeTable plain(128, 10000, 4);
+  const RopeTable exact(128, 10000, 4, RopeScaling::yarn(8, 4096, 32, 1, 0, false));
+  const RopeTable truncated(128, 10000, 4, RopeScaling::yarn(8, 4096));
+  CHECK(RopeScaling::yarn(8, 4096).truncate);  // the default: as transformers
+  const auto ramped = [&](Index m, double ramp) {
+    const double theta = plain.inv_freq()[std::size_t(m)];
+    return theta * (1 - ramp) + theta / 8 * ramp;
+  };
+  CHECK_THAT(exact.inv_freq()[20], WithinRel(plain.inv_freq()[20], 1e-15));
+  for (const Index m : {Index{21}, Index{33}, Index{45}}) {
+    INFO("pair " << m);
+    CHECK_THAT(exact.inv_freq()[std::size_t(m)],
+               WithinRel(ramped(m, (m - lo) / (hi - lo)), kFreqRel));
+    CHECK_THAT(truncated.inv_freq()[std::size_t(m)],
+               WithinRel(ramped(m, (m - 20.0) / (46.0 - 20.0)), kFreqRel));
+  }
+  CHECK_THAT(exact.inv_freq()[46], WithinRel(plain.inv_freq()[46] / 8, kFreqRel));
+  CHECK(exact.attention_factor() == truncated.attention_factor());
+}
+
+TEST_CASE("RopeTable: YaRN with truncate = false matches gpt-oss's numbers from transformers",
+          "[position][rope]") {
+  // GptOssConfig's defaults (head_dim 64, rope_theta 150000) and rope_parameters: rp =
+  // {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate":
+  // False, "original_max_position_embeddings": 4096, "rope_theta": 150000.0}, d = 64, printed
+  // as above (check_against_torch); attention_factor 1.3465735902799727.
+  // gpt-oss's YaRN: pairs 9..17 (the ramp) differ from truncate = true's, by up to 1.76x.
+  const RopeTable gpt_oss(64, 150000, 4, RopeScaling::yarn(32, 4096, 32, 1, 0, false));
+  check_against_torch(gpt_oss, {1.0,
+                                0.6890442967414856,
+                                0.4747820496559143,
+                                0.32714587450027466,
+                                0.22541800141334534,
+                                0.15532298386096954,
+                                0.1070244237780571,
+                                0.07374456524848938,
+                                0.05081327259540558,
+                                0.031705696135759354,
+                                0.019334999844431877,
+                                0.011592049151659012,
+                                0.006794959306716919,
+                                0.0038603590801358223,
+                                0.002093792660161853,
+                                0.00105260219424963,
+                                0.0004564839182421565,
+                                0.00012931869423482567,
+                                3.830881178146228e-05,
+                                2.6396468456368893e-05,
+                                1.818833698052913e-05,
+                                1.253256959898863e-05,
+                                8.635495760245249e-06,
+                                5.95023948335438e-06,
+                                4.099978468730114e-06,
+                                2.8250667583051836e-06,
+                                1.9465962850517826e-06,
+                                1.3412909538601525e-06,
+                                9.242089618055616e-07,
+                                6.368209142237902e-07,
+                                4.38797854940276e-07,
+                                3.023511396804679e-07});
+  CHECK_THAT(gpt_oss.attention_factor(), WithinRel(1.3465735902799727, kFreqRel));
+  // With truncation (transformers' default) pair 17 is 0.0002279478358104825 instead.
+  CHECK_THAT(RopeTable(64, 150000, 4, RopeScaling::yarn(32, 4096)).inv_freq()[17],
+             WithinRel(0.0002279478358104825, kTorchF32Rel));
+}
+
+TEST_CASE("RopeTable: proportional RoPE, hand-computed: the head's exponent, zeros past p d / 2",
+          "[position][rope]") {
+  // Gemma 4's global layers: head_dim 512, partial_rotary_factor 0.25, rope_theta 10^6. 64 of
+  // the 256 pairs turn, theta_m = 10^(-6 2m / 512) = 10^(-3m / 128); pairs 64..255 get 0.
+  const RopeTable gemma(512, 1e6, 4, RopeScaling::proportional(0.25));
+  CHECK(gemma.rotary_dim() == 512);
+  CHECK(gemma.pairs() == 256);
+  CHECK(gemma.turned_pairs() == 64);
+  CHECK_THAT(gemma.inv_freq()[0], WithinRel(1.0, kFreqRel));
+  CHECK_THAT(gemma.inv_freq()[32], WithinRel(std::pow(10.0, -0.75), kFreqRel));
+  CHECK_THAT(gemma.inv_freq()[63], WithinRel(std::pow(10.0, -189.0 / 128), kFreqRel));
+  for (std::size_t m = 64; m < 256; ++m) CHECK(gemma.inv_freq()[m] == 0.0);
+  CHECK(gemma.attention_factor() == 1.0);
+  // Not partial rotary over the 2 * 64 turned dimensions, whose exponent is 2m / 128:
+  // theta_32 = 10^(-6 64 / 128) = 10^-3 there, 10^-0.75 here.
+  const RopeTable partial(128, 1e6, 4);
+  CHECK_THAT(partial.inv_freq()[32], WithinRel(1e-3, kFreqRel));
+
+  // transformers' int(p * head_dim // 2), in double: 0.58 * 100 = 57.99999999999999 -> 28
+  // pairs (not 29), 0.3 * 10 = 3.0000000000000004 -> 1, 0.25 * 10 = 2.5 -> 1.
+  CHECK(RopeTable(100, 1e4, 4, RopeScaling::proportional(0.58)).turned_pairs() == 28);
+  CHECK(RopeTable(10, 1e4, 4, RopeScaling::proportional(0.3)).turned_pairs() == 1);
+  CHECK(RopeTable(10, 1e4, 4, RopeScaling::proportional(0.25)).turned_pairs() == 1);
+  // p = 1 is the default table; the factor s divides every frequency (transformers' "factor").
+  const RopeTable whole(12, 1e4, 4, RopeScaling::proportional(1.0));
+  CHECK(whole.turned_pairs() == 6);
+  check_frequencies(whole, RopeTable(12, 1e4, 4).inv_freq());
+  const RopeTable stretched(12, 1e4, 4, RopeScaling::proportional(0.5, 4));
+  check_frequencies(stretched, {0.25, 0.25 * std::pow(1e4, -2.0 / 12),
+                                0.25 * std::pow(1e4, -4.0 / 12), 0.0, 0.0, 0.0});
+}
+
+TEST_CASE("RopeTable: proportional RoPE matches numbers from transformers", "[position][rope]") {
+  // rp = {"rope_type": "proportional", "partial_rotary_factor": p, "rope_theta": theta} (plus
+  // "factor": 2.0 for d = 10), printed as above (check_against_torch); attention_factor 1.0.
+  // Gemma 4's global layers (d 512, p 0.25, theta 10^6): pairs 0, 1, 2, 17, 31, 62, 63, 64, 255.
+  const RopeTable gemma(512, 1e6, 4, RopeScaling::proportional(0.25));
+  const std::vector<std::size_t> at = {0, 1, 2, 17, 31, 62, 63, 64, 255};
+  const std::vector<double> gemma_torch = {1.0,
+                                           0.9474635124206543,
+                                           0.8976871371269226,
+                                           0.39954206347465515,
+                                           0.1876884251832962,
+                                           0.03522694483399391,
+                                           0.03337624669075012,
+                                           0.0,
+                                           0.0};
+  for (std::size_t i = 0; i < at.size(); ++i) {
+    INFO("pair " << at[i]);
+    CHECK_THAT(gemma.inv_freq()[at[i]], WithinRel(gemma_torch[i], kTorchF32Rel));
+  }
+  check_against_torch(RopeTable(12, 1e4, 4, RopeScaling::proportional(0.5)),
+                      {1.0, 0.2154434472322464, 0.04641588404774666, 0.0, 0.0, 0.0});
+  check_against_torch(RopeTable(10, 100, 4, RopeScaling::proportional(0.3, 2)),
+                      {0.5, 0.0, 0.0, 0.0, 0.0});
+  check_against_torch(RopeTable(8, 1e4, 4, RopeScaling::proportional(1.0)),
+                      {1.0, 0.10000000149011612, 0.009999999776482582, 0.0010000000474974513});
+}
+
 TEST_CASE("RopeTable: cos and sin are the attention factor times cos / sin of t theta in double",
           "[position][rope]") {
-  const RopeScaling scaling = GENERATE(RopeScaling{}, RopeScaling::yarn(8, 4096));
+  const RopeScaling scaling =
+      GENERATE(RopeScaling{}, RopeScaling::yarn(8, 4096), RopeScaling::proportional(0.5));
   const RopeTable table(32, 10000, 65536, scaling);
   const double factor = table.attention_factor();
+  // The table holds the turned pairs only: proportional's 8 of 16 (the rest have angle 0).
+  CHECK(table.turned_pairs() == (scaling.kind == RopeScaling::Kind::Proportional ? 8 : 16));
   // One f32 rounding of the double value: within half an f32 ulp, eps / 2 relative.
   const double rounding = std::numeric_limits<float>::epsilon() / 2;
   for (const Index t : {Index{0}, Index{1}, Index{7}, Index{4095}, Index{40000}, Index{65535}}) {
-    for (Index m = 0; m < table.pairs(); ++m) {
+    for (Index m = 0; m < table.turned_pairs(); ++m) {
       INFO("position " << t << " pair " << m);
       const double angle = double(t) * table.inv_freq()[std::size_t(m)];
       const double want_cos = factor * std::cos(angle), want_sin = factor * std::sin(angle);
@@ -279,7 +472,9 @@ TEST_CASE("RopeTable: cos and sin are the attention factor times cos / sin of t 
 
 TEST_CASE("Rope: after apply_position, q_i . k_j depends only on i - j", "[position][rope]") {
   const RopePairing pairing = GENERATE(RopePairing::NeoX, RopePairing::GptJ);
-  const RopeScaling scaling = GENERATE(RopeScaling{}, RopeScaling::yarn(8, 4096));
+  // Proportional: 4 of the 16 pairs turn, the others stay (angle 0 at every position).
+  const RopeScaling scaling =
+      GENERATE(RopeScaling{}, RopeScaling::yarn(8, 4096), RopeScaling::proportional(0.25));
   const Index dim = 32, q_len = 8, q_offset = 1000, kv_len = q_offset + q_len;
   const Rope rope(RopeTable(dim, 10000, 65536, scaling), pairing);
   const RepeatedRows rows(rope, dim, q_len, kv_len, q_offset, 11);
@@ -313,6 +508,57 @@ TEST_CASE("Rope: after apply_position, q_i . k_j depends only on i - j", "[posit
   const double near = dot(q3.view.row(0, 0, 2), k3.view.row(0, 0, 2), dim);
   CHECK_THAT(dot(q3.view.row(0, 0, 0), k3.view.row(0, 0, 0), dim), WithinAbs(near, kDotAbs));
   CHECK_THAT(dot(q3.view.row(0, 0, 1), k3.view.row(0, 0, 1), dim), WithinAbs(near, kDotAbs));
+}
+
+TEST_CASE("Rope: proportional RoPE turns (m, m + d / 2) for the first p d / 2 pairs only",
+          "[position][rope]") {
+  // x_c = (c + 1) / 8, sign alternating, turned at positions 5 and 17 (d = 12, p = 0.5,
+  // theta 10^4: pairs (0, 6), (1, 7), (2, 8) turn, dimensions 3..5 and 9..11 stay) and at 3
+  // (Gemma 4's d = 512, p = 0.25, theta 10^6: pairs (m, m + 256), m < 64), by transformers
+  // 5.23.0: generated once with /work/venv-models/bin/python and
+  //   from transformers.models.llama.modeling_llama import (LlamaRotaryEmbedding,
+  //                                                         apply_rotary_pos_emb)
+  //   c = cfg(d, {"rope_type": "proportional", "partial_rotary_factor": p, "rope_theta": theta})
+  //   x = torch.tensor([(i + 1) / 8 * (-1 if i % 2 else 1) for i in range(d)])
+  //   q = x.expand(1, 1, len(positions), d).contiguous()
+  //   cos, sin = LlamaRotaryEmbedding(c)(q, torch.tensor([positions]))
+  //   print(apply_rotary_pos_emb(q, q, cos, sin)[0][0])
+  // (cfg as in the frequencies' test above). transformers turns in f32: angles t theta
+  // within ~3e-7 relative (f32 theta, f32 product), <= 17 rad -> 5e-6 rad, times
+  // |x_a| + |x_b| <= 2.5 at d = 12 (sensitivity <= 64 at d = 512 but t = 3: 1e-6 rad).
+  const auto turned = [](Index d, double base, double p, Index position) {
+    Tensor<float> x(Layout::Bhsd, 1, 1, 1, d);
+    for (Index c = 0; c < d; ++c) x.view.row(0, 0, 0)[c] = float(c + 1) / 8 * (c % 2 ? -1.f : 1.f);
+    ak::apply_position(Rope(RopeTable(d, base, 32, RopeScaling::proportional(p))), x.view,
+                       Role::Key, position);
+    return std::vector<float>(x.view.row(0, 0, 0), x.view.row(0, 0, 0) + d);
+  };
+  const std::vector<std::vector<double>> torch12 = {
+      {0.8745165467262268, 0.7621975541114807, 0.10619443655014038, -0.5, 0.625, -0.75,
+       0.12833888828754425, -0.6939415335655212, 1.1810896396636963, -1.25, 1.375, -1.5},
+      {0.8068273663520813, -0.28086358308792114, -0.5342210531234741, -0.5, 0.625, -0.75,
+       -0.3609426021575928, 0.9917739629745483, 1.0587056875228882, -1.25, 1.375, -1.5}};
+  const Index positions[] = {5, 17};
+  for (std::size_t i = 0; i < 2; ++i) {
+    const std::vector<float> mine = turned(12, 1e4, 0.5, positions[i]);
+    for (std::size_t c = 0; c < 12; ++c) {
+      INFO("position " << positions[i] << " dimension " << c);
+      CHECK_THAT(mine[c], WithinAbs(torch12[i][c], 3e-5));
+      if (c % 6 >= 3) CHECK(double(mine[c]) == torch12[i][c]);  // passed through, exactly
+    }
+  }
+  const std::vector<std::size_t> at = {0, 1, 63, 64, 255, 256, 257, 319, 320, 511};
+  const std::vector<double> torch512 = {
+      -4.657229423522949,  9.744833946228027,  -3.961469888687134,  8.125,  -32.0,
+      -31.785869598388672, 30.743507385253906, -40.599342346191406, 40.125, -64.0};
+  const std::vector<float> gemma = turned(512, 1e6, 0.25, 3);
+  for (std::size_t i = 0; i < at.size(); ++i) {
+    INFO("dimension " << at[i]);
+    CHECK_THAT(gemma[at[i]], WithinAbs(torch512[i], 1e-4));
+  }
+  // Every dimension of a pair m >= 64 is the input's, bit for bit.
+  for (std::size_t c = 0; c < 512; ++c)
+    if (c % 256 >= 64) CHECK(gemma[c] == float(c + 1) / 8 * (c % 2 ? -1.f : 1.f));
 }
 
 TEST_CASE("Rope: GPT-J on interleaved dimensions is NeoX on the rotate_half layout",
@@ -498,6 +744,22 @@ TEST_CASE("Rope: every pairing and scaling, fused, matches the reference under e
   run("SoftplusL1", ak::SoftplusL1{});
 }
 
+TEST_CASE("Rope: proportional RoPE, fused, matches the reference and apply_position()",
+          "[position][rope][attention][reference]") {
+  // d = 80, p = 0.25: 10 of the 40 pairs turn (transformers' int(0.25 * 80 // 2)).
+  const RopePairing pairing = GENERATE(RopePairing::NeoX, RopePairing::GptJ);
+  INFO("pairing " << (pairing == RopePairing::NeoX ? "NeoX" : "GptJ"));
+  const Rope rope(RopeTable(80, 1e6, 512, RopeScaling::proportional(0.25)), pairing);
+  Case c = Case{}.lengths(37, 70).heads(4, 2).dims(80).laid_out(Layout::Padded);
+  ak::test::check_attention("Softmax, Causal", ak::make_spec(ak::Causal{}, ak::Softmax{}, rope), c,
+                            7);
+  ak::test::check_attention("Softmax, SlidingWindow{16, 0}",
+                            ak::make_spec(ak::SlidingWindow{16, 0}, ak::Softmax{}, rope), c, 7);
+  Case decode = Case{}.lengths(2, 100).heads(4, 2).dims(80).batches(2);
+  CHECK(fused_vs_standalone(rope, decode) <= tol::kF32);
+  CHECK(fused_vs_standalone(with_gapped_ids(rope, decode), decode) <= tol::kF32);
+}
+
 namespace {
 
 constexpr float kSentinel = 7.f;
@@ -559,6 +821,14 @@ TEST_CASE("Rope: positions outside the table and bad ids throw before writing",
   check_apply_refuses(rope, 4, 64, Role::Query, -64, "q_offset");
   check_apply_refuses(rope, 65, 64, Role::Key, 0, "the last key position");
   check_apply_refuses(rope, 4, 32, Role::Key, 0, "RopeTable.rotary_dim");
+
+  // Proportional RoPE spans the head: a table of 32 on heads of 64 is refused (as partial
+  // rotary it would pair (m, m + 16) and leave 32..63: neither transformers' layout).
+  const Rope proportional(RopeTable(32, 1e6, 64, RopeScaling::proportional(0.25)));
+  check_attention_refuses(ak::make_spec(ak::Causal{}, proportional), 4, 8, 64, std::nullopt,
+                          "proportional RoPE spans the head");
+  check_apply_refuses(proportional, 4, 64, Role::Query, 0, "RopeTable.rotary_dim");
+  check_apply_refuses(proportional, 4, 64, Role::Key, 0, "== head_dim = 64");
   check_apply_refuses(rope.with_positions({1, 2, 3}, {}), 4, 64, Role::Query, 0,
                       "Rope.q_positions.size()");
   check_apply_refuses(rope.with_positions({}, std::vector<Index>(8, 64)), 4, 64, Role::Key, 0,
@@ -597,6 +867,19 @@ TEST_CASE("RopeTable: bad sizes, bases and scaling parameters throw naming the f
   refuses([] { return RopeTable(64, 10000, 8, RopeScaling::llama3(8, 8192, 0, 4)); },
           "RopeScaling.high_freq_factor");
   refuses([] { return Rope(std::shared_ptr<const RopeTable>(), RopePairing::NeoX); }, "Rope.table");
+  // Proportional: p in (0, 1], at least one pair turning, the factor > 0.
+  for (const double p : {0.0, -0.25, 1.5, nan, std::numeric_limits<double>::infinity()}) {
+    INFO("partial_rotary_factor " << p);
+    ak::test::check_error([&] { (void)RopeTable(64, 1e4, 8, RopeScaling::proportional(p)); },
+                          {"RopeScaling.partial_rotary_factor", "in (0, 1]"});
+  }
+  // 0.2 * 8 // 2 = 0 pairs: NoPosition in disguise.
+  ak::test::check_error([] { (void)RopeTable(8, 1e4, 8, RopeScaling::proportional(0.2)); },
+                        {"RopeScaling.partial_rotary_factor", "no pair would turn"});
+  refuses([] { return RopeTable(64, 10000, 8, RopeScaling::proportional(0.25, 0)); },
+          "RopeScaling.factor");
+  refuses([] { return RopeTable(63, 10000, 8, RopeScaling::proportional(0.25)); },
+          "RopeTable.rotary_dim");
 }
 
 // apply_position() checks the ids of its own role only (Rope::validate_role): the Rope made by

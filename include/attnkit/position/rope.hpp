@@ -4,10 +4,14 @@
 //   NeoX (Hugging Face "rotate_half", Llama, GPT-NeoX): pair m is (m, m + rotary_dim / 2);
 //   GptJ (the original paper, GPT-J, interleaved): pair m is (2m, 2m + 1).
 // They are the same rotation up to a permutation of the dimensions. Dimensions past
-// rotary_dim pass through (partial rotary). Positions (position/position_ids.hpp): absolute
-// by default (a query row r sits at r + q_offset, key j at j), or explicit ids per batch
-// (with_positions); every position must be in (-max_len, max_len), a negative one turning
-// backwards. The table is shared, so copying a Rope (or a spec) copies no table.
+// rotary_dim pass through (partial rotary). Proportional RoPE (RopeScaling::proportional,
+// Gemma 4's global layers) spans the head, rotary_dim == head_dim: its pairs past
+// turned_pairs() have frequency 0 and are skipped (a turn by 0 leaves them as they are), so
+// NeoX turns (m, m + head_dim / 2) for m < turned_pairs() only. Positions
+// (position/position_ids.hpp): absolute by default (a query row r sits at r + q_offset, key j
+// at j), or explicit ids per batch (with_positions); every position must be in (-max_len,
+// max_len), a negative one turning backwards. The table is shared, so copying a Rope (or a
+// spec) copies no table.
 #pragma once
 
 #include <cmath>
@@ -61,7 +65,7 @@ struct Rope : PositionIds<Rope> {
     const float* c = table->cos_at(t.at);
     const float* s = table->sin_at(t.at);
     rotate(
-        x, table->pairs(), [&](Index m) { return c[m]; }, [&](Index m) { return t.sign * s[m]; });
+        x, [&](Index m) { return c[m]; }, [&](Index m) { return t.sign * s[m]; });
   }
 
   /// The same in double, with the angle position * inv_freq formed in double.
@@ -69,8 +73,7 @@ struct Rope : PositionIds<Rope> {
     const double t = double(position_of(at)), f = table->attention_factor();
     const std::vector<double>& inv_freq = table->inv_freq();
     rotate(
-        x, table->pairs(),
-        [&](Index m) { return f * std::cos(t * inv_freq[static_cast<std::size_t>(m)]); },
+        x, [&](Index m) { return f * std::cos(t * inv_freq[static_cast<std::size_t>(m)]); },
         [&](Index m) { return f * std::sin(t * inv_freq[static_cast<std::size_t>(m)]); });
   }
 
@@ -81,7 +84,7 @@ struct Rope : PositionIds<Rope> {
     const float* c = table->cos_at(t.at);
     const float* s = table->sin_at(t.at);
     rotate(
-        x, table->pairs(), [&](Index m) { return c[m]; }, [&](Index m) { return -t.sign * s[m]; });
+        x, [&](Index m) { return c[m]; }, [&](Index m) { return -t.sign * s[m]; });
   }
 
   /// The same in double.
@@ -89,8 +92,7 @@ struct Rope : PositionIds<Rope> {
     const double t = double(position_of(at)), f = table->attention_factor();
     const std::vector<double>& inv_freq = table->inv_freq();
     rotate(
-        x, table->pairs(),
-        [&](Index m) { return f * std::cos(t * inv_freq[static_cast<std::size_t>(m)]); },
+        x, [&](Index m) { return f * std::cos(t * inv_freq[static_cast<std::size_t>(m)]); },
         [&](Index m) { return -f * std::sin(t * inv_freq[static_cast<std::size_t>(m)]); });
   }
 
@@ -106,17 +108,24 @@ struct Rope : PositionIds<Rope> {
     check_positions("Rope", role, batch, len, offset, table->max_len());
   }
 
-  /// Throws Error when the rotated dimensions do not fit the head.
+  /// Throws Error when the rotated dimensions do not fit the head (proportional RoPE: do not
+  /// span it).
   void validate_head_dim(Index head_dim) const {
+    if (table->scaling().kind == RopeScaling::Kind::Proportional)
+      detail::require(
+          table->rotary_dim() == head_dim, "RopeTable.rotary_dim",
+          detail::cat("== head_dim = ", head_dim, " (proportional RoPE spans the head)"),
+          table->rotary_dim());
     detail::require(table->rotary_dim() <= head_dim, "RopeTable.rotary_dim",
                     detail::cat("<= head_dim = ", head_dim), table->rotary_dim());
   }
 
  private:
-  // x[a] = x_a c - x_b s, x[b] = x_b c + x_a s for every pair (a, b) of the pairing.
+  // x[a] = x_a c - x_b s, x[b] = x_b c + x_a s for every turned pair (a, b) of the pairing.
   template <class T, class Cos, class Sin>
-  void rotate(T* x, Index pairs, Cos cos_of, Sin sin_of) const {
-    for (Index m = 0; m < pairs; ++m) {
+  void rotate(T* x, Cos cos_of, Sin sin_of) const {
+    const Index pairs = table->pairs(), turned = table->turned_pairs();
+    for (Index m = 0; m < turned; ++m) {
       const Index a = pairing == RopePairing::NeoX ? m : 2 * m;
       const Index b = pairing == RopePairing::NeoX ? m + pairs : 2 * m + 1;
       const T c = static_cast<T>(cos_of(m)), s = static_cast<T>(sin_of(m));
