@@ -9,6 +9,7 @@
 #include "attnkit/dsa/indexer.hpp"
 #include "attnkit/dsa/reference.hpp"
 #include "attnkit/dsa/topk_attention.hpp"
+#include "attnkit/dsa/topk_backward.hpp"
 #include "attnkit/gated/gated_attention.hpp"
 #include "attnkit/gated/gated_backward.hpp"
 #include "attnkit/gated/gated_saved.hpp"

@@ -1,7 +1,8 @@
 // The f64 references of DeepSeek Sparse Attention: the indexer's scores as a whole [Lq, Lk]
 // matrix in double, their exact top k by a full sort (the order of dsa/topk_row.hpp: higher
 // score, then lower key), and topk_attention() as reference::attention() under a mask that
-// keeps each query's selected keys. Slow and obvious, for tests and for debugging.
+// keeps each query's selected keys (and its backward under that mask). Slow and obvious,
+// for tests and for debugging.
 #pragma once
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "attnkit/dsa/indexer_checks.hpp"
 #include "attnkit/dsa/topk_checks.hpp"
 #include "attnkit/reference/attention.hpp"
+#include "attnkit/reference/attention_backward.hpp"
 #include "attnkit/storage/storage_rows.hpp"
 
 namespace attnkit::reference {
@@ -91,11 +93,10 @@ struct SelectedKeys {
 
 /// topk_attention() in double (o may be a View<double>): reference::attention() of the spec's
 /// Score and Normalizer under the mask of keys.indices (checked as topk_attention() checks).
-template <class Spec, class Q, class K, class V, class O>
-void topk_attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
-                    const View<O>& o, const TopkKeys& keys, const Options& options = {}) {
-  const Problem p = make_problem(q, k, v, o, options);
-  attnkit::detail::check_topk_keys(keys, p, o);
+namespace detail {
+
+// [B, Lq, Lk]: 1 where query t selected key s.
+inline std::vector<char> selected_pairs(const TopkKeys& keys, const Problem& p) {
   std::vector<char> kept(std::size_t(p.batch * p.q_len * p.kv_len), 0);
   for (Index b = 0; b < p.batch; ++b)
     for (Index t = 0; t < p.q_len; ++t)
@@ -103,13 +104,38 @@ void topk_attention(const Spec& spec, const View<Q>& q, const View<K>& k, const 
         const std::int32_t x = keys.indices.row(b, 0, t)[i];
         if (x >= 0) kept[std::size_t((b * p.q_len + t) * p.kv_len + x)] = 1;
       }
-  const AttentionSpec<typename Spec::Score, detail::SelectedKeys, typename Spec::Normalizer,
-                      NoPosition>
-      masked{spec.score,
-             detail::SelectedKeys{&kept, p.q_len, p.kv_len, p.q_offset},
-             spec.normalizer,
-             {}};
-  reference::attention(masked, q, k, v, o, options);
+  return kept;
+}
+
+template <class Spec>
+auto masked_spec(const Spec& spec, const std::vector<char>& kept, const Problem& p) {
+  return AttentionSpec<typename Spec::Score, SelectedKeys, typename Spec::Normalizer, NoPosition>{
+      spec.score, SelectedKeys{&kept, p.q_len, p.kv_len, p.q_offset}, spec.normalizer, {}};
+}
+
+}  // namespace detail
+
+template <class Spec, class Q, class K, class V, class O>
+void topk_attention(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
+                    const View<O>& o, const TopkKeys& keys, const Options& options = {}) {
+  const Problem p = make_problem(q, k, v, o, options);
+  attnkit::detail::check_topk_keys(keys, p, o);
+  const std::vector<char> kept = detail::selected_pairs(keys, p);
+  reference::attention(detail::masked_spec(spec, kept, p), q, k, v, o, options);
+}
+
+/// topk_attention_backward() in double: reference::attention_backward() under the mask of
+/// keys.indices (dq, dk, dv may be View<double>).
+template <class Spec, class Q, class K, class V, class O, class GO, class GQ, class GK, class GV>
+void topk_attention_backward(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
+                             const View<O>& o, const View<GO>& d_o, const View<GQ>& dq,
+                             const View<GK>& dk, const View<GV>& dv, const TopkKeys& keys,
+                             const Options& options = {}) {
+  const Problem p = make_problem(q, k, v, o, options);
+  attnkit::detail::check_topk_keys(keys, p, o);
+  const std::vector<char> kept = detail::selected_pairs(keys, p);
+  reference::attention_backward(detail::masked_spec(spec, kept, p), q, k, v, o, d_o, dq, dk, dv,
+                                options);
 }
 
 }  // namespace attnkit::reference

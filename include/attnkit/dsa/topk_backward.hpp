@@ -1,0 +1,217 @@
+// topk_attention_backward(): dq, dk, dv of topk_attention() (softmax over Dot scores), in
+// two passes that each own what they write, so the result is the same for any thread count:
+// - per (batch, query, KV head), the selected keys gathered as in the forward engine:
+//     S = scale Q K_sel^T, P = exp(S - lse), dP = dO V_sel^T, dS = P . (dP - D),
+//     dQ = scale dS K_sel     (D = rowsum(o . dO), the forward's LSE)
+// - per (batch, KV head, range of kKeyRange keys), every query in order, its selected keys
+//   inside the range (a binary search in its sorted keys), the same S, P, dP, dS, then
+//     dK += scale dS^T Q, dV += P^T dO   (the range's rows, summed over the group's heads)
+// The ranges are fixed by the shape, not the thread count. Pairs are recomputed once per
+// pass: about 7 products a pair and head against the forward's 2.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "attnkit/detail/parallel.hpp"
+#include "attnkit/dsa/topk_checks.hpp"
+#include "attnkit/gemm/tile_gemm.hpp"
+#include "attnkit/kernel/attention_backward.hpp"
+#include "attnkit/normalizer/softmax.hpp"
+#include "attnkit/score/dot.hpp"
+#include "attnkit/simd/simd.hpp"
+#include "attnkit/simd/transpose.hpp"
+#include "attnkit/storage/f32_rows.hpp"
+
+namespace attnkit {
+namespace detail {
+
+/// One worker's buffers and the pair math both passes share.
+class TopkPairs {
+ public:
+  static constexpr Index kKeyRange = 512;  // keys a pass-B item owns
+
+  // Gathers `n` keys (global indices keys[0, n)) of KV head g: kt_ [ldd, np] and vt_ [ldv,
+  // np] transposed (for S and dP), kr_ [n, ldd] as rows (for dQ).
+  template <class K, class V>
+  void gather(const View<K>& k, const View<V>& v, Index b, Index g, const Index* keys, Index n,
+              bool rows) {
+    const Index D = k.dim, Dv = v.dim, W = simd::kWidth;
+    ldd_ = simd::round_up(D);
+    ldv_ = simd::round_up(Dv);
+    n_ = n;
+    np_ = simd::round_up(std::max<Index>(n, 1));
+    size(kt_, ldd_ * np_);
+    size(vt_, ldv_ * np_);
+    size(tile_, W * std::max(ldd_, ldv_));
+    if (rows) size(kr_, n * ldd_);
+    const auto transposed = [&](const auto& x, Index ld, float* out) {
+      for (Index r0 = 0; r0 < np_; r0 += W) {
+        for (Index r = 0; r < W; ++r) {
+          float* row = tile_.data() + r * ld;
+          if (r0 + r < n)
+            pack_rows(x, b, g, keys[r0 + r], 1, row, ld);
+          else
+            std::fill(row, row + ld, 0.f);
+        }
+        for (Index c = 0; c < ld; c += W)
+          simd::transpose_block(tile_.data() + c, ld, out + c * np_ + r0, np_);
+      }
+    };
+    transposed(k, ldd_, kt_.data());
+    transposed(v, ldv_, vt_.data());
+    if (rows)
+      for (Index r = 0; r < n; ++r) pack_rows(k, b, g, keys[r], 1, kr_.data() + r * ldd_, ldd_);
+  }
+
+  // The G query rows (heads h0 ..) of query t: qs_ = scale q [G, ldd], do_ [G, ldv]; then
+  // over the gathered keys P [G, np] (in p_) and dS (in ds_).
+  template <class Q, class GO>
+  void pairs(const View<Q>& q, const View<GO>& d_o, Index b, Index h0, Index t, Index G,
+             float scale, const float* lse, const float* delta, Index stride) {
+    size(qs_, G * ldd_);
+    size(do_, G * ldv_);
+    size(p_, G * np_);
+    size(ds_, G * np_);
+    for (Index h = 0; h < G; ++h) {
+      float* row = qs_.data() + h * ldd_;
+      pack_rows(q, b, h0 + h, t, 1, row, ldd_);
+      for (Index c = 0; c < ldd_; ++c) row[c] *= scale;
+      pack_rows(d_o, b, h0 + h, t, 1, do_.data() + h * ldv_, ldv_);
+    }
+    gemm::gemm(G, np_, ldd_, {qs_.data(), ldd_, 1}, kt_.data(), np_, p_.data(), np_, false);
+    gemm::gemm(G, np_, ldv_, {do_.data(), ldv_, 1}, vt_.data(), np_, ds_.data(), np_, false);
+    using simd::Vec;
+    const Vec log2e(1.4426950408889634f);
+    for (Index h = 0; h < G; ++h) {
+      const float l = lse[h * stride];
+      const Vec m(std::isfinite(l) ? l : 0.f), d(delta[h * stride]);
+      float *p = p_.data() + h * np_, *ds = ds_.data() + h * np_;
+      for (Index c = 0; c < np_; c += simd::kWidth) {
+        const Vec x = simd::exp2((simd::load(p + c) - m) * log2e);
+        simd::store(p + c, x);
+        simd::store(ds + c, x * (simd::load(ds + c) - d));
+      }
+      std::fill(p + n_, p + np_, 0.f);  // the padding keys take no part
+      std::fill(ds + n_, ds + np_, 0.f);
+    }
+  }
+
+  Index ldd_ = 0, ldv_ = 0, n_ = 0, np_ = 0;
+  std::vector<float> kt_, vt_, kr_, tile_, qs_, do_, p_, ds_, out_;
+
+ private:
+  static void size(std::vector<float>& x, Index n) {
+    if (x.size() < std::size_t(n)) x.resize(std::size_t(n));
+  }
+};
+
+}  // namespace detail
+
+/// The gradients of o = topk_attention(spec, q, k, v, o, keys, options) for a loss whose
+/// gradient in o is d_o: dq [B, Hq, Lq, D], dk [B, Hkv, Lk, D], dv [B, Hkv, Lk, Dv] (keys no
+/// query selected get 0). Softmax (no sinks) over Dot scores; `o` and options.lse are the
+/// forward's (Options::with_lse on both calls), as are scale and q_offset. Throws Error
+/// before writing anything on bad input; the same bits for any thread count.
+template <class Spec, class Q, class K, class V, class O, class GO, class GQ, class GK, class GV>
+void topk_attention_backward(const Spec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
+                             const View<O>& o, const View<GO>& d_o, const View<GQ>& dq,
+                             const View<GK>& dk, const View<GV>& dv, const TopkKeys& keys,
+                             const Options& options = {}) {
+  static_assert(std::is_same_v<typename Spec::Score, Dot> &&
+                    std::is_same_v<typename Spec::Normalizer, Softmax>,
+                "topk_attention_backward(): softmax over Dot scores");
+  select::check_gathered_spec<Spec>();
+  const Problem p = detail::make_backward_problem(spec, q, k, v, o, d_o, dq, dk, dv, options, {});
+  detail::require(spec.normalizer.sinks.empty(), "spec.normalizer.sinks",
+                  "empty (topk_attention_backward has no sink gradient)", "sinks");
+  detail::check_topk_keys(keys, p, o);
+  const std::vector<float> delta = detail::row_deltas(p, o, d_o);
+  const float* lse = options.lse.data();
+  const Index group = p.q_heads / p.kv_heads, topk = keys.indices.dim;
+  // Each query's selected keys, sorted: [B, Lq] rows of up to topk.
+  std::vector<Index> sorted(std::size_t(p.batch * p.q_len * topk));
+  std::vector<Index> counts(std::size_t(p.batch * p.q_len));
+  const int threads = detail::thread_count(options.threads);
+  detail::parallel_for(threads, p.batch * p.q_len, 64, [&](Index row) {
+    const std::int32_t* x = keys.indices.row(row / p.q_len, 0, row % p.q_len);
+    Index* out = sorted.data() + row * topk;
+    Index n = 0;
+    for (Index i = 0; i < topk; ++i)
+      if (x[i] >= 0) out[n++] = x[i];
+    std::sort(out, out + n);
+    counts[std::size_t(row)] = n;
+  });
+  std::vector<detail::TopkPairs> pool(std::size_t(std::max(threads, 1)));
+  const auto mine = [&]() -> detail::TopkPairs& {
+#ifdef _OPENMP
+    return pool[std::size_t(omp_get_thread_num())];
+#else
+    return pool.front();
+#endif
+  };
+  // Pass A: dq, per (batch, query, KV head).
+  detail::parallel_for(threads, p.batch * p.q_len * p.kv_heads, 4, [&](Index item) {
+    detail::TopkPairs& w = mine();
+    const Index g = item % p.kv_heads, row = item / p.kv_heads;
+    const Index b = row / p.q_len, t = row % p.q_len, h0 = g * group;
+    const Index n = counts[std::size_t(row)];
+    w.gather(k, v, b, g, sorted.data() + row * topk, n, true);
+    const Index stat = (b * p.q_heads + h0) * p.q_len + t;
+    w.pairs(q, d_o, b, h0, t, group, p.scale, lse + stat, delta.data() + stat, p.q_len);
+    w.out_.resize(std::size_t(group * w.ldd_));
+    if (n > 0)
+      gemm::gemm(group, w.ldd_, n, {w.ds_.data(), w.np_, 1}, w.kr_.data(), w.ldd_, w.out_.data(),
+                 w.ldd_, false);
+    else
+      std::fill(w.out_.begin(), w.out_.end(), 0.f);
+    for (Index h = 0; h < group; ++h) {
+      float* r = w.out_.data() + h * w.ldd_;
+      for (Index c = 0; c < p.head_dim; ++c) r[c] *= p.scale;
+      detail::row_from_f32(r, p.head_dim, dq.row(b, h0 + h, t));
+    }
+  });
+  // Pass B: dk, dv, per (batch, KV head, range of keys).
+  const Index R = detail::TopkPairs::kKeyRange, ranges = (p.kv_len + R - 1) / R;
+  detail::parallel_for(threads, p.batch * p.kv_heads * ranges, 1, [&](Index item) {
+    detail::TopkPairs& w = mine();
+    const Index range = item % ranges, g = item / ranges % p.kv_heads,
+                b = item / ranges / p.kv_heads, h0 = g * group;
+    const Index lo = range * R, hi = std::min(p.kv_len, lo + R), nr = hi - lo;
+    const Index ldd = simd::round_up(p.head_dim), ldv = simd::round_up(p.value_dim);
+    std::vector<float> dk_r(std::size_t(nr * ldd), 0.f), dv_r(std::size_t(nr * ldv), 0.f);
+    std::vector<float> tk, tv;
+    for (Index t = 0; t < p.q_len; ++t) {
+      const Index row = b * p.q_len + t;
+      const Index* first = sorted.data() + row * topk;
+      const Index* last = first + counts[std::size_t(row)];
+      const Index* a = std::lower_bound(first, last, lo);
+      const Index* e = std::lower_bound(a, last, hi);
+      const Index m = Index(e - a);
+      if (m == 0) continue;
+      w.gather(k, v, b, g, a, m, false);
+      const Index stat = (b * p.q_heads + h0) * p.q_len + t;
+      w.pairs(q, d_o, b, h0, t, group, p.scale, lse + stat, delta.data() + stat, p.q_len);
+      // dK rows = dS^T (scale Q) (qs_ holds scale q), dV rows = P^T dO.
+      tk.resize(std::size_t(m * ldd));
+      tv.resize(std::size_t(m * ldv));
+      gemm::gemm(m, ldd, group, {w.ds_.data(), 1, w.np_}, w.qs_.data(), ldd, tk.data(), ldd, false);
+      gemm::gemm(m, ldv, group, {w.p_.data(), 1, w.np_}, w.do_.data(), ldv, tv.data(), ldv, false);
+      for (Index j = 0; j < m; ++j) {
+        float* to_k = dk_r.data() + (a[j] - lo) * ldd;
+        float* to_v = dv_r.data() + (a[j] - lo) * ldv;
+        for (Index c = 0; c < ldd; ++c) to_k[c] += tk[std::size_t(j * ldd + c)];
+        for (Index c = 0; c < ldv; ++c) to_v[c] += tv[std::size_t(j * ldv + c)];
+      }
+    }
+    for (Index j = 0; j < nr; ++j) {
+      detail::row_from_f32(dk_r.data() + j * ldd, p.head_dim, dk.row(b, g, lo + j));
+      detail::row_from_f32(dv_r.data() + j * ldv, p.value_dim, dv.row(b, g, lo + j));
+    }
+  });
+}
+
+}  // namespace attnkit
