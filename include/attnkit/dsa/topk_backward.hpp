@@ -22,6 +22,7 @@
 #include "attnkit/kernel/attention_backward.hpp"
 #include "attnkit/normalizer/softmax.hpp"
 #include "attnkit/score/dot.hpp"
+#include "attnkit/select/gather.hpp"
 #include "attnkit/simd/simd.hpp"
 #include "attnkit/simd/transpose.hpp"
 #include "attnkit/storage/f32_rows.hpp"
