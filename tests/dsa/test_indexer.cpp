@@ -1,5 +1,5 @@
-// DeepSeek Sparse Attention's selection: TopkRow (the streaming exact top k) against a full
-// sort, with many ties and any block sizes; indexer_topk() against reference::indexer_topk()
+// DeepSeek Sparse Attention's selection: select_topk() (a radix select) against a full sort,
+// with many ties, negative scores and -0; indexer_topk() against reference::indexer_topk()
 // exactly on integer inputs (every score exact in f32, so ties are real ties), causal and
 // not, decode (one query: the keys split over threads and merged), bf16 inputs, any thread
 // count; on random inputs, the selection's f64 scores against the reference's (near-ties may
@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <attnkit/dsa/indexer.hpp>
 #include <attnkit/dsa/reference.hpp>
-#include <attnkit/dsa/topk_row.hpp>
+#include <attnkit/dsa/topk_select.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <cstdint>
 #include <limits>
@@ -76,27 +76,25 @@ struct IndexerInputs {
 
 }  // namespace
 
-TEST_CASE("TopkRow: the exact top k of a stream, ties to the lower key, any blocks",
-          "[dsa][topk]") {
+TEST_CASE("select_topk: the exact top k, ties to the lower key", "[dsa][topk]") {
   std::mt19937 rng(5);
-  for (const Index n : {0, 1, 7, 64, 300, 1000})
-    for (const Index k : {1, 5, 64, 300, 400}) {
-      std::uniform_int_distribution<int> tens(0, 9);  // many equal scores
-      std::vector<float> scores(static_cast<std::size_t>(n));
-      for (float& x : scores) x = float(tens(rng));
-      ak::detail::TopkRow row;
-      row.reset(k);
-      std::uniform_int_distribution<Index> block(1, 70);
-      for (Index s = 0; s < n;) {
-        const Index m = std::min(n - s, block(rng));
-        row.offer(scores.data() + s, s, m);
-        s += m;
+  std::vector<std::uint32_t> scratch;
+  for (const Index n : {0, 1, 7, 64, 300, 1000, 5000})
+    for (const Index k : {1, 5, 64, 300, 400})
+      for (const int kind : {0, 1, 2}) {
+        // 0: integers 0..9 (many ties); 1: normal draws; 2: signed values with -0 and +0.
+        std::uniform_int_distribution<int> tens(0, 9);
+        std::normal_distribution<float> normal;
+        std::vector<float> scores(static_cast<std::size_t>(n));
+        for (float& x : scores)
+          x = kind == 0   ? float(tens(rng))
+              : kind == 1 ? normal(rng)
+                          : float(tens(rng) - 5) * 0.f - float(tens(rng) % 3);
+        std::vector<std::int32_t> got(static_cast<std::size_t>(k));
+        ak::detail::select_topk(scores.data(), n, k, got.data(), scratch);
+        INFO("n " << n << " k " << k << " kind " << kind);
+        CHECK(got == sorted_topk(scores, k));
       }
-      std::vector<std::int32_t> got(static_cast<std::size_t>(k));
-      row.finish(got.data());
-      INFO("n " << n << " k " << k);
-      CHECK(got == sorted_topk(scores, k));
-    }
 }
 
 TEST_CASE("indexer_topk: the reference's selection exactly on integer inputs", "[dsa][indexer]") {

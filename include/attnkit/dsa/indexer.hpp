@@ -3,11 +3,12 @@
 //   I(t, s) = sum_j w(t, j) ReLU(q_I(t, j) . k_I(s))
 // over the indexer heads j (w: the caller's weights, any scale folded in), and keeps the k
 // keys of the highest I (on equal scores the lower key) in increasing key order, -1 past the
-// keys a query sees. The [Lq, Lk] score matrix is never stored: per block of queries, tiles
-// of keys go through the tile GEMM ([queries x heads, keys], against k_I transposed once per
-// call), the heads' weighted ReLU sum and each query's TopkRow (dsa/topk_row.hpp). Work items
-// are (batch, block of queries); each row is one thread's, so the selection is the same for
-// any thread count.
+// keys a query sees. The [Lq, Lk] score matrix is never stored whole: per block of up to 16
+// queries, tiles of keys go through the tile GEMM ([queries x heads, keys], against k_I
+// transposed once per call) and the heads' weighted ReLU sum into the block's rows of scores,
+// from which select_topk() (dsa/topk_select.hpp, a radix select) keeps each query's k. Work
+// items are (batch, block of queries); a decode call (fewer blocks than threads) cuts the
+// keys into parts. The selection is exact, the same for any thread count.
 #pragma once
 
 #include <algorithm>
@@ -17,7 +18,7 @@
 
 #include "attnkit/detail/parallel.hpp"
 #include "attnkit/dsa/indexer_checks.hpp"
-#include "attnkit/dsa/topk_row.hpp"
+#include "attnkit/dsa/topk_select.hpp"
 #include "attnkit/gemm/tile_gemm.hpp"
 #include "attnkit/options.hpp"
 #include "attnkit/simd/simd.hpp"
@@ -35,7 +36,7 @@ class IndexerBlocks {
   static constexpr Index kKeys = 256;  // keys per tile (columns of the GEMM)
 
   IndexerBlocks(const IndexerShape& s, const View<QI>& q, const View<const float>& w,
-                const std::vector<float>& kt, const View<std::int32_t>& selected)
+                const std::vector<float>& kt, const View<std::int32_t>& selected, bool own_rows)
       : s_(s),
         q_(q),
         w_(w),
@@ -44,53 +45,50 @@ class IndexerBlocks {
         a_(std::size_t(s.block * s.heads * s.ldd)),
         scores_(std::size_t(s.block * s.heads * kKeys)),
         weights_(std::size_t(s.block * s.heads)),
-        row_(std::size_t(kKeys)),
-        rows_(std::size_t(s.block)) {}
+        rows_(own_rows ? std::size_t(s.block * s.k_len_pad) : 0) {}
 
-  /// The queries of `block` (batch b) against part `part` of the `parts` ranges of the keys
-  /// they see: one part writes the selection; more leave each row's kept entries in
-  /// `partial` (query row r of the block at partial[r * parts + part]) for merge_parts().
-  void run(Index b, Index block, Index part, Index parts,
-           std::vector<std::vector<TopkRow::Entry>>* partial) {
+  /// The scores of the queries of `block` (batch b) for the keys of part `part` of `parts`
+  /// (whole tiles) into rows (row r: query r of the block, key s at s; null: the worker's
+  /// own), and with one part the selection.
+  void run(Index b, Index block, Index part, Index parts, float* rows) {
     const IndexerShape& s = s_;
     const Index H = s.heads, t0 = block * s.block, n = std::min(s.block, s.q_len - t0);
+    if (rows == nullptr) rows = rows_.data();
     for (Index r = 0; r < n; ++r)
       for (Index j = 0; j < H; ++j) {
         pack_rows(q_, b, j, t0 + r, 1, a_.data() + (r * H + j) * s.ldd, s.ldd);
         weights_[std::size_t(r * H + j)] = w_.row(b, j, t0 + r)[0];
       }
-    for (Index r = 0; r < n; ++r) rows_[std::size_t(r)].reset(s.topk);
-    // Keys the block sees: [0, end); query t sees [0, t + offset + 1) under causal.
-    const Index end = s.causal ? std::clamp<Index>(t0 + n + s.offset, 0, s.k_len) : s.k_len;
+    const Index end = seen(t0 + n - 1);  // the keys the block's last query sees
     const Index per = (end / parts + kKeys - 1) / kKeys * kKeys;  // keys a part, whole tiles
-    const Index lo = std::min(end, part * per),
-                hi = part + 1 == parts ? end : std::min(end, lo + per);
-    const float* kt = kt_.data() + b * s.k_len_pad * s.ldd;  // [Di, ldk] of batch b
+    const Index lo = std::min(end, part * per);
+    const Index hi = part + 1 == parts ? end : std::min(end, lo + per);
+    const float* kt = kt_.data() + b * s.k_len_pad * s.ldd;  // [Di, k_len_pad] of batch b
     for (Index s0 = lo; s0 < hi; s0 += kKeys) {
       const Index cols = std::min(kKeys, hi - s0), padded = simd::round_up(cols);
       gemm::gemm(n * H, padded, s.dim, {a_.data(), s.ldd, 1}, kt + s0, s.k_len_pad, scores_.data(),
                  kKeys, false);
-      for (Index r = 0; r < n; ++r) {
-        const Index seen = s.causal ? std::clamp<Index>(t0 + r + s.offset + 1 - s0, 0, cols) : cols;
-        if (seen == 0) continue;
-        head_sum(r, simd::round_up(seen));
-        rows_[std::size_t(r)].offer(row_.data(), s0, seen);
-      }
+      for (Index r = 0; r < n; ++r)
+        if (seen(t0 + r) > s0) head_sum(r, padded, rows + r * s.k_len_pad + s0);
     }
-    for (Index r = 0; r < n; ++r) {
-      if (parts == 1) {
-        rows_[std::size_t(r)].finish(selected_.row(b, 0, t0 + r));
-        continue;
-      }
-      Index count = 0;
-      const TopkRow::Entry* e = rows_[std::size_t(r)].kept(count);
-      (*partial)[std::size_t(r * parts + part)].assign(e, e + count);
-    }
+    if (parts == 1) select(b, t0, n, rows);
+  }
+
+  /// The selection of the n queries from t0 (batch b) from their rows of scores.
+  void select(Index b, Index t0, Index n, const float* rows) {
+    for (Index r = 0; r < n; ++r)
+      select_topk(rows + r * s_.k_len_pad, seen(t0 + r), s_.topk, selected_.row(b, 0, t0 + r),
+                  bits_);
   }
 
  private:
-  // row_[0, cols) = sum_j w_j ReLU(scores row (r, j)), the heads in order.
-  void head_sum(Index r, Index cols) {
+  // The keys query t sees: [0, seen).
+  Index seen(Index t) const {
+    return s_.causal ? std::clamp<Index>(t + s_.offset + 1, 0, s_.k_len) : s_.k_len;
+  }
+
+  // out[0, cols) = sum_j w_j ReLU(scores row (r, j)), the heads in order.
+  void head_sum(Index r, Index cols, float* out) {
     using simd::Vec;
     const Index H = s_.heads;
     const Vec zero(0.f);
@@ -100,7 +98,7 @@ class IndexerBlocks {
         const Vec x = simd::load(scores_.data() + (r * H + j) * kKeys + c);
         acc = simd::fma(simd::max(x, zero), Vec(weights_[std::size_t(r * H + j)]), acc);
       }
-      simd::store(row_.data() + c, acc);
+      simd::store(out + c, acc);
     }
   }
 
@@ -109,8 +107,8 @@ class IndexerBlocks {
   View<const float> w_;
   const std::vector<float>& kt_;
   View<std::int32_t> selected_;
-  std::vector<float> a_, scores_, weights_, row_;
-  std::vector<TopkRow> rows_;
+  std::vector<float> a_, scores_, weights_, rows_;
+  std::vector<std::uint32_t> bits_;
 };
 
 // kt[b] = k_I of batch b transposed, [Di, k_len_pad] (zero past k_len), tiles of keys in
@@ -155,35 +153,25 @@ void indexer_topk(const IndexerSpec& spec, const View<QI>& q, const View<const f
   const int threads = detail::thread_count(options.threads);
   const std::vector<float> kt = detail::transposed_keys(s, k, threads);
   const Index blocks = (s.q_len + s.block - 1) / s.block, rows = s.batch * blocks;
-  // Fewer blocks than threads (decode): each block's keys in parts, merged after.
-  const Index parts =
-      rows >= threads ? 1
-                      : std::clamp<Index>(threads / rows, 1,
-                                          s.k_len / (4 * detail::IndexerBlocks<QI, KI>::kKeys) + 1);
-  std::vector<std::vector<std::vector<detail::TopkRow::Entry>>> partial(
-      std::size_t(parts > 1 ? rows : 0),
-      std::vector<std::vector<detail::TopkRow::Entry>>(std::size_t(s.block * parts)));
+  // Fewer blocks than threads (decode): each block's keys in parts into shared rows of
+  // scores, selected after.
   using Engine = detail::IndexerBlocks<QI, KI>;
+  const Index parts =
+      rows >= threads ? 1 : std::clamp<Index>(threads / rows, 1, s.k_len / (4 * Engine::kKeys) + 1);
+  std::vector<float> shared(std::size_t(parts > 1 ? rows * s.block * s.k_len_pad : 0));
   detail::Workers<Engine> workers(detail::threads_for(options.threads, rows * parts), s, q, w, kt,
-                                  selected);
+                                  selected, parts == 1);
   // The last blocks see the most keys: hand them out first.
   detail::for_each_item(workers, rows * parts, [&](Engine& mine, Index item) {
     const Index i = rows * parts - 1 - item, row = i / parts;
     mine.run(row % s.batch, row / s.batch, i % parts, parts,
-             parts > 1 ? &partial[std::size_t(row)] : nullptr);
+             parts > 1 ? shared.data() + row * s.block * s.k_len_pad : nullptr);
   });
   if (parts == 1) return;
-  // Each query's parts in key order through one more TopkRow: the same exact selection.
-  detail::parallel_for(threads, rows, 1, [&](Index row) {
-    const Index b = row % s.batch, t0 = row / s.batch * s.block;
-    detail::TopkRow merged;
-    for (Index r = 0; r < std::min(s.block, s.q_len - t0); ++r) {
-      merged.reset(s.topk);
-      for (Index part = 0; part < parts; ++part)
-        for (const auto& e : partial[std::size_t(row)][std::size_t(r * parts + part)])
-          merged.offer(e.score, e.key);
-      merged.finish(selected.row(b, 0, t0 + r));
-    }
+  detail::for_each_item(workers, rows, [&](Engine& mine, Index row) {
+    const Index t0 = row / s.batch * s.block;
+    mine.select(row % s.batch, t0, std::min(s.block, s.q_len - t0),
+                shared.data() + row * s.block * s.k_len_pad);
   });
 }
 

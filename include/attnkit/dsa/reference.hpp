@@ -1,5 +1,5 @@
 // The f64 references of DeepSeek Sparse Attention: the indexer's scores as a whole [Lq, Lk]
-// matrix in double, their exact top k by a full sort (the order of dsa/topk_row.hpp: higher
+// matrix in double, their exact top k by a full sort (the order of dsa/topk_select.hpp: higher
 // score, then lower key), and topk_attention() as reference::attention() under a mask that
 // keeps each query's selected keys (and its backward under that mask). Slow and obvious,
 // for tests and for debugging.

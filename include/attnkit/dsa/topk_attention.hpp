@@ -5,7 +5,7 @@
 // rows of one tiled-kernel call against them (Mask Full), so the work is proportional to
 // Lq x k, and every Score and Normalizer attention() takes serves (a gathered call: no
 // Position; apply RoPE before, as DeepSeek caches its rope keys rotated). Plain softmax over
-// Dot scores (sinks allowed) takes its own engine (dsa/topk_rows.hpp: the heads in the lanes
+// Dot scores (sinks allowed) takes its own engine (dsa/topk_softmax.hpp: the heads in the lanes
 // of the logits); the rest calls the tiled kernel. A normalizer with
 // per-head parameters (sinks, per-head biases) runs one head a call. A gathered call's key
 // count is the selection's: a normalizer that reads Lk (Sigmoid{}'s default bias -log Lk)
@@ -20,7 +20,7 @@
 
 #include "attnkit/detail/parallel.hpp"
 #include "attnkit/dsa/topk_checks.hpp"
-#include "attnkit/dsa/topk_rows.hpp"
+#include "attnkit/dsa/topk_softmax.hpp"
 #include "attnkit/kernel/attention.hpp"
 #include "attnkit/options.hpp"
 #include "attnkit/select/gather.hpp"
@@ -67,7 +67,7 @@ void topk_attention(const Spec& spec, const View<Q>& q, const View<K>& k, const 
   const Index rows = kPerHead && !kFast ? 1 : group;  // heads a call
   const Index items = p.batch * p.q_len * p.kv_heads;
   struct Worker {
-    detail::TopkRows fast;
+    detail::TopkSoftmax fast;
     select::GatheredRows<K> keys;
     select::GatheredRows<V> values;
     std::vector<Index> cols;

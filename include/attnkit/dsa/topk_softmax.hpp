@@ -1,4 +1,4 @@
-// TopkRows: topk_attention()'s engine for plain softmax over Dot scores (sinks allowed), one
+// TopkSoftmax: topk_attention()'s engine for plain softmax over Dot scores (sinks allowed), one
 // (batch, query, KV head) at a time: the selected keys gathered transposed (f32 [D, n], 16
 // rows at a time through registers) and the values as rows, then for the G query heads
 // that read the KV head
@@ -21,7 +21,7 @@
 
 namespace attnkit::detail {
 
-class TopkRows {
+class TopkSoftmax {
  public:
   /// The G = `heads` query rows of heads h0 .. h0 + G at query t (batch b), over the keys
   /// `keys` (topk entries, -1 skipped) of head g of k and v; writes their rows of o and, if
