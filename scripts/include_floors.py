@@ -17,7 +17,7 @@ import sys
 # is the vocabulary (Index, Error, Span, View); the root holds the call (spec.hpp and
 # problem.hpp name policies, so it sits above the policy folders and below kernel/).
 FLOORS = ['core', 'simd', 'detail', 'storage', 'gemm', 'score', 'mask', 'normalizer',
-          'position', '.', 'kernel/tiles', 'kernel/decode', 'kernel/backward', 'kernel', 'reference', 'select/detail', 'select', 'linear', 'gated', 'cache',
+          'position', '.', 'kernel/tiles', 'kernel/decode', 'kernel/backward', 'kernel', 'reference', 'select/detail', 'select', 'linear', 'gated', 'dsa', 'cache',
           'distributed']
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'include', 'attnkit')
 INCLUDE = re.compile(r'#include "attnkit/([^"]+)"')
