@@ -1,8 +1,10 @@
 // DeepSeek Sparse Attention (dsa/): the lightning indexer with its top-k selection, the
 // sparse attention over the selected keys and its backward, against dense causal attention
 // on the same inputs in the same run.
-// Prefill (2 threads): H 16 query heads sharing one KV head (MQA), d 128, L 4096 (8K, 16K
-// and 32K with ATTNKIT_BENCH_LONG=1), top k = L / 4, an indexer of 16 heads of 128. The
+// Prefill (2 threads), top k = L / 4, an indexer of 16 heads of 128: "mqa16", 16 query heads
+// sharing one KV head of d 128, L 4096 (8K, 16K and 32K with ATTNKIT_BENCH_LONG=1), with the
+// backward; "mla64", DeepSeek's MQA form of MLA (64 heads over one latent of 576, values its
+// first 512), L 2048. The
 // indexer's GFLOP/s against the tile-GEMM peak measured here (target >= 50% of threads x
 // peak); the sparse attention against dense causal: "of ideal" = the speedup over dense as a
 // share of the ideal one, causal pairs / selected pairs (the k / L counts the dense
@@ -18,6 +20,7 @@
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "bench_support.hpp"
@@ -38,109 +41,126 @@ std::vector<float> normal(std::size_t n, std::uint32_t seed) {
   return x;
 }
 
+// A prefill shape: H query heads over one KV head of D (values Dv), as MQA (separate K and V)
+// or as MLA's latent (V = the first Dv values of K's rows).
+struct Shape {
+  const char* name;
+  Index len, heads, dim, value_dim;
+  bool latent;
+};
+constexpr Shape kMqa{"mqa16", 4096, kHeads, kDim, kDim, false};
+constexpr Shape kMla{"mla64", 2048, 64, kLatent, kValueDim, true};
+
 // One prefill shape's inputs and the indexer's selection (made once, outside the timings).
 struct Prefill {
-  Index len, topk;
+  Shape s;
+  Index topk;
   std::vector<float> q, k, v, o, d_o, dq, dk, dv, lse, qi, w, ki;
   std::vector<std::int32_t> sel;
-  explicit Prefill(Index L)
-      : len(L),
-        topk(L / 4),
-        q(normal(std::size_t(L * kHeads * kDim), 1)),
-        k(normal(std::size_t(L * kDim), 2)),
-        v(normal(std::size_t(L * kDim), 3)),
-        o(std::size_t(L * kHeads * kDim)),
-        d_o(normal(std::size_t(L * kHeads * kDim), 4)),
-        dq(o.size()),
+  explicit Prefill(const Shape& shape)
+      : s(shape),
+        topk(shape.len / 4),
+        q(normal(std::size_t(s.len * s.heads * s.dim), 1)),
+        k(normal(std::size_t(s.len * s.dim), 2)),
+        v(normal(std::size_t(s.len * s.value_dim), 3)),
+        o(std::size_t(s.len * s.heads * s.value_dim)),
+        d_o(normal(std::size_t(s.len * s.heads * s.value_dim), 4)),
+        dq(q.size()),
         dk(k.size()),
         dv(v.size()),
-        lse(std::size_t(L * kHeads)),
-        qi(normal(std::size_t(L * kIndexHeads * kIndexDim), 5)),
-        w(normal(std::size_t(L * kIndexHeads), 6)),
-        ki(normal(std::size_t(L * kIndexDim), 7)),
-        sel(std::size_t(L * L / 4)) {
+        lse(std::size_t(s.len * s.heads)),
+        qi(normal(std::size_t(s.len * kIndexHeads * kIndexDim), 5)),
+        w(normal(std::size_t(s.len * kIndexHeads), 6)),
+        ki(normal(std::size_t(s.len * kIndexDim), 7)),
+        sel(std::size_t(s.len * topk)) {
     indexer();
   }
-  ak::View<const float> cq() const { return ak::bshd(q.data(), 1, len, kHeads, kDim); }
-  ak::View<const float> ck() const { return ak::bshd(k.data(), 1, len, 1, kDim); }
-  ak::View<const float> cv() const { return ak::bshd(v.data(), 1, len, 1, kDim); }
-  ak::TopkKeys keys() const { return {ak::bshd(sel.data(), 1, len, 1, topk)}; }
+  ak::View<const float> cq() const { return ak::bshd(q.data(), 1, s.len, s.heads, s.dim); }
+  ak::View<const float> ck() const { return ak::bshd(k.data(), 1, s.len, 1, s.dim); }
+  ak::View<const float> cv() const {
+    if (!s.latent) return ak::bshd(v.data(), 1, s.len, 1, s.value_dim);
+    ak::View<const float> x = ck();
+    x.dim = s.value_dim;  // the latent's first values of each row
+    return x;
+  }
+  ak::View<float> out() { return ak::bshd(o.data(), 1, s.len, s.heads, s.value_dim); }
+  ak::View<const float> cout() const { return ak::bshd(o.data(), 1, s.len, s.heads, s.value_dim); }
+  ak::TopkKeys keys() const { return {ak::bshd(sel.data(), 1, s.len, 1, topk)}; }
   void indexer() {
     ak::indexer_topk(ak::IndexerSpec{topk, true},
-                     ak::View<const float>(ak::bshd(qi.data(), 1, len, kIndexHeads, kIndexDim)),
-                     ak::View<const float>(ak::bshd(w.data(), 1, len, kIndexHeads, 1)),
-                     ak::View<const float>(ak::bshd(ki.data(), 1, len, 1, kIndexDim)),
-                     ak::bshd(sel.data(), 1, len, 1, topk), ak::Options{}.with_threads(kThreads));
+                     ak::View<const float>(ak::bshd(qi.data(), 1, s.len, kIndexHeads, kIndexDim)),
+                     ak::View<const float>(ak::bshd(w.data(), 1, s.len, kIndexHeads, 1)),
+                     ak::View<const float>(ak::bshd(ki.data(), 1, s.len, 1, kIndexDim)),
+                     ak::bshd(sel.data(), 1, s.len, 1, topk), ak::Options{}.with_threads(kThreads));
   }
   double selected_pairs() const {
     return double(std::count_if(sel.begin(), sel.end(), [](std::int32_t x) { return x >= 0; }));
   }
 };
 
-Prefill& prefill(Index L) {
+Prefill& prefill(const Shape& shape) {
   static std::vector<std::unique_ptr<Prefill>> made;
   for (auto& p : made)
-    if (p->len == L) return *p;
-  made.push_back(std::make_unique<Prefill>(L));
+    if (p->s.len == shape.len && p->s.heads == shape.heads && p->s.dim == shape.dim) return *p;
+  made.push_back(std::make_unique<Prefill>(shape));
   return *made.back();
 }
 
 double causal_pairs(Index L) { return double(L) * double(L + 1) / 2; }
 double indexer_flops(Index L) { return 2.0 * kIndexHeads * kIndexDim * causal_pairs(L); }
-double attention_flops(double pairs) { return 4.0 * kHeads * kDim * pairs; }
+double attention_flops(const Shape& s, double pairs) {
+  return 2.0 * double(s.heads) * double(s.dim + s.value_dim) * pairs;
+}
 
-std::string key(const char* kind, Index L) {
-  return std::string(kind) + "/d:" + std::to_string(kDim) + "/L:" + std::to_string(L) +
+std::string key(const char* kind, const Shape& s) {
+  return std::string(kind) + "/" + s.name + "/L:" + std::to_string(s.len) +
          "/threads:" + std::to_string(kThreads);
 }
 
 template <class Body>
 void add(const std::string& name, double flops, Body body) {
-  attnkit_bench::register_timed(name, [=](benchmark::State& s) {
-    attnkit_bench::time_best(s, name, attnkit_bench::Clocks::kWallAndCpu, body);
-    s.counters["GFLOP/s"] = attnkit_bench::per_second(flops / 1e9);
+  attnkit_bench::register_timed(name, [=](benchmark::State& st) {
+    attnkit_bench::time_best(st, name, attnkit_bench::Clocks::kWallAndCpu, body);
+    st.counters["GFLOP/s"] = attnkit_bench::per_second(flops / 1e9);
   });
 }
 
-void add_prefill(Index L) {
+void add_prefill(const Shape& sh, bool backward) {
   const auto options = ak::Options{}.with_threads(kThreads);
-  add(key("indexer", L), indexer_flops(L), [=] { prefill(L).indexer(); });
-  const double selected = double(L) * double(L) / 4;  // estimate; the summary counts
-  add(key("dsa", L), attention_flops(selected), [=] {
-    Prefill& p = prefill(L);
-    ak::topk_attention(ak::make_spec(), p.cq(), p.ck(), p.cv(),
-                       ak::bshd(p.o.data(), 1, L, kHeads, kDim), p.keys(),
+  add(key("indexer", sh), indexer_flops(sh.len), [=] { prefill(sh).indexer(); });
+  const double selected = double(sh.len) * double(sh.len) / 4;  // estimate; the summary counts
+  add(key("dsa", sh), attention_flops(sh, selected), [=] {
+    Prefill& p = prefill(sh);
+    ak::topk_attention(ak::make_spec(), p.cq(), p.ck(), p.cv(), p.out(), p.keys(),
                        options.with_lse(p.lse.data(), Index(p.lse.size())));
   });
-  add(key("dense", L), attention_flops(causal_pairs(L)), [=] {
-    Prefill& p = prefill(L);
-    ak::attention(ak::make_spec(ak::Causal{}), p.cq(), p.ck(), p.cv(),
-                  ak::bshd(p.o.data(), 1, L, kHeads, kDim), options);
+  add(key("dense", sh), attention_flops(sh, causal_pairs(sh.len)), [=] {
+    Prefill& p = prefill(sh);
+    ak::attention(ak::make_spec(ak::Causal{}), p.cq(), p.ck(), p.cv(), p.out(), options);
   });
-  if (L > 4096) return;  // the backwards at the default length only
-  add(key("dsa_backward", L), 2.5 * attention_flops(selected), [=] {
-    Prefill& p = prefill(L);
+  if (!backward) return;
+  const auto grads = [](Prefill& p) {
+    return std::tuple{
+        ak::View<const float>(ak::bshd(p.d_o.data(), 1, p.s.len, p.s.heads, p.s.value_dim)),
+        ak::bshd(p.dq.data(), 1, p.s.len, p.s.heads, p.s.dim),
+        ak::bshd(p.dk.data(), 1, p.s.len, 1, p.s.dim),
+        ak::bshd(p.dv.data(), 1, p.s.len, 1, p.s.value_dim)};
+  };
+  add(key("dsa_backward", sh), 2.5 * attention_flops(sh, selected), [=] {
+    Prefill& p = prefill(sh);
     const auto lse = options.with_lse(p.lse.data(), Index(p.lse.size()));
-    ak::topk_attention(ak::make_spec(), p.cq(), p.ck(), p.cv(),
-                       ak::bshd(p.o.data(), 1, L, kHeads, kDim), p.keys(), lse);
-    ak::topk_attention_backward(ak::make_spec(), p.cq(), p.ck(), p.cv(),
-                                ak::View<const float>(ak::bshd(p.o.data(), 1, L, kHeads, kDim)),
-                                ak::View<const float>(ak::bshd(p.d_o.data(), 1, L, kHeads, kDim)),
-                                ak::bshd(p.dq.data(), 1, L, kHeads, kDim),
-                                ak::bshd(p.dk.data(), 1, L, 1, kDim),
-                                ak::bshd(p.dv.data(), 1, L, 1, kDim), p.keys(), lse);
+    const auto [d_o, dq, dk, dv] = grads(p);
+    ak::topk_attention(ak::make_spec(), p.cq(), p.ck(), p.cv(), p.out(), p.keys(), lse);
+    ak::topk_attention_backward(ak::make_spec(), p.cq(), p.ck(), p.cv(), p.cout(), d_o, dq, dk, dv,
+                                p.keys(), lse);
   });
-  add(key("dense_backward", L), 2.5 * attention_flops(causal_pairs(L)), [=] {
-    Prefill& p = prefill(L);
+  add(key("dense_backward", sh), 2.5 * attention_flops(sh, causal_pairs(sh.len)), [=] {
+    Prefill& p = prefill(sh);
     const auto causal = ak::make_spec(ak::Causal{});
     const auto lse = options.with_lse(p.lse.data(), Index(p.lse.size()));
-    ak::attention(causal, p.cq(), p.ck(), p.cv(), ak::bshd(p.o.data(), 1, L, kHeads, kDim), lse);
-    ak::attention_backward(causal, p.cq(), p.ck(), p.cv(),
-                           ak::View<const float>(ak::bshd(p.o.data(), 1, L, kHeads, kDim)),
-                           ak::View<const float>(ak::bshd(p.d_o.data(), 1, L, kHeads, kDim)),
-                           ak::bshd(p.dq.data(), 1, L, kHeads, kDim),
-                           ak::bshd(p.dk.data(), 1, L, 1, kDim),
-                           ak::bshd(p.dv.data(), 1, L, 1, kDim), lse);
+    const auto [d_o, dq, dk, dv] = grads(p);
+    ak::attention(causal, p.cq(), p.ck(), p.cv(), p.out(), lse);
+    ak::attention_backward(causal, p.cq(), p.ck(), p.cv(), p.cout(), d_o, dq, dk, dv, lse);
   });
 }
 
@@ -202,38 +222,40 @@ void add_decode(Index Lk) {
 
 void BM_TilePeak(benchmark::State& state) { attnkit_bench::square_tile_peak(state, kPeakSize); }
 
-void print_summary(const std::vector<Index>& lengths, const std::vector<Index>& decodes) {
+void print_summary(const std::vector<Shape>& shapes, const std::vector<Index>& decodes) {
   const auto* pk = attnkit_bench::find_best("tile_peak");
   const double peak =
       pk == nullptr ? 0 : 2.0 * kPeakSize * kPeakSize * kPeakSize / pk->seconds / 1e9;
   std::printf(
-      "\n### DeepSeek Sparse Attention: ISA %s, MQA H=%ld over one KV head, d=%ld, indexer %ld "
-      "heads of %ld, top k = L/4, %d threads\n\ntile-GEMM peak (one thread): %.1f GFLOP/s. "
+      "\n### DeepSeek Sparse Attention: ISA %s, H query heads over one KV head (mqa16: d %ld; "
+      "mla64: MLA's latent), indexer %ld heads of %ld, top k = L/4, %d threads\n\ntile-GEMM peak "
+      "(one thread): %.1f GFLOP/s. "
       "indexer %%peak = GFLOP/s / (threads x peak) (target >= 50%%); of ideal = (dense / dsa) / "
       "(causal pairs / selected pairs) (target >= 0.8); the issue's ideal k / L is also shown.\n\n",
-      ak::simd::kArchName, long(kHeads), long(kDim), long(kIndexHeads), long(kIndexDim), kThreads,
-      peak);
+      ak::simd::kArchName, long(kDim), long(kIndexHeads), long(kIndexDim), kThreads, peak);
   attnkit_bench::print_table_head(
-      "| L | indexer ms | indexer GFLOP/s | %peak | dsa ms | dense ms | dense/dsa | of ideal | "
-      "of k/L ideal | dsa bwd ms | dense bwd ms | bwd of ideal |");
-  for (const Index L : lengths) {
-    const auto* ix = attnkit_bench::find_best(key("indexer", L));
-    const auto* ds = attnkit_bench::find_best(key("dsa", L));
-    const auto* de = attnkit_bench::find_best(key("dense", L));
+      "| shape | L | indexer ms | indexer GFLOP/s | %peak | dsa ms | dense ms | dense/dsa | "
+      "of ideal | of k/L ideal | dsa bwd ms | dense bwd ms | bwd of ideal |");
+  for (const Shape& sh : shapes) {
+    const auto* ix = attnkit_bench::find_best(key("indexer", sh));
+    const auto* ds = attnkit_bench::find_best(key("dsa", sh));
+    const auto* de = attnkit_bench::find_best(key("dense", sh));
     if (ix == nullptr || ds == nullptr || de == nullptr) continue;
-    const double gf = indexer_flops(L) / ix->seconds / 1e9;
-    const double live = prefill(L).selected_pairs() / causal_pairs(L);
+    const double gf = indexer_flops(sh.len) / ix->seconds / 1e9;
+    const double live = prefill(sh).selected_pairs() / causal_pairs(sh.len);
     const double speedup = de->seconds / ds->seconds;
-    const auto* db = attnkit_bench::find_best(key("dsa_backward", L));
-    const auto* nb = attnkit_bench::find_best(key("dense_backward", L));
+    const auto* db = attnkit_bench::find_best(key("dsa_backward", sh));
+    const auto* nb = attnkit_bench::find_best(key("dense_backward", sh));
     char bwd[96] = "| - | - | - |";
     if (db != nullptr && nb != nullptr)
       std::snprintf(bwd, sizeof bwd, "| %.1f | %.1f | %.2f |", db->seconds * 1e3, nb->seconds * 1e3,
                     nb->seconds / db->seconds * live);
-    std::printf("| %ld | %.1f | %.1f | %.0f%% | %.1f | %.1f | %.2f | %.2f | %.2f %s\n", long(L),
-                ix->seconds * 1e3, gf, 100 * gf / (kThreads * peak), ds->seconds * 1e3,
-                de->seconds * 1e3, speedup, speedup * live,
-                speedup * double(prefill(L).topk) / double(L), bwd);
+    std::printf(
+        "| %s (H %ld, D %ld/%ld) | %ld | %.1f | %.1f | %.0f%% | %.1f | %.1f | %.2f | %.2f | %.2f "
+        "%s\n",
+        sh.name, long(sh.heads), long(sh.dim), long(sh.value_dim), long(sh.len), ix->seconds * 1e3,
+        gf, 100 * gf / (kThreads * peak), ds->seconds * 1e3, de->seconds * 1e3, speedup,
+        speedup * live, speedup * double(prefill(sh).topk) / double(sh.len), bwd);
   }
   std::printf(
       "\nDecode, MLA absorbed (%ld heads, latent %ld, values %ld), indexer %ld heads of %ld, "
@@ -258,11 +280,14 @@ int main(int argc, char** argv) {
   attnkit_bench::report_baseline("dsa_backward", "dense_backward");
   attnkit_bench::report_baseline("dsa_decode", "dense_decode");
   benchmark::RegisterBenchmark("tile_peak", BM_TilePeak)->UseRealTime();
-  std::vector<Index> lengths = {4096}, decodes = {32768, 131072};
-  if (std::getenv("ATTNKIT_BENCH_LONG") != nullptr) lengths = {4096, 8192, 16384, 32768};
-  for (const Index L : lengths) add_prefill(L);
+  std::vector<Shape> shapes = {kMqa, kMla};
+  std::vector<Index> decodes = {32768, 131072};
+  if (std::getenv("ATTNKIT_BENCH_LONG") != nullptr)
+    for (const Index L : {8192, 16384, 32768})
+      shapes.push_back({"mqa16", L, kHeads, kDim, kDim, false});
+  for (const Shape& sh : shapes) add_prefill(sh, sh.len == 4096 && !sh.latent);
   for (const Index Lk : decodes) add_decode(Lk);
   return attnkit_bench::run_benchmarks(argc, argv,
                                        {"--benchmark_min_time=0.05", "--benchmark_repetitions=2"},
-                                       [&] { print_summary(lengths, decodes); });
+                                       [&] { print_summary(shapes, decodes); });
 }
