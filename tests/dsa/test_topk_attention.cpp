@@ -216,3 +216,29 @@ TEST_CASE("topk_attention: bad selections throw Error before anything is written
       },
       {"o", "keys.indices", "overlapping"}, {&o.memory});
 }
+
+TEST_CASE("topk_attention: MLA's latent, the values a view of the keys' first dims",
+          "[dsa][topk_attention]") {
+  const Index L = 50, H = 8, D = 40, Dv = 24, K = 16;
+  Shape s;
+  s.B = 1;
+  s.Hq = H;
+  s.Hkv = 1;
+  s.Lq = s.Lk = L;
+  s.D = D;
+  s.Dv = Dv;
+  s.topk = K;
+  const auto sel = selection(s, false, 13);
+  Tensor<float> q(Layout::Bshd, 1, H, L, D), latent(Layout::Bhsd, 1, 1, L, D),
+      o(Layout::Bshd, 1, H, L, Dv);
+  Tensor<double> want(Layout::Bshd, 1, H, L, Dv);
+  q.randomize(1);
+  latent.randomize(2);
+  ak::View<const float> values = latent.cview();
+  values.dim = Dv;  // the first 24 of each latent row, the same memory
+  const ak::TopkKeys keys{ak::bhsd(sel.data(), 1, 1, L, K)};
+  ak::topk_attention(ak::make_spec(), q.cview(), latent.cview(), values, o.view, keys);
+  ak::reference::topk_attention(ak::make_spec(), q.cview(), latent.cview(), values, want.view,
+                                keys);
+  CHECK(ak::test::relative_error(o.view, want.view) <= kF32);
+}
