@@ -20,10 +20,13 @@
 #include <Eigen/Core>
 // clang-format on
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "bench_support.hpp"
@@ -48,6 +51,55 @@ double causal_flops(Index heads, Index len, Index d) {
 
 // ---- prefill and backward
 
+// A prefill or backward row times d 128 and d 512 in the same benchmark, call after call
+// (d 128 first in even iterations, d 512 in odd ones), and keeps each one's best call under
+// "<variant>/d:<n>/L:<len>/threads:<t>" for the summary: on this shared machine a load that
+// comes and goes between two benchmarks run one after the other moved the ratio by 0.2-0.3;
+// alternated, both see it. kPairCalls iterations a repetition, each one call at each d.
+constexpr int kPairCalls = 4;
+
+std::string flop_key(const std::string& variant, Index d, Index len) {
+  return variant + "/d:" + std::to_string(d) + "/L:" + std::to_string(len) +
+         "/threads:" + std::to_string(kThreads);
+}
+
+// Registers "<variant>/L:<len>/threads:<t>": make(d) returns the call at head dim d (its
+// buffers owned by the callable); GFLOP/s = both calls' FLOPs over both calls' time.
+template <class Make>
+void add_pair(const std::string& variant, Index len, double flops_128, double flops_512,
+              Make make) {
+  const std::string name =
+      variant + "/L:" + std::to_string(len) + "/threads:" + std::to_string(kThreads);
+  benchmark::RegisterBenchmark(
+      name.c_str(),
+      [=](benchmark::State& state) {
+        auto calls = std::make_pair(make(kDims[0]), make(kDims[1]));
+        attnkit_bench::Best* best[2] = {
+            &attnkit_bench::best_times()[flop_key(variant, kDims[0], len)],
+            &attnkit_bench::best_times()[flop_key(variant, kDims[1], len)]};
+        long iteration = 0;
+        for (auto _ : state) {
+          for (int turn = 0; turn < 2; ++turn) {
+            const int i = iteration % 2 == 0 ? turn : 1 - turn;
+            const auto start = std::chrono::steady_clock::now();
+            if (i == 0)
+              calls.first();
+            else
+              calls.second();
+            const double wall =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            best[i]->seconds = std::min(best[i]->seconds, wall);
+            benchmark::ClobberMemory();
+          }
+          ++iteration;
+        }
+        state.counters["GFLOP/s"] = attnkit_bench::per_second((flops_128 + flops_512) / 1e9);
+      })
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime()
+      ->Iterations(kPairCalls);
+}
+
 // "prefill_<variant>": f32 products, or Products::Bf16 on a forced kernel.
 struct PrefillVariant {
   const char* name;
@@ -63,48 +115,55 @@ std::vector<PrefillVariant> prefill_variants() {
   return all;
 }
 
-void add_prefill(const PrefillVariant& variant, Index d) {
-  const std::string name = variant.name + std::string("/d:") + std::to_string(d) +
-                           "/L:" + std::to_string(kPrefillLen) +
-                           "/threads:" + std::to_string(kThreads);
-  attnkit_bench::register_timed(name, [=](benchmark::State& state) {
-    attnkit_bench::BshdBuffers& buf = attnkit_bench::shared_buffers(kPrefillLen, kPrefillHeads, d);
-    const ak::Options options = ak::Options{}.with_threads(kThreads).with_products(
-        variant.bf16 ? ak::Products::Bf16 : ak::Products::Exact);
-    ak::gemm::bf16_kernel() = variant.kernel;
-    attnkit_bench::time_best(state, name, attnkit_bench::Clocks::kWallAndCpu, [&] {
-      ak::attention(ak::make_spec(ak::Causal{}), buf.in(buf.q), buf.in(buf.k), buf.in(buf.v),
-                    buf.out(), options);
-    });
-    ak::gemm::bf16_kernel() = ak::gemm::Bf16Kernel::Auto;
-    state.counters["GFLOP/s"] =
-        attnkit_bench::per_second(causal_flops(kPrefillHeads, kPrefillLen, d) / 1e9);
-  });
+void add_prefill(const PrefillVariant& variant) {
+  add_pair(variant.name, kPrefillLen, causal_flops(kPrefillHeads, kPrefillLen, kDims[0]),
+           causal_flops(kPrefillHeads, kPrefillLen, kDims[1]), [variant](Index d) {
+             attnkit_bench::BshdBuffers* buf =
+                 &attnkit_bench::shared_buffers(kPrefillLen, kPrefillHeads, d);
+             const ak::Options options = ak::Options{}.with_threads(kThreads).with_products(
+                 variant.bf16 ? ak::Products::Bf16 : ak::Products::Exact);
+             return [buf, options, kernel = variant.kernel] {
+               ak::gemm::bf16_kernel() = kernel;
+               ak::attention(ak::make_spec(ak::Causal{}), buf->in(buf->q), buf->in(buf->k),
+                             buf->in(buf->v), buf->out(), options);
+               ak::gemm::bf16_kernel() = ak::gemm::Bf16Kernel::Auto;
+             };
+           });
 }
 
-void add_backward(Index d) {
-  const std::string name = "backward_f32/d:" + std::to_string(d) +
-                           "/L:" + std::to_string(kBackwardLen) +
-                           "/threads:" + std::to_string(kThreads);
-  attnkit_bench::register_timed(name, [=](benchmark::State& state) {
-    attnkit_bench::BshdBuffers& buf =
-        attnkit_bench::shared_buffers(kBackwardLen, kBackwardHeads, d);
-    std::vector<float> d_o(buf.v.rbegin(), buf.v.rend()), dq(buf.q.size()), dk(dq), dv(dq);
-    std::vector<float> lse(static_cast<std::size_t>(kBackwardHeads * kBackwardLen));
-    const auto at = [&](std::vector<float>& t) {
-      return ak::bshd(t.data(), 1, kBackwardLen, kBackwardHeads, d);
-    };
-    const auto spec = ak::make_spec(ak::Causal{});
-    const ak::Options options = ak::Options{}.with_threads(kThreads).with_lse(lse);
-    ak::attention(spec, buf.in(buf.q), buf.in(buf.k), buf.in(buf.v), buf.out(), options);
-    attnkit_bench::time_best(state, name, attnkit_bench::Clocks::kWallAndCpu, [&] {
-      ak::attention_backward(spec, buf.in(buf.q), buf.in(buf.k), buf.in(buf.v), buf.in(buf.o),
-                             at(d_o), at(dq), at(dk), at(dv), options);
-    });
-    // Five tile products where the forward has two: 2.5 times its FLOPs (bench_backward).
-    state.counters["GFLOP/s"] =
-        attnkit_bench::per_second(2.5 * causal_flops(kBackwardHeads, kBackwardLen, d) / 1e9);
-  });
+// The backward's buffers at one head dim: Q, K, V (shared), dO, O and the LSE of one forward
+// call, the gradients.
+struct BackwardCall {
+  attnkit_bench::BshdBuffers* in;
+  std::shared_ptr<std::vector<float>> d_o, dq, dk, dv, lse;
+  Index d;
+  explicit BackwardCall(Index dim)
+      : in(&attnkit_bench::shared_buffers(kBackwardLen, kBackwardHeads, dim)),
+        d_o(std::make_shared<std::vector<float>>(in->v.rbegin(), in->v.rend())),
+        dq(std::make_shared<std::vector<float>>(in->q.size())),
+        dk(std::make_shared<std::vector<float>>(in->q.size())),
+        dv(std::make_shared<std::vector<float>>(in->q.size())),
+        lse(std::make_shared<std::vector<float>>(
+            static_cast<std::size_t>(kBackwardHeads * kBackwardLen))),
+        d(dim) {
+    ak::attention(ak::make_spec(ak::Causal{}), in->in(in->q), in->in(in->k), in->in(in->v),
+                  in->out(), options());  // O and its statistic, as training saves them
+  }
+  ak::Options options() const { return ak::Options{}.with_threads(kThreads).with_lse(*lse); }
+  ak::View<float> at(std::vector<float>& t) const {
+    return ak::bshd(t.data(), 1, kBackwardLen, kBackwardHeads, d);
+  }
+  void operator()() const {
+    ak::attention_backward(ak::make_spec(ak::Causal{}), in->in(in->q), in->in(in->k), in->in(in->v),
+                           in->in(in->o), at(*d_o), at(*dq), at(*dk), at(*dv), options());
+  }
+};
+
+void add_backward() {
+  // Five tile products where the forward has two: 2.5 times its FLOPs (bench_backward).
+  add_pair("backward_f32", kBackwardLen, 2.5 * causal_flops(kBackwardHeads, kBackwardLen, kDims[0]),
+           2.5 * causal_flops(kBackwardHeads, kBackwardLen, kDims[1]),
+           [](Index d) { return BackwardCall(d); });
 }
 
 // ---- decode
@@ -249,9 +308,7 @@ void print_summary() {
     double rate[2] = {0, 0}, share[2] = {0, 0};
     for (int i = 0; i < 2; ++i) {
       const Index d = kDims[i];
-      const attnkit_bench::Best* b = attnkit_bench::find_best(
-          variant + "/d:" + std::to_string(d) + "/L:" + std::to_string(len) +
-          "/threads:" + std::to_string(kThreads));
+      const attnkit_bench::Best* b = attnkit_bench::find_best(flop_key(variant, d, len));
       if (b == nullptr) return;
       rate[i] = factor * causal_flops(heads, len, d) / b->seconds / 1e9;
       share[i] = tile_peaks()[d] > 0 ? rate[i] / tile_peaks()[d] : 0.0;
@@ -303,9 +360,8 @@ void print_summary() {
 
 int main(int argc, char** argv) {
   add_peaks();
-  for (const PrefillVariant& v : prefill_variants())
-    for (const Index d : kDims) add_prefill(v, d);
-  for (const Index d : kDims) add_backward(d);
+  for (const PrefillVariant& v : prefill_variants()) add_prefill(v);
+  add_backward();
   for (const Index hkv : {Index{8}, Index{1}})
     for (const Index d : kDims) {
       add_decode<float>("f32", d, hkv);
@@ -317,5 +373,5 @@ int main(int argc, char** argv) {
   attnkit_bench::report_baseline("prefill_bf16_fma", "prefill_f32");
   attnkit_bench::report_baseline("prefill_bf16_dot", "prefill_f32");
   return attnkit_bench::run_benchmarks(
-      argc, argv, {"--benchmark_min_time=0.1", "--benchmark_repetitions=2"}, print_summary);
+      argc, argv, {"--benchmark_min_time=0.1", "--benchmark_repetitions=3"}, print_summary);
 }
