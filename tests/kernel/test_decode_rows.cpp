@@ -162,13 +162,14 @@ Shape shape(Index q_heads, Index kv_heads, Index q_len, Index kv_len, Index dim,
 TEST_CASE("decode rows: head dims, value-dim tails and odd groups match the reference",
           "[decode_rows]") {
   // d: 1, 3 and 17 / 40 / 130 (not whole vectors: logits_any with a scalar tail), 32 / 64 /
-  // 128 (2, 4, 8 vectors on AVX-512: queries in registers, rows paired), 256 (16 vectors on
-  // AVX-512: too many for registers, logits_any with whole vectors); dv: tails.
+  // 128 (2, 4, 8 vectors on AVX-512: queries in registers, rows paired), 256 and 512 (16 and
+  // 32 vectors on AVX-512: too many for registers, logits_any with whole vectors, the rows of
+  // a group sharing each key load); dv: tails.
   struct Dims {
     Index d, dv;
   };
-  const Dims dims[] = {{1, 1},   {3, 5},   {17, 33},   {32, 24}, {40, 129},
-                       {64, 64}, {128, 7}, {130, 136}, {256, 40}};
+  const Dims dims[] = {{1, 1},   {3, 5},   {17, 33},   {32, 24},  {40, 129},
+                       {64, 64}, {128, 7}, {130, 136}, {256, 40}, {512, 512}};
   struct Heads {
     Index q, kv;
   };
@@ -632,15 +633,45 @@ TEST_CASE("paged decode: bf16 pairs over several KV groups, value dims with pair
       }
 }
 
+TEST_CASE("decode rows: d 512 MQA, rows sharing each key load, gives each head's own bits",
+          "[decode_rows]") {
+  // Head dim 512 (Gemma 4's global layers, DeepSeek-V4's shared-KV MQA): 32 query vectors on
+  // AVX-512, loaded from L1 by each of four rows that share the key vector (logits_any<4>);
+  // every row sums in the order one row alone does, so 8 heads over one KV head give the bits
+  // of each head decoded alone, and match the reference.
+  const Shape s = shape(8, 1, 1, 1100, 512, 512);
+  const auto spec = ak::make_spec(Causal{});
+  check("MQA 8/1, d512", spec, s);
+  check<Eigen::bfloat16>("MQA 8/1, d512, bf16", spec, s);
+  const auto bits = [&](auto tag) {
+    using T = decltype(tag);
+    const Inputs<T> in(s, 11);
+    Tensor<float> all(Layout::Padded, 1, 8, 1, 512), one(Layout::Padded, 1, 1, 1, 512);
+    ak::decode(spec, in.q.cview(), in.k.cview(), in.v.cview(), all.view, s.options());
+    for (Index h = 0; h < 8; ++h) {
+      const auto q =
+          ak::strided(static_cast<const float*>(in.q.view.row(0, h, 0)), {1, 1, 1, 512},
+                      {in.q.view.batch_stride, in.q.view.head_stride, in.q.view.seq_stride});
+      ak::decode(spec, q, in.k.cview(), in.v.cview(), one.view, s.options());
+      CHECK(std::equal(one.view.row(0, 0, 0), one.view.row(0, 0, 0) + 512, all.view.row(0, h, 0)));
+    }
+  };
+  bits(float{});
+  bits(Eigen::bfloat16{});
+}
+
 TEST_CASE("decode rows: the K/V prefetch is chosen per CPU and changes no bit",
           "[decode_rows][prefetch]") {
   // Auto prefetches on Intel CPUs (a gain on the Xeon, 1.6-1.9x slower on Zen 4), but not for
-  // MHA over K rows wider than 256 bytes (f32 d 128: 6-14% slower on the Xeon): see
+  // MHA over f32 K rows wider than 256 bytes (f32 d 128: 6-14% slower on the Xeon): see
   // detail/prefetch.hpp; the CPU is read at run time, not from the build.
-  CHECK(ak::detail::decode_prefetch_for(true, 4, 512));         // f32 GQA
-  CHECK(ak::detail::decode_prefetch_for(true, 1, 256));         // f16 / bf16 MHA, d 128
-  CHECK_FALSE(ak::detail::decode_prefetch_for(true, 1, 512));   // f32 MHA, d 128
-  CHECK_FALSE(ak::detail::decode_prefetch_for(false, 4, 256));  // AMD, Arm
+  CHECK(ak::detail::decode_prefetch_for(true, 4, 512));               // f32 GQA
+  CHECK(ak::detail::decode_prefetch_for(true, 1, 256));               // f16 / bf16 MHA, d 128
+  CHECK_FALSE(ak::detail::decode_prefetch_for(true, 1, 512));         // f32 MHA, d 128
+  CHECK_FALSE(ak::detail::decode_prefetch_for(true, 1, 2048, true));  // f32 MHA, d 512
+  CHECK(ak::detail::decode_prefetch_for(true, 1, 1024, false));       // bf16 MHA, d 512
+  CHECK(ak::detail::decode_prefetch_for(true, 1, 544, false));        // q8_0 MHA, d 512
+  CHECK_FALSE(ak::detail::decode_prefetch_for(false, 4, 256));        // AMD, Arm
   struct Restore {
     ~Restore() { ak::decode_prefetch() = ak::DecodePrefetch::Auto; }
   } restore;

@@ -21,7 +21,7 @@
 // core's fill buffers and stalled it there (alternated on the Xeon, burst -> spread: q8_0 MHA
 // 31.6 -> 25.6 ms, with Products::Int8 31.5 -> 24.1, q8_0 GQA 11.9 -> 10.2, q4_0 MHA 24.3 ->
 // 21.3, bf16 MHA 46.0 -> 43.8; f16 and f32 within noise).
-// So Auto prefetches on Intel CPUs, except for MHA over K rows wider than 256 bytes;
+// So Auto prefetches on Intel CPUs, except for MHA over f32 K rows wider than 256 bytes;
 // elsewhere (AMD, Arm, unknown) decode runs without, as before the prefetch (8640f62).
 // decode_prefetch() forces a choice (benchmarks, the alternating comparison, tests).
 #pragma once
@@ -50,9 +50,13 @@ namespace detail {
 inline constexpr Index kDecodePrefetchAhead = 32;
 
 /// Auto's choice (the measurements above): on Intel CPUs, unless each K row serves one query
-/// row (`group` query heads per KV head, 1: MHA) and is wider than 256 bytes.
-inline bool decode_prefetch_for(bool intel, Index group, Index key_row_bytes) {
-  return intel && (group > 1 || key_row_bytes <= 256);
+/// row (`group` query heads per KV head, 1: MHA), is wider than 256 bytes and is f32 (a pure
+/// stream, whose hardware prefetch the requests only disturb). Rows that are widened or
+/// dequantized on the way gain at any width: MHA at d 512, Lk 16K, on the Xeon, alternated
+/// in one process: bf16 24.0 -> 20.5 ms, q8_0 17.8 -> 12.4 (f32 35.4 -> 38.4: left off).
+inline bool decode_prefetch_for(bool intel, Index group, Index key_row_bytes,
+                                bool f32_keys = true) {
+  return intel && (group > 1 || key_row_bytes <= 256 || !f32_keys);
 }
 
 /// Whether this CPU is an Intel one (x86 with GCC / Clang's cpu builtins; false elsewhere).
@@ -64,9 +68,9 @@ inline bool cpu_is_intel() {
 #endif
 }
 
-/// Keys decode prefetches ahead here and now, for K rows of key_row_bytes that serve `group`
-/// query heads each: kDecodePrefetchAhead or 0.
-inline Index decode_prefetch_keys(Index group, Index key_row_bytes) {
+/// Keys decode prefetches ahead here and now, for K rows of key_row_bytes (f32 or not) that
+/// serve `group` query heads each: kDecodePrefetchAhead or 0.
+inline Index decode_prefetch_keys(Index group, Index key_row_bytes, bool f32_keys = true) {
   switch (decode_prefetch().load(std::memory_order_relaxed)) {
     case DecodePrefetch::Off:
       return 0;
@@ -76,7 +80,7 @@ inline Index decode_prefetch_keys(Index group, Index key_row_bytes) {
       break;
   }
   static const bool intel = cpu_is_intel();
-  return decode_prefetch_for(intel, group, key_row_bytes) ? kDecodePrefetchAhead : 0;
+  return decode_prefetch_for(intel, group, key_row_bytes, f32_keys) ? kDecodePrefetchAhead : 0;
 }
 
 /// Every cache line of the `bytes` bytes at p asked for to be read (a hint: never faults).

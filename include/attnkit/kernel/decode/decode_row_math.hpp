@@ -106,8 +106,9 @@ struct DecodeRowMath {
 
   /// out rows 0 .. R - 1 (kSPad apart) = the nk key rows at `keys` (widened in registers) .
   /// the R query rows at q (d apart). With whole vectors of 2, 4 or 8 the queries stay in
-  /// registers (q_vectors); otherwise one row at a time (R = 1), queries loaded. Each key row
-  /// read asks for the one `ahead` on (RowsAhead, detail/prefetch.hpp).
+  /// registers (q_vectors); otherwise they are loaded from L1 (any head dim: 256 and 512 on
+  /// AVX-512), each key vector widened once for the R rows. Each key row read asks for the
+  /// one `ahead` on (RowsAhead, detail/prefetch.hpp).
   template <int R>
   void logits(const float* q, const K* keys, Index ld, Index nk, float* out,
               const RowsAhead& ahead) const {
@@ -121,7 +122,7 @@ struct DecodeRowMath {
       default:
         break;
     }
-    if constexpr (R == 1) logits_any(q, keys, ld, nk, out, ahead);
+    logits_any<R>(q, keys, ld, nk, out, ahead);
   }
 
   /// Online softmax of one row over the logits s[0, lanes) (masked = -inf), as
@@ -241,37 +242,52 @@ struct DecodeRowMath {
     }
   }
 
-  // out[0, nk) for one row, any head dim: queries loaded, a scalar tail past whole vectors.
+  // out rows 0 .. R - 1 (kSPad apart) for R rows, any head dim: queries loaded, a scalar tail
+  // past whole vectors. Each key vector is loaded (and widened) once for the R rows; a row's
+  // sum is formed in the same order whatever R, so its logits have the same bits.
+  template <int R>
   void logits_any(const float* q, const K* keys, Index ld, Index nk, float* out,
                   const RowsAhead& ahead) const {
     const Index whole = d / kW * kW;
     Index j = 0;
     for (; j + kW <= nk; j += kW) {
-      simd::Vec part[kW];
+      simd::Vec part[std::size_t{R}][std::size_t{kW}];
       const K* key = keys + j * ld;
       for (Index t = 0; t < kW; ++t, key += ld) {
         ahead.ask_key(key);
-        simd::Vec a0(0.f), a1(0.f);  // two chains hide the FMA latency
+        simd::Vec a0[std::size_t{R}], a1[std::size_t{R}];  // two chains hide the FMA latency
+        for (int x = 0; x < R; ++x) a0[x] = a1[x] = simd::Vec(0.f);
         Index c = 0;
         for (; c + 2 * kW <= whole; c += 2 * kW) {
-          a0 = simd::fma(widened_at(key, c), simd::load(q + c), a0);
-          a1 = simd::fma(widened_at(key, c + kW), simd::load(q + c + kW), a1);
+          const simd::Vec k0 = widened_at(key, c), k1 = widened_at(key, c + kW);
+          for (int x = 0; x < R; ++x) {
+            a0[x] = simd::fma(k0, simd::load(q + x * d + c), a0[x]);
+            a1[x] = simd::fma(k1, simd::load(q + x * d + c + kW), a1[x]);
+          }
         }
-        if (c < whole) a0 = simd::fma(widened_at(key, c), simd::load(q + c), a0);
-        part[t] = a0 + a1;
+        if (c < whole) {
+          const simd::Vec k0 = widened_at(key, c);
+          for (int x = 0; x < R; ++x) a0[x] = simd::fma(k0, simd::load(q + x * d + c), a0[x]);
+        }
+        for (int x = 0; x < R; ++x) part[x][t] = a0[x] + a1[x];
       }
-      simd::store(out + j, simd::transpose_add(part));
+      for (int x = 0; x < R; ++x) simd::store(out + x * kSPad + j, simd::transpose_add(part[x]));
     }
     for (; j < nk; ++j) {
       const K* key = keys + j * ld;
-      simd::Vec a0(0.f);
-      for (Index c = 0; c < whole; c += kW)
-        a0 = simd::fma(widened_at(key, c), simd::load(q + c), a0);
-      out[j] = simd::reduce_add(a0);
+      simd::Vec a0[std::size_t{R}];
+      for (int x = 0; x < R; ++x) a0[x] = simd::Vec(0.f);
+      for (Index c = 0; c < whole; c += kW) {
+        const simd::Vec k0 = widened_at(key, c);
+        for (int x = 0; x < R; ++x) a0[x] = simd::fma(k0, simd::load(q + x * d + c), a0[x]);
+      }
+      for (int x = 0; x < R; ++x) out[x * kSPad + j] = simd::reduce_add(a0[x]);
     }
     if (whole < d)
-      for (j = 0; j < nk; ++j)
-        for (Index c = whole; c < d; ++c) out[j] += value_at(keys + j * ld, c) * q[c];
+      for (int x = 0; x < R; ++x)
+        for (j = 0; j < nk; ++j)
+          for (Index c = whole; c < d; ++c)
+            out[x * kSPad + j] += value_at(keys + j * ld, c) * q[x * d + c];
   }
 
   // Vectors per row a slab keeps in registers: 8 for one or two rows, 4 for four (16

@@ -76,7 +76,8 @@ class DecodeRows {
     blk_.logits = scratch_.carve(rows_ * kSPad);
     seen_all_.resize(static_cast<std::size_t>(groups * rows_));
     prefetch_keys_ = decode_prefetch_keys(p.q_heads / std::max<Index>(p.kv_heads, 1),
-                                          row_elements<K>(p.head_dim) * Index{sizeof(K)});
+                                          row_elements<K>(p.head_dim) * Index{sizeof(K)},
+                                          std::is_same_v<std::remove_const_t<K>, float>);
   }
 
   /// The rows of KV group g in batch b -- query heads g * G .. (g + 1) * G - 1, each with its
@@ -142,8 +143,11 @@ class DecodeRows {
         if (kind == TileKind::Empty) continue;
         // Rows that see the whole block share each K load: four (a GQA group's heads; their
         // queries then live in L1, not all in registers) or two (AVX-512 and NEON have the
-        // registers for both rows' queries).
-        const Index shared = (kPair && math_.q_vectors > 0) || int8_ ? full_rows(blk, r) : 1;
+        // registers for both rows' queries). Queries too wide for the registers (head dims
+        // 256 and 512 on AVX-512) are loaded from L1 by every row, but the key vector is
+        // still loaded and widened once: MQA at d 512, one row at a time, re-read each
+        // block's K rows eight times.
+        const Index shared = kPair || int8_ ? full_rows(blk, r) : 1;
         if (shared >= 4) {
           logit_rows<4>(b, g, r, block_keys, kld, k0, nk, blk, ahead);
           r += 3;
