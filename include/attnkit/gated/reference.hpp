@@ -70,7 +70,8 @@ template <class Q, class K, class V, class O>
 void gated_attention(const GatedSpec& spec, const View<Q>& q, const View<K>& k, const View<V>& v,
                      const GateInputs& gates, const View<O>& o, const View<double>* state = nullptr,
                      const Options& options = {}) {
-  const attnkit::detail::GatedShape s = attnkit::detail::check_gated(spec, q, k, v, gates, o, nullptr, options);
+  const attnkit::detail::GatedShape s =
+      attnkit::detail::check_gated(spec, q, k, v, gates, o, nullptr, options);
   if (state != nullptr) {
     attnkit::detail::require_dim(state->batch, s.batch, "state.batch", "q.batch");
     attnkit::detail::require_dim(state->heads, s.v_heads, "state.heads", "v.heads");

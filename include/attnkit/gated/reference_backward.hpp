@@ -36,7 +36,8 @@ void gated_attention_backward(const GatedSpec& spec, const View<Q>& q, const Vie
                               const View<const double>* state_in = nullptr,
                               const View<const double>* d_state_out = nullptr,
                               const Options& options = {}) {
-  const attnkit::detail::GatedShape s = attnkit::detail::check_gated(spec, q, k, v, gates, d_o, nullptr, options);
+  const attnkit::detail::GatedShape s =
+      attnkit::detail::check_gated(spec, q, k, v, gates, d_o, nullptr, options);
   const double scale = double(options.scale.value_or(1.f / std::sqrt(float(s.key_dim))));
   const auto Dk = std::size_t(s.key_dim), Dv = std::size_t(s.value_dim), L = std::size_t(s.len);
   const bool channel = spec.gate == GateShape::PerChannel;
