@@ -149,6 +149,14 @@ TEST_CASE("indexer_topk: on random inputs the kept keys' scores are the top k's"
     }
   }
   CHECK(worst <= kNearTie);
+  // Decode shapes (one query and three; the keys as GEMM rows on more threads than query
+  // blocks): the same selection, bit for bit, on any thread count.
+  for (const Index queries : {1, 3}) {
+    const IndexerInputs<float> dec(1, 64, queries, 3000, 128, false, 23);
+    const auto one = dec.select({256, true}, 1, false);
+    CHECK(dec.select({256, true}, 2, false) == one);
+    CHECK(dec.select({256, true}, 3, false) == one);
+  }
 }
 
 TEST_CASE("indexer_topk: bad arguments throw Error before anything is written", "[dsa][indexer]") {

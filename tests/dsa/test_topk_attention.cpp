@@ -167,6 +167,21 @@ TEST_CASE("topk_attention: the thread count changes no bit", "[dsa][topk_attenti
   against_reference<float>(ak::make_spec(), s, sel, 3, &three);
   CHECK(one == two);
   CHECK(one == three);
+  // Decode: one query, 48 heads over one KV head (their heads split over the threads).
+  Shape d;
+  d.B = 1;
+  d.Hq = 48;
+  d.Hkv = 1;
+  d.Lq = 1;
+  d.Lk = 300;
+  d.topk = 64;
+  const auto dsel = selection(d, false, 10);
+  std::vector<float> d1, d2, d3;
+  CHECK(against_reference<float>(ak::make_spec(), d, dsel, 1, &d1).first <= kF32);
+  CHECK(against_reference<float>(ak::make_spec(), d, dsel, 2, &d2).first <= kF32);
+  against_reference<float>(ak::make_spec(), d, dsel, 3, &d3);
+  CHECK(d1 == d2);
+  CHECK(d1 == d3);
 }
 
 TEST_CASE("topk_attention: bad selections throw Error before anything is written",

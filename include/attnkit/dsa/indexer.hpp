@@ -43,9 +43,18 @@ class IndexerBlocks {
         kt_(kt),
         selected_(selected),
         a_(std::size_t(s.block * s.heads * s.ldd)),
-        scores_(std::size_t(s.block * s.heads * kKeys)),
+        scores_(std::size_t(simd::round_up(s.block * s.heads) * kKeys)),
         weights_(std::size_t(s.block * s.heads)),
         rows_(own_rows ? std::size_t(s.block * s.k_len_pad) : 0) {}
+
+  /// With keys as rows (no kt: decode): set k, whose rows each tile packs.
+  void keys_as_rows(const View<KI>& k) {
+    k_ = k;
+    const Index nh = simd::round_up(s_.block * s_.heads);
+    qt_.assign(std::size_t(s_.ldd * nh), 0.f);
+    tile_.resize(std::size_t(kKeys * s_.ldd));
+    c_.resize(std::size_t(kKeys * nh));
+  }
 
   /// The scores of the queries of `block` (batch b) for the keys of part `part` of `parts`
   /// (whole tiles) into rows (row r: query r of the block, key s at s; null: the worker's
@@ -64,10 +73,32 @@ class IndexerBlocks {
     const Index lo = std::min(end, part * per);
     const Index hi = part + 1 == parts ? end : std::min(end, lo + per);
     const float* kt = kt_.data() + b * s.k_len_pad * s.ldd;  // [Di, k_len_pad] of batch b
+    const Index nh = simd::round_up(n * H);
+    if (!qt_.empty())  // keys as rows: qt_ [ldd, nh] = the queries' heads transposed
+      for (Index i = 0; i < n * H; ++i)
+        for (Index c = 0; c < s.ldd; ++c)
+          qt_[std::size_t(c * nh + i)] = a_[std::size_t(i * s.ldd + c)];
     for (Index s0 = lo; s0 < hi; s0 += kKeys) {
       const Index cols = std::min(kKeys, hi - s0), padded = simd::round_up(cols);
-      gemm::gemm(n * H, padded, s.dim, {a_.data(), s.ldd, 1}, kt + s0, s.k_len_pad, scores_.data(),
-                 kKeys, false);
+      if (qt_.empty()) {
+        gemm::gemm(n * H, padded, s.dim, {a_.data(), s.ldd, 1}, kt + s0, s.k_len_pad,
+                   scores_.data(), kKeys, false);
+      } else {  // C [keys, heads] = K_tile Q^T, then transposed to scores_ [heads, keys]: the
+                // same products in the same order, so the same bits
+        for (Index r = 0; r < padded; ++r) {
+          float* row = tile_.data() + r * s.ldd;
+          if (r < cols)
+            pack_rows(k_, b, 0, s0 + r, 1, row, s.ldd);
+          else
+            std::fill(row, row + s.ldd, 0.f);
+        }
+        gemm::gemm(padded, nh, s.dim, {tile_.data(), s.ldd, 1}, qt_.data(), nh, c_.data(), nh,
+                   false);
+        for (Index r = 0; r < padded; r += simd::kWidth)
+          for (Index i = 0; i < nh; i += simd::kWidth)
+            simd::transpose_block(c_.data() + r * nh + i, nh, scores_.data() + i * kKeys + r,
+                                  kKeys);
+      }
       for (Index r = 0; r < n; ++r)
         if (seen(t0 + r) > s0) head_sum(r, padded, rows + r * s.k_len_pad + s0);
     }
@@ -107,7 +138,8 @@ class IndexerBlocks {
   View<const float> w_;
   const std::vector<float>& kt_;
   View<std::int32_t> selected_;
-  std::vector<float> a_, scores_, weights_, rows_;
+  View<KI> k_;  // keys as rows (decode)
+  std::vector<float> a_, scores_, weights_, rows_, qt_, tile_, c_;
   std::vector<std::uint32_t> bits_;
 };
 
@@ -151,8 +183,12 @@ void indexer_topk(const IndexerSpec& spec, const View<QI>& q, const View<const f
   const detail::IndexerShape s = detail::check_indexer(spec, q, w, k, selected, options);
   if (s.batch * s.q_len == 0) return;
   const int threads = detail::thread_count(options.threads);
-  const std::vector<float> kt = detail::transposed_keys(s, k, threads);
   const Index blocks = (s.q_len + s.block - 1) / s.block, rows = s.batch * blocks;
+  // Fewer query blocks than threads (decode): each tile packs its keys as GEMM rows, rather
+  // than the call transposing every key for blocks that would read each once.
+  const bool decode = rows < threads;
+  const std::vector<float> kt =
+      decode ? std::vector<float>{} : detail::transposed_keys(s, k, threads);
   // Fewer blocks than threads (decode): each block's keys in parts into shared rows of
   // scores, selected after.
   using Engine = detail::IndexerBlocks<QI, KI>;
@@ -161,6 +197,8 @@ void indexer_topk(const IndexerSpec& spec, const View<QI>& q, const View<const f
   std::vector<float> shared(std::size_t(parts > 1 ? rows * s.block * s.k_len_pad : 0));
   detail::Workers<Engine> workers(detail::threads_for(options.threads, rows * parts), s, q, w, kt,
                                   selected, parts == 1);
+  if (decode)
+    for (std::size_t i = 0; i < workers.size(); ++i) workers[i].keys_as_rows(k);
   // The last blocks see the most keys: hand them out first.
   detail::for_each_item(workers, rows * parts, [&](Engine& mine, Index item) {
     const Index i = rows * parts - 1 - item, row = i / parts;

@@ -73,23 +73,32 @@ void topk_attention(const Spec& spec, const View<Q>& q, const View<K>& k, const 
     std::vector<Index> cols;
     std::vector<float> lse;
   };
-  std::vector<Worker> pool(std::size_t(detail::threads_for(options.threads, items)));
-  detail::parallel_for(Index(pool.size()), items, 4, [&](Index item) {
+  // Fewer items than threads (decode): the softmax engine splits a group's heads into parts
+  // of at least 16, each gathering the keys itself; every head's bits are the same in any part.
+  const Index threads = detail::thread_count(options.threads);
+  const Index parts =
+      kFast && items < threads ? std::clamp<Index>(threads / items, 1, (group + 15) / 16) : 1;
+  const Index per_part = (group + parts - 1) / parts;
+  std::vector<Worker> pool(std::size_t(detail::threads_for(options.threads, items * parts)));
+  detail::parallel_for(Index(pool.size()), items * parts, 4, [&](Index task) {
 #ifdef _OPENMP
     Worker& mine = pool[std::size_t(omp_get_thread_num())];
 #else
     Worker& mine = pool.front();
 #endif
+    const Index item = task / parts, part = task % parts;
     const Index g = item % p.kv_heads, t = item / p.kv_heads % p.q_len,
                 b = item / p.kv_heads / p.q_len;
     const std::int32_t* row = keys.indices.row(b, 0, t);
     float* lse = options.lse.empty() ? nullptr : options.lse.data();
     if constexpr (kFast) {
       const std::vector<float>& sinks = spec.normalizer.sinks;
-      mine.fast.run(q, k, v, o, b, g * group, t, group, g, row, topk, p.scale,
-                    sinks.empty() ? nullptr : sinks.data() + g * group,
-                    lse == nullptr ? nullptr : lse + (b * p.q_heads + g * group) * p.q_len + t,
-                    p.q_len);
+      const Index h0 = g * group + part * per_part;
+      const Index heads = std::min(per_part, (g + 1) * group - h0);
+      if (heads <= 0) return;
+      mine.fast.run(q, k, v, o, b, h0, t, heads, g, row, topk, p.scale,
+                    sinks.empty() ? nullptr : sinks.data() + h0,
+                    lse == nullptr ? nullptr : lse + (b * p.q_heads + h0) * p.q_len + t, p.q_len);
       return;
     }
     mine.cols.clear();
