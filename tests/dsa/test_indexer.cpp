@@ -79,6 +79,7 @@ struct IndexerInputs {
 TEST_CASE("select_topk: the exact top k, ties to the lower key", "[dsa][topk]") {
   std::mt19937 rng(5);
   std::vector<std::uint32_t> scratch;
+  std::vector<Index> candidates;
   for (const Index n : {0, 1, 7, 64, 300, 1000, 5000})
     for (const Index k : {1, 5, 64, 300, 400})
       for (const int kind : {0, 1, 2}) {
@@ -91,7 +92,7 @@ TEST_CASE("select_topk: the exact top k, ties to the lower key", "[dsa][topk]") 
               : kind == 1 ? normal(rng)
                           : float(tens(rng) - 5) * 0.f - float(tens(rng) % 3);
         std::vector<std::int32_t> got(static_cast<std::size_t>(k));
-        ak::detail::select_topk(scores.data(), n, k, got.data(), scratch);
+        ak::detail::select_topk(scores.data(), n, k, got.data(), scratch, candidates);
         INFO("n " << n << " k " << k << " kind " << kind);
         CHECK(got == sorted_topk(scores, k));
       }

@@ -109,7 +109,7 @@ class IndexerBlocks {
   void select(Index b, Index t0, Index n, const float* rows) {
     for (Index r = 0; r < n; ++r)
       select_topk(rows + r * s_.k_len_pad, seen(t0 + r), s_.topk, selected_.row(b, 0, t0 + r),
-                  bits_);
+                  bits_, candidates_);
   }
 
  private:
@@ -141,6 +141,7 @@ class IndexerBlocks {
   View<KI> k_;  // keys as rows (decode)
   std::vector<float> a_, scores_, weights_, rows_, qt_, tile_, c_;
   std::vector<std::uint32_t> bits_;
+  std::vector<Index> candidates_;
 };
 
 // kt[b] = k_I of batch b transposed, [Di, k_len_pad] (zero past k_len), tiles of keys in
