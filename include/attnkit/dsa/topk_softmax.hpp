@@ -37,26 +37,37 @@ class TopkSoftmax {
     for (Index i = 0; i < topk; ++i)
       if (keys[i] >= 0) rows_[std::size_t(n++)] = keys[i];
     const Index np = simd::round_up(std::max<Index>(n, 1));
+    // MLA's latent: V a view of K's first Dv values (the same rows): one gather serves both.
+    const bool latent = static_cast<const void*>(v.data) == static_cast<const void*>(k.data) &&
+                        v.seq_stride == k.seq_stride && v.head_stride == k.head_stride &&
+                        v.batch_stride == k.batch_stride && Dv <= D &&
+                        sizeof(*v.data) == sizeof(*k.data);
     size(kt_, ldd * np);
-    size(vg_, n * ldv);
+    size(vg_, n * (latent ? ldd : ldv));
     size(qs_, G * ldd);
     size(s_, G * np);
     size(og_, G * ldv);
     size(tile_, W * ldd);
-    // kt_ [ldd, np] = the selected keys transposed, W rows at a time through registers.
+    // kt_ [ldd, np] = the selected keys transposed, W rows at a time through registers (from
+    // the gathered latent rows, or from tile_).
     for (Index r0 = 0; r0 < np; r0 += W) {
+      float* block = latent && r0 + W <= n ? vg_.data() + r0 * ldd : tile_.data();
       for (Index r = 0; r < W; ++r) {
-        float* row = tile_.data() + r * ldd;
+        float* row = block + r * ldd;
         if (r0 + r < n)
           pack_rows(k, b, g, rows_[std::size_t(r0 + r)], 1, row, ldd);
         else
           std::fill(row, row + ldd, 0.f);
+        if (latent && block == tile_.data() && r0 + r < n)
+          std::copy_n(row, ldd, vg_.data() + (r0 + r) * ldd);
       }
       for (Index c = 0; c < ldd; c += W)
-        simd::transpose_block(tile_.data() + c, ldd, kt_.data() + c * np + r0, np);
+        simd::transpose_block(block + c, ldd, kt_.data() + c * np + r0, np);
     }
-    for (Index r = 0; r < n; ++r)
-      pack_rows(v, b, g, rows_[std::size_t(r)], 1, vg_.data() + r * ldv, ldv);
+    const Index ldvg = latent ? ldd : ldv;  // the rows of vg_
+    if (!latent)
+      for (Index r = 0; r < n; ++r)
+        pack_rows(v, b, g, rows_[std::size_t(r)], 1, vg_.data() + r * ldv, ldv);
     for (Index h = 0; h < G; ++h) {
       float* row = qs_.data() + h * ldd;
       pack_rows(q, b, h0 + h, t, 1, row, ldd);
@@ -83,7 +94,7 @@ class TopkSoftmax {
       norm(h, m, l, lse, lse_stride);
     }
     if (n > 0)
-      gemm::gemm(G, ldv, n, {s_.data(), np, 1}, vg_.data(), ldv, og_.data(), ldv, false);
+      gemm::gemm(G, ldv, n, {s_.data(), np, 1}, vg_.data(), ldvg, og_.data(), ldv, false);
     else
       std::fill(og_.begin(), og_.begin() + G * ldv, 0.f);
     for (Index h = 0; h < G; ++h) {
