@@ -288,6 +288,6 @@ int main(int argc, char** argv) {
   for (const Shape& sh : shapes) add_prefill(sh, sh.len == 4096 && !sh.latent);
   for (const Index Lk : decodes) add_decode(Lk);
   return attnkit_bench::run_benchmarks(argc, argv,
-                                       {"--benchmark_min_time=0.05", "--benchmark_repetitions=2"},
+                                       {"--benchmark_min_time=0.05", "--benchmark_repetitions=3"},
                                        [&] { print_summary(shapes, decodes); });
 }
