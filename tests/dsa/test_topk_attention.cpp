@@ -17,6 +17,7 @@
 
 #include "support/attnkit_test.hpp"
 #include "support/backward_check.hpp"
+#include "support/dsa_cases.hpp"
 #include "support/error_checks.hpp"
 
 namespace ak = attnkit;
@@ -29,32 +30,9 @@ namespace {
 // f32 kernel against f64: sums of up to a few hundred f32 products.
 constexpr double kF32 = 2e-5;
 
-struct Shape {
-  Index B = 2, Hq = 8, Hkv = 2, Lq = 40, Lk = 60, D = 32, Dv = 24, topk = 24;
-};
-
-// Each query's keys: up to topk distinct keys it sees (causal, the default offset), in a
-// shuffled order with -1 gaps; every 7th row empty. Or, with `all`, every key it sees.
+using Shape = ak::test::TopkShape;
 std::vector<std::int32_t> selection(const Shape& s, bool all, std::uint32_t seed) {
-  std::vector<std::int32_t> out(std::size_t(s.B * s.Lq * s.topk), -1);
-  std::mt19937 rng(seed);
-  const Index offset = s.Lk - s.Lq;
-  for (Index b = 0; b < s.B; ++b)
-    for (Index t = 0; t < s.Lq; ++t) {
-      std::int32_t* row = out.data() + (b * s.Lq + t) * s.topk;
-      const Index seen = std::min(s.Lk, t + offset + 1);
-      std::vector<std::int32_t> keys(static_cast<std::size_t>(seen));
-      for (Index j = 0; j < seen; ++j) keys[std::size_t(j)] = std::int32_t(j);
-      if (all) {
-        std::copy_n(keys.begin(), std::min(seen, s.topk), row);
-        continue;
-      }
-      if (t % 7 == 3) continue;
-      std::shuffle(keys.begin(), keys.end(), rng);
-      for (Index i = 0; i < std::min(seen, s.topk); ++i)
-        if ((i + t) % 5 != 0) row[i] = keys[std::size_t(i)];
-    }
-  return out;
+  return ak::test::topk_selection(s, all, seed);
 }
 
 // The kernel and the reference on the same inputs; the worst relative errors of o and LSE.

@@ -15,6 +15,7 @@
 
 #include "support/attnkit_test.hpp"
 #include "support/backward_check.hpp"
+#include "support/dsa_cases.hpp"
 #include "support/error_checks.hpp"
 
 namespace ak = attnkit;
@@ -31,29 +32,11 @@ struct Case {
   bool all;  // every key each query sees
 };
 
-// As test_topk_attention.cpp: up to topk keys a query sees, shuffled, -1 gaps, empty rows;
-// keys past 3 Lk / 4 never selected (zero gradient).
+// The shared selections (support/dsa_cases.hpp), keys past 3 Lk / 4 never selected (their
+// gradient is zero).
 std::vector<std::int32_t> selection(const Case& c, std::uint32_t seed) {
-  std::vector<std::int32_t> out(std::size_t(c.B * c.Lq * c.topk), -1);
-  std::mt19937 rng(seed);
-  const Index offset = c.Lk - c.Lq;
-  for (Index b = 0; b < c.B; ++b)
-    for (Index t = 0; t < c.Lq; ++t) {
-      std::int32_t* row = out.data() + (b * c.Lq + t) * c.topk;
-      const Index seen = std::min(c.Lk, t + offset + 1);
-      const Index pool = c.all ? seen : std::min(seen, 3 * c.Lk / 4);
-      std::vector<std::int32_t> keys;
-      for (Index j = 0; j < pool; ++j) keys.push_back(std::int32_t(j));
-      if (c.all) {
-        std::copy_n(keys.begin(), std::min(pool, c.topk), row);
-        continue;
-      }
-      if (t % 7 == 3) continue;
-      std::shuffle(keys.begin(), keys.end(), rng);
-      for (Index i = 0; i < std::min(pool, c.topk); ++i)
-        if ((i + t) % 5 != 0) row[i] = keys[std::size_t(i)];
-    }
-  return out;
+  return ak::test::topk_selection({c.B, c.Hq, c.Hkv, c.Lq, c.Lk, c.D, c.Dv, c.topk}, c.all, seed,
+                                  3 * c.Lk / 4);
 }
 
 struct Grads {
