@@ -2,12 +2,14 @@
 // settings, setters that copy, identities), the checks (gated/gated_checks.hpp: the shape they
 // return and Qwen3-Next's key head of a value head), the row loading (gated/gated_rows.hpp:
 // q and k l2-normalized and scaled, gates and beta per row), and the two backward engines
-// against each other (gated/gated_backward_chunks.hpp on GEMMs, gated/gated_backward_columns.hpp
+// against each other (gated/gated_backward_chunks.hpp on GEMMs, from its own pass over the
+// chunks, gated/gated_chunk_pass.hpp, gated/gated_backward_columns.hpp
 // by blocks of state columns): on a per-token gate, given to the second as the same decay in
 // every key channel, they must give the same gradients within f32 rounding.
 #include <attnkit/gated/gated_backward_chunks.hpp>
 #include <attnkit/gated/gated_backward_columns.hpp>
 #include <attnkit/gated/gated_checks.hpp>
+#include <attnkit/gated/gated_chunk_pass.hpp>
 #include <attnkit/gated/gated_rows.hpp>
 #include <attnkit/gated/gated_spec.hpp>
 #include <catch2/catch_test_macros.hpp>

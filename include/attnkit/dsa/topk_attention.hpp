@@ -113,7 +113,7 @@ void topk_attention(const Spec& spec, const View<Q>& q, const View<K>& k, const 
         mine.lse.resize(std::size_t(rows));
         call.lse = Span<float>(mine.lse.data(), rows);
       }
-      const AttentionSpec<typename Spec::Score, Full, N, NoPosition> part{
+      const AttentionSpec<typename Spec::Score, Full, N, NoPosition> call_spec{
           spec.score, Full{}, select::for_head(spec.normalizer, h0), {}};
       // The tiles, not split-KV: the call is one thread's, its rows a whole tile.
       const auto q_rows = detail::heads_as_rows(q, b, h0, t, rows);
@@ -121,7 +121,7 @@ void topk_attention(const Spec& spec, const View<Q>& q, const View<K>& k, const 
       const auto k_rows = mine.keys.view();
       const auto v_rows = mine.values.view();
       const Problem one = make_problem(q_rows, k_rows, v_rows, o_rows, call);
-      detail::run_with_keys(part, one, q_rows, k_rows, v_rows, o_rows, call, false);
+      detail::run_with_keys(call_spec, one, q_rows, k_rows, v_rows, o_rows, call, false);
       if (lse != nullptr)
         for (Index r = 0; r < rows; ++r)
           lse[(b * p.q_heads + h0 + r) * p.q_len + t] = mine.lse[std::size_t(r)];
