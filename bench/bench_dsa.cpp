@@ -1,7 +1,8 @@
 // DeepSeek Sparse Attention (dsa/): the lightning indexer with its top-k selection, the
 // sparse attention over the selected keys and its backward, against dense causal attention
 // on the same inputs in the same run.
-// Prefill (2 threads), top k = L / 4, an indexer of 16 heads of 128: "mqa16", 16 query heads
+// Prefill (2 threads), top k = min(L / 4, 2048) (DeepSeek's 2048 from L 8K), an indexer of
+// 16 heads of 128: "mqa16", 16 query heads
 // sharing one KV head of d 128, L 4096 (8K, 16K and 32K with ATTNKIT_BENCH_LONG=1), with the
 // backward; "mla64", DeepSeek's MQA form of MLA (64 heads over one latent of 576, values its
 // first 512), L 2048. The
@@ -59,7 +60,7 @@ struct Prefill {
   std::vector<std::int32_t> sel;
   explicit Prefill(const Shape& shape)
       : s(shape),
-        topk(shape.len / 4),
+        topk(std::min<Index>(shape.len / 4, 2048)),
         q(normal(std::size_t(s.len * s.heads * s.dim), 1)),
         k(normal(std::size_t(s.len * s.dim), 2)),
         v(normal(std::size_t(s.len * s.value_dim), 3)),
@@ -128,7 +129,8 @@ void add(const std::string& name, double flops, Body body) {
 void add_prefill(const Shape& sh, bool backward) {
   const auto options = ak::Options{}.with_threads(kThreads);
   add(key("indexer", sh), indexer_flops(sh.len), [=] { prefill(sh).indexer(); });
-  const double selected = double(sh.len) * double(sh.len) / 4;  // estimate; the summary counts
+  const double selected =
+      double(sh.len) * double(std::min<Index>(sh.len / 4, 2048));  // the summary counts
   add(key("dsa", sh), attention_flops(sh, selected), [=] {
     Prefill& p = prefill(sh);
     ak::topk_attention(ak::make_spec(), p.cq(), p.ck(), p.cv(), p.out(), p.keys(),
@@ -228,7 +230,8 @@ void print_summary(const std::vector<Shape>& shapes, const std::vector<Index>& d
       pk == nullptr ? 0 : 2.0 * kPeakSize * kPeakSize * kPeakSize / pk->seconds / 1e9;
   std::printf(
       "\n### DeepSeek Sparse Attention: ISA %s, H query heads over one KV head (mqa16: d %ld; "
-      "mla64: MLA's latent), indexer %ld heads of %ld, top k = L/4, %d threads\n\ntile-GEMM peak "
+      "mla64: MLA's latent), indexer %ld heads of %ld, top k = min(L/4, 2048), %d "
+      "threads\n\ntile-GEMM peak "
       "(one thread): %.1f GFLOP/s. "
       "indexer %%peak = GFLOP/s / (threads x peak) (target >= 50%%); of ideal = (dense / dsa) / "
       "(causal pairs / selected pairs) (target >= 0.8); the issue's ideal k / L is also shown.\n\n",

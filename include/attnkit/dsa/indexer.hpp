@@ -72,7 +72,7 @@ class IndexerBlocks {
     const Index per = (end / parts + kKeys - 1) / kKeys * kKeys;  // keys a part, whole tiles
     const Index lo = std::min(end, part * per);
     const Index hi = part + 1 == parts ? end : std::min(end, lo + per);
-    const float* kt = kt_.data() + b * s.k_len_pad * s.ldd;  // [Di, k_len_pad] of batch b
+    const float* kt = kt_.data() + b * s.ldkt * s.ldd;  // [Di, ldkt] of batch b
     const Index nh = simd::round_up(n * H);
     if (!qt_.empty())  // keys as rows: qt_ [ldd, nh] = the queries' heads transposed
       for (Index i = 0; i < n * H; ++i)
@@ -81,8 +81,8 @@ class IndexerBlocks {
     for (Index s0 = lo; s0 < hi; s0 += kKeys) {
       const Index cols = std::min(kKeys, hi - s0), padded = simd::round_up(cols);
       if (qt_.empty()) {
-        gemm::gemm(n * H, padded, s.dim, {a_.data(), s.ldd, 1}, kt + s0, s.k_len_pad,
-                   scores_.data(), kKeys, false);
+        gemm::gemm(n * H, padded, s.dim, {a_.data(), s.ldd, 1}, kt + s0, s.ldkt, scores_.data(),
+                   kKeys, false);
       } else {  // C [keys, heads] = K_tile Q^T, then transposed to scores_ [heads, keys]: the
                 // same products in the same order, so the same bits
         for (Index r = 0; r < padded; ++r) {
@@ -144,11 +144,11 @@ class IndexerBlocks {
   std::vector<Index> candidates_;
 };
 
-// kt[b] = k_I of batch b transposed, [Di, k_len_pad] (zero past k_len), tiles of keys in
+// kt[b] = k_I of batch b transposed, [Di, ldkt] (zero past k_len), tiles of keys in
 // parallel.
 template <class KI>
 std::vector<float> transposed_keys(const IndexerShape& s, const View<KI>& k, int threads) {
-  std::vector<float> kt(std::size_t(s.batch * s.k_len_pad * s.ldd), 0.f);
+  std::vector<float> kt(std::size_t(s.batch * s.ldkt * s.ldd), 0.f);
   const Index W = simd::kWidth, tiles = s.k_len_pad / W;
   parallel_for(threads, s.batch * tiles, 16, [&](Index item) {
     const Index b = item / tiles, s0 = item % tiles * W;
@@ -161,9 +161,9 @@ std::vector<float> transposed_keys(const IndexerShape& s, const View<KI>& k, int
       else
         std::fill(row, row + s.ldd, 0.f);
     }
-    float* dst = kt.data() + b * s.k_len_pad * s.ldd;
+    float* dst = kt.data() + b * s.ldkt * s.ldd;
     for (Index c = 0; c < s.ldd; c += W)
-      simd::transpose_block(tile + c, s.ldd, dst + c * s.k_len_pad + s0, s.k_len_pad);
+      simd::transpose_block(tile + c, s.ldd, dst + c * s.ldkt + s0, s.ldkt);
   });
   return kt;
 }

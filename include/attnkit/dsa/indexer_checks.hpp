@@ -34,6 +34,8 @@ struct IndexerShape {
   Index batch = 0, heads = 0, q_len = 0, k_len = 0, dim = 0, topk = 0, offset = 0;
   bool causal = true;
   Index ldd = 0, k_len_pad = 0, block = 1;  // Di and Lk padded to vectors; queries a block
+  Index ldkt = 0;  // the rows of k_I transposed: k_len_pad and a cache line (no power-of-two
+                   // stride: a GEMM panel's rows would share the L1's sets)
 };
 
 // Every value of x's rows (in f32) is finite: x * 0 is NaN exactly for inf and NaN, tested a
@@ -105,6 +107,7 @@ IndexerShape check_indexer(const IndexerSpec& spec, const View<QI>& q, const Vie
   require_disjoint(out, "selected", byte_span(k), "k_index");
   s.ldd = simd::round_up(s.dim);
   s.k_len_pad = simd::round_up(std::max<Index>(s.k_len, 1));
+  s.ldkt = s.k_len_pad + 16;
   s.block = std::clamp<Index>(384 / std::max<Index>(s.heads, 1), 1, 16);  // ~384 GEMM rows
   return s;
 }
