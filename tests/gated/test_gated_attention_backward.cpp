@@ -251,6 +251,42 @@ TEST_CASE("gated_attention_backward: bf16 inputs, and the thread count changes n
   CHECK(kept_one == kept_two);
 }
 
+TEST_CASE("gated_attention_backward: a call of no tokens passes the state's gradient through",
+          "[gated][backward]") {
+  for (const GatedSpec& spec : kGatedFamily)
+    for (const bool saved : {false, true}) {
+      INFO("update " << int(spec.update) << " gate " << int(spec.gate) << " saved " << saved);
+      GatedShape s;
+      s.len = 0;
+      GatedInputs<float> in(spec, s);
+      Tensor<float> o(s.layout, s.batch, s.v_heads, 0, s.value_dim),
+          d_o(s.layout, s.batch, s.v_heads, 0, s.value_dim),
+          dq(s.layout, s.batch, s.k_heads, 0, s.key_dim),
+          dk(s.layout, s.batch, s.k_heads, 0, s.key_dim),
+          dv(s.layout, s.batch, s.v_heads, 0, s.value_dim),
+          d_state(Layout::Bhsd, s.batch, s.v_heads, s.key_dim, s.value_dim),
+          ds(Layout::Bhsd, s.batch, s.v_heads, s.key_dim, s.value_dim);
+      d_state.randomize(16, 0.5f);
+      ds.fill(42.f);
+      ak::GateGrads grads;
+      grads.d_state_in = ds.view;
+      const ak::GateInputs gates = in.gates(spec);
+      if (saved) {
+        ak::GatedSaved kept;
+        ak::gated_attention(spec, in.q.cview(), in.k.cview(), in.v.cview(), gates, o.view,
+                            in.state.view, kept);
+        ak::gated_attention_backward(kept, spec, in.q.cview(), in.k.cview(), in.v.cview(), gates,
+                                     d_o.cview(), dq.view, dk.view, dv.view, grads,
+                                     d_state.cview());
+      } else {
+        ak::gated_attention_backward(spec, in.q.cview(), in.k.cview(), in.v.cview(), gates,
+                                     d_o.cview(), dq.view, dk.view, dv.view, grads,
+                                     in.state.cview(), d_state.cview());
+      }
+      CHECK(ds.memory == d_state.memory);
+    }
+}
+
 TEST_CASE("gated_attention_backward: bad arguments throw Error before anything is written",
           "[gated][backward]") {
   using ak::test::check_refused;

@@ -76,7 +76,7 @@ IndexerShape check_indexer(const IndexerSpec& spec, const View<QI>& q, const Vie
   check_view(selected, "selected");
   require(spec.topk >= 1, "spec.topk", ">= 1", spec.topk);
   require(!options.scale.has_value(), "options.scale", "unset (fold a scale into the weights)",
-          *options.scale);
+          options.scale.value_or(0.f));
   IndexerShape s;
   s.batch = q.batch;
   s.heads = q.heads;

@@ -48,7 +48,7 @@ class ChunkBackward : public ChunkPass {
     own_.resize(std::size_t(sizes.floats()));
     const SavedHead own = sizes.carve(own_.data());
     std::copy_n(S0, h.key_dim * h.ldv, own.state(0));
-    const Index chunks = sizes.chunks();
+    const Index chunks = (h.len + h.chunk - 1) / h.chunk;  // sizes.chunks() keeps 1 at len 0
     for (Index c = 0; c < chunks; ++c) keep(own, c, c + 1 < chunks);
     for (Index c = chunks - 1; c >= 0; --c) backward(own, c, dS);
   }

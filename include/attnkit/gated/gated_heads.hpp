@@ -43,7 +43,8 @@ class GatedHeads : public GatedRows<Q, K, V, O> {
     Index ld = 0;
     float* S = this->load_state(b, h, ld);
     keep_ = saved_ != nullptr ? SavedAccess::head(*saved_, b, h) : SavedHead{};
-    if (keep_.states != nullptr && keep_.P == nullptr) keep_state(S, ld, 0);
+    // The starting state is kept here without products (or without chunks), else by chunk().
+    if (keep_.states != nullptr && (keep_.P == nullptr || this->s_.len == 0)) keep_state(S, ld, 0);
     const Index kh = this->s_.k_head(h);
     for (Index t0 = 0; t0 < this->s_.len;) {
       Index n = std::min(this->c_, this->s_.len - t0);

@@ -39,9 +39,10 @@ struct SavedSizes {
   Index len = 0, chunk = 1, key_dim = 0, ldk = 0, ldv = 0;
   bool delta = false, products = false;
 
-  Index chunks() const { return products ? (len + chunk - 1) / chunk : 1; }
+  // The chunks' starting states: one a chunk, and at least the first (a call of no tokens).
+  Index chunks() const { return products ? std::max<Index>((len + chunk - 1) / chunk, 1) : 1; }
   Index cp() const { return simd::round_up(chunk); }
-  Index rows() const { return products ? chunks() * chunk : 0; }
+  Index rows() const { return products ? (len + chunk - 1) / chunk * chunk : 0; }
   Index floats() const {
     const Index per_row = cp() + (delta ? 2 * cp() + ldk + ldv : 0);
     return chunks() * key_dim * ldv + rows() * per_row;
