@@ -72,7 +72,7 @@ class IndexerBlocks {
     const Index per = (end / parts + kKeys - 1) / kKeys * kKeys;  // keys a part, whole tiles
     const Index lo = std::min(end, part * per);
     const Index hi = part + 1 == parts ? end : std::min(end, lo + per);
-    const float* kt = kt_.data() + b * s.ldkt * s.ldd;  // [Di, ldkt] of batch b
+    const float* kt = kt_.empty() ? nullptr : kt_.data() + b * s.ldkt * s.ldd;  // [Di, ldkt]
     const Index nh = simd::round_up(n * H);
     if (!qt_.empty())  // keys as rows: qt_ [ldd, nh] = the queries' heads transposed
       for (Index i = 0; i < n * H; ++i)

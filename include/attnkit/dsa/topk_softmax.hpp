@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "attnkit/core/tensor.hpp"
@@ -41,7 +42,7 @@ class TopkSoftmax {
     const bool latent = static_cast<const void*>(v.data) == static_cast<const void*>(k.data) &&
                         v.seq_stride == k.seq_stride && v.head_stride == k.head_stride &&
                         v.batch_stride == k.batch_stride && Dv <= D &&
-                        sizeof(*v.data) == sizeof(*k.data);
+                        std::is_same_v<std::remove_const_t<K>, std::remove_const_t<V>>;
     size(kt_, ldd * np);
     size(vg_, n * (latent ? ldd : ldv));
     size(qs_, G * ldd);
