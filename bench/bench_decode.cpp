@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_kv.hpp"
 #include "bench_support.hpp"
 
 namespace {
@@ -31,34 +32,8 @@ constexpr Index kHeads = 32, kDim = 128;
 // K and V of one (Lk, Hkv) in storage T, filled with a cheap deterministic pattern; 64-byte
 // aligned, as the storage of KvCache and PagedKv.
 template <class T>
-struct KvBuffers {
-  ak::detail::AlignedVector<T> k, v;
-  Index len, kv_heads;
-  KvBuffers(Index l, Index h) : len(l), kv_heads(h) {
-    const auto n = static_cast<std::size_t>(l * h * kDim);
-    std::vector<float> kf(n), vf(n);
-    std::uint32_t x = 12345;
-    for (std::size_t i = 0; i < n; ++i) {
-      x = x * 1664525u + 1013904223u;
-      kf[i] = float(int(x >> 9) - (1 << 22)) * (1.f / float(1 << 22));
-      vf[i] = float(int(x >> 12) - (1 << 19)) * (1.f / float(1 << 19));
-    }
-    store(kf, k);
-    store(vf, v);
-  }
-  // The values in T (quantized blocks: 32 values each).
-  static void store(const std::vector<float>& values, ak::detail::AlignedVector<T>& out) {
-    const auto n = static_cast<Index>(values.size());
-    out.resize(static_cast<std::size_t>(ak::detail::row_elements<T>(n)));
-    if constexpr (ak::detail::is_block_quantized<T>())
-      ak::quantize_row(values.data(), n, out.data());
-    else
-      for (std::size_t i = 0; i < values.size(); ++i) out[i] = T(values[i]);
-  }
-  ak::View<const T> view(const ak::detail::AlignedVector<T>& t) const {
-    return ak::bhsd(t.data(), 1, kv_heads, len, kDim);
-  }
-  double bytes() const { return 2.0 * double(k.size()) * sizeof(T); }
+struct KvBuffers : attnkit_bench::KvRows<T> {
+  KvBuffers(Index l, Index h) : attnkit_bench::KvRows<T>(l, h, kDim) {}
 };
 
 template <class T>

@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench_kv.hpp"
 #include "bench_support.hpp"
 
 namespace {
@@ -170,34 +171,8 @@ void add_backward() {
 
 // K and V of one (d, Hkv) in storage T, 64-byte aligned, [1, Hkv, Lk, d] each.
 template <class T>
-struct KvBuffers {
-  ak::detail::AlignedVector<T> k, v;
-  Index dim, kv_heads;
-  KvBuffers(Index d, Index h) : dim(d), kv_heads(h) {
-    const auto n = static_cast<std::size_t>(kDecodeLen * h * d);
-    std::vector<float> kf(n), vf(n);
-    std::uint32_t x = 12345;
-    for (std::size_t i = 0; i < n; ++i) {
-      x = x * 1664525u + 1013904223u;
-      kf[i] = float(int(x >> 9) - (1 << 22)) * (1.f / float(1 << 22));
-      vf[i] = float(int(x >> 12) - (1 << 19)) * (1.f / float(1 << 19));
-    }
-    store(kf, k);
-    store(vf, v);
-  }
-  static void store(const std::vector<float>& values, ak::detail::AlignedVector<T>& out) {
-    const auto n = static_cast<Index>(values.size());
-    out.resize(static_cast<std::size_t>(ak::detail::row_elements<T>(n)));
-    if constexpr (ak::detail::is_block_quantized<T>())
-      ak::quantize_row(values.data(), n, out.data());
-    else
-      for (std::size_t i = 0; i < values.size(); ++i) out[i] = T(values[i]);
-  }
-  ak::View<const T> view(const ak::detail::AlignedVector<T>& t) const {
-    return ak::bhsd(t.data(), 1, kv_heads, kDecodeLen, dim);
-  }
-  std::size_t bytes_each() const { return k.size() * sizeof(T); }
-  double bytes() const { return 2.0 * double(bytes_each()); }
+struct KvBuffers : attnkit_bench::KvRows<T> {
+  KvBuffers(Index d, Index h) : attnkit_bench::KvRows<T>(kDecodeLen, h, d) {}
 };
 
 // Built on first use, freed by the next shape's first use: the largest (f32, d 512, Hkv 8) is
