@@ -84,6 +84,33 @@ void row_to_f32(const T* row, Index dim, float* out) {
   }
 }
 
+/// kWidth f32 values from storage T at p, widened in registers (no store on the way).
+template <class T>
+simd::Vec widened(const T* p) {
+  using U = std::remove_const_t<T>;
+  if constexpr (std::is_same_v<U, float>) {
+    return simd::in_register(simd::load(p));  // one load, shared by the rows that use it
+  } else if constexpr (std::is_same_v<U, Eigen::bfloat16>) {
+    return simd::load_bf16(reinterpret_cast<const std::uint16_t*>(p));
+  } else if constexpr (simd::kWidensF16) {
+    return simd::load_f16(reinterpret_cast<const std::uint16_t*>(p));
+  } else {
+    alignas(64) float out[simd::kWidth];
+    for (int i = 0; i < simd::kWidth; ++i) out[i] = static_cast<float>(p[i]);
+    return simd::load(out);
+  }
+}
+
+/// kWidth f32 values of a row of storage T from column c (a multiple of kWidth): widened(),
+/// or dequantized in registers for the quantized blocks.
+template <class T>
+simd::Vec widened_at(const T* row, Index c) {
+  if constexpr (is_block_quantized<T>())
+    return block_vector(row[c / kQuantBlock], c % kQuantBlock);
+  else
+    return widened(row + c);
+}
+
 /// dst row = the dim values at src rounded to T (blocks: quantized; src finite, dim a multiple
 /// of 32: the callers check both).
 template <class T>

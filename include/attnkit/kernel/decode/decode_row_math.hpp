@@ -30,33 +30,6 @@ inline constexpr Index kDecodeBlock = 16;
 /// One row's logits of a block, padded to whole vectors.
 inline constexpr Index kDecodeLogitsPad = simd::round_up(kDecodeBlock);
 
-/// kWidth f32 values from storage T at p, widened in registers (no store on the way).
-template <class T>
-simd::Vec widened(const T* p) {
-  using U = std::remove_const_t<T>;
-  if constexpr (std::is_same_v<U, float>) {
-    return simd::in_register(simd::load(p));  // one load, shared by the rows that use it
-  } else if constexpr (std::is_same_v<U, Eigen::bfloat16>) {
-    return simd::load_bf16(reinterpret_cast<const std::uint16_t*>(p));
-  } else if constexpr (simd::kWidensF16) {
-    return simd::load_f16(reinterpret_cast<const std::uint16_t*>(p));
-  } else {
-    alignas(64) float out[simd::kWidth];
-    for (int i = 0; i < simd::kWidth; ++i) out[i] = static_cast<float>(p[i]);
-    return simd::load(out);
-  }
-}
-
-/// kWidth f32 values of a row of storage T from column c (a multiple of kWidth): widened(),
-/// or dequantized in registers for the quantized blocks.
-template <class T>
-simd::Vec widened_at(const T* row, Index c) {
-  if constexpr (is_block_quantized<T>())
-    return block_vector(row[c / kQuantBlock], c % kQuantBlock);
-  else
-    return widened(row + c);
-}
-
 /// The row engine's arithmetic for K rows of storage K and V rows of storage V, for rows of
 /// head dim d and value dim dv (accumulators dv_pad apart). Query rows are f32, turned and
 /// scaled; with bf16 K they are stored in load_bf16_pair()'s order (split_row()).
