@@ -1,12 +1,13 @@
 // DeepSeek Sparse Attention's selection: select_topk() (a radix select) against a full sort,
 // with many ties, negative scores and -0; indexer_topk() against reference::indexer_topk()
 // exactly on integer inputs (every score exact in f32, so ties are real ties), causal and
-// not, decode (one query: the keys split over threads and merged), bf16 inputs, any thread
+// not, decode (one query: the keys split over threads), bf16 inputs, any thread
 // count; on random inputs, the selection's f64 scores against the reference's (near-ties may
-// swap); bad arguments refused before anything is written.
+// swap); bad arguments refused before anything is written (dsa/indexer_checks.hpp).
 #include <Eigen/Core>
 #include <algorithm>
 #include <attnkit/dsa/indexer.hpp>
+#include <attnkit/dsa/indexer_checks.hpp>
 #include <attnkit/dsa/reference.hpp>
 #include <attnkit/dsa/topk_select.hpp>
 #include <catch2/catch_test_macros.hpp>

@@ -1,13 +1,16 @@
 // topk_attention(): with every key a query sees selected it is dense causal attention (within
 // reassociation); random selections (-1 gaps, empty rows, any order) against
 // reference::topk_attention() for MHA, GQA and MQA, f32 and bf16, with the LSE, for the
-// softmax engine (sinks too) and the tiled path (a Softcap score, a Sigmoid normalizer); the
-// thread count changes no bit; bad selections are refused before anything is written.
+// softmax engine (dsa/topk_softmax.hpp, sinks too) and the tiled path (a Softcap score, a
+// Sigmoid normalizer); the thread count changes no bit; bad selections are refused before
+// anything is written (dsa/topk_checks.hpp).
 #include <Eigen/Core>
 #include <algorithm>
 #include <attnkit/attnkit.hpp>
 #include <attnkit/dsa/reference.hpp>
 #include <attnkit/dsa/topk_attention.hpp>
+#include <attnkit/dsa/topk_checks.hpp>
+#include <attnkit/dsa/topk_softmax.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <cmath>
 #include <cstdint>
