@@ -18,6 +18,7 @@
 
 #include "attnkit/detail/parallel.hpp"
 #include "attnkit/dsa/topk_checks.hpp"
+#include "attnkit/dsa/topk_softmax.hpp"
 #include "attnkit/gemm/tile_gemm.hpp"
 #include "attnkit/kernel/attention_backward.hpp"
 #include "attnkit/normalizer/softmax.hpp"
@@ -36,7 +37,7 @@ class TopkPairs {
   static constexpr Index kKeyRange = 512;  // keys a pass-B item owns
 
   // Gathers `n` keys (global indices keys[0, n)) of KV head g: kt_ [ldd, np] and vt_ [ldv,
-  // np] transposed (for S and dP), kr_ [n, ldd] as rows (for dQ).
+  // np] transposed (for S and dP), kr_ [n, ldd] as rows (for dQ; kept by the same gather).
   template <class K, class V>
   void gather(const View<K>& k, const View<V>& v, Index b, Index g, const Index* keys, Index n,
               bool rows) {
@@ -49,23 +50,9 @@ class TopkPairs {
     size(vt_, ldv_ * np_);
     size(tile_, W * std::max(ldd_, ldv_));
     if (rows) size(kr_, n * ldd_);
-    const auto transposed = [&](const auto& x, Index ld, float* out) {
-      for (Index r0 = 0; r0 < np_; r0 += W) {
-        for (Index r = 0; r < W; ++r) {
-          float* row = tile_.data() + r * ld;
-          if (r0 + r < n)
-            pack_rows(x, b, g, keys[r0 + r], 1, row, ld);
-          else
-            std::fill(row, row + ld, 0.f);
-        }
-        for (Index c = 0; c < ld; c += W)
-          simd::transpose_block(tile_.data() + c, ld, out + c * np_ + r0, np_);
-      }
-    };
-    transposed(k, ldd_, kt_.data());
-    transposed(v, ldv_, vt_.data());
-    if (rows)
-      for (Index r = 0; r < n; ++r) pack_rows(k, b, g, keys[r], 1, kr_.data() + r * ldd_, ldd_);
+    gather_transposed(k, b, g, keys, n, ldd_, np_, tile_.data(), kt_.data(),
+                      rows ? kr_.data() : nullptr);
+    gather_transposed(v, b, g, keys, n, ldv_, np_, tile_.data(), vt_.data());
   }
 
   // The G query rows (heads h0 ..) of query t: qs_ = scale q [G, ldd], do_ [G, ldv]; then

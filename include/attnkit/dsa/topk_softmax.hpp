@@ -22,6 +22,28 @@
 
 namespace attnkit::detail {
 
+/// out [ld, np] = the rows keys[0, n) of head g (batch b) of x in f32, transposed (zero past
+/// n), kWidth rows at a time through registers (tile: [kWidth, ld] scratch); with `rows`, the
+/// gathered rows are also kept there [n, ld] (whole blocks packed there directly).
+template <class T>
+void gather_transposed(const View<T>& x, Index b, Index g, const Index* keys, Index n, Index ld,
+                       Index np, float* tile, float* out, float* rows = nullptr) {
+  const Index W = simd::kWidth;
+  for (Index r0 = 0; r0 < np; r0 += W) {
+    float* block = rows != nullptr && r0 + W <= n ? rows + r0 * ld : tile;
+    for (Index r = 0; r < W; ++r) {
+      float* row = block + r * ld;
+      if (r0 + r < n)
+        pack_rows(x, b, g, keys[r0 + r], 1, row, ld);
+      else
+        std::fill(row, row + ld, 0.f);
+      if (rows != nullptr && block == tile && r0 + r < n)
+        std::copy_n(row, ld, rows + (r0 + r) * ld);
+    }
+    for (Index c = 0; c < ld; c += W) simd::transpose_block(block + c, ld, out + c * np + r0, np);
+  }
+}
+
 class TopkSoftmax {
  public:
   /// The G = `heads` query rows of heads h0 .. h0 + G at query t (batch b), over the keys
@@ -49,22 +71,9 @@ class TopkSoftmax {
     size(s_, G * np);
     size(og_, G * ldv);
     size(tile_, W * ldd);
-    // kt_ [ldd, np] = the selected keys transposed, W rows at a time through registers (from
-    // the gathered latent rows, or from tile_).
-    for (Index r0 = 0; r0 < np; r0 += W) {
-      float* block = latent && r0 + W <= n ? vg_.data() + r0 * ldd : tile_.data();
-      for (Index r = 0; r < W; ++r) {
-        float* row = block + r * ldd;
-        if (r0 + r < n)
-          pack_rows(k, b, g, rows_[std::size_t(r0 + r)], 1, row, ldd);
-        else
-          std::fill(row, row + ldd, 0.f);
-        if (latent && block == tile_.data() && r0 + r < n)
-          std::copy_n(row, ldd, vg_.data() + (r0 + r) * ldd);
-      }
-      for (Index c = 0; c < ldd; c += W)
-        simd::transpose_block(block + c, ldd, kt_.data() + c * np + r0, np);
-    }
+    // kt_ [ldd, np] = the selected keys transposed; over a latent its rows are the values too.
+    gather_transposed(k, b, g, rows_.data(), n, ldd, np, tile_.data(), kt_.data(),
+                      latent ? vg_.data() : nullptr);
     const Index ldvg = latent ? ldd : ldv;  // the rows of vg_
     if (!latent)
       for (Index r = 0; r < n; ++r)
