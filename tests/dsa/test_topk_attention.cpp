@@ -1,13 +1,15 @@
 // topk_attention(): with every key a query sees selected it is dense causal attention (within
 // reassociation); random selections (-1 gaps, empty rows, any order) against
 // reference::topk_attention() for MHA, GQA and MQA, f32 and bf16, with the LSE, for the
-// softmax engine (dsa/topk_softmax.hpp, sinks too) and the tiled path (a Softcap score, a
-// Sigmoid normalizer); the thread count changes no bit; bad selections are refused before
-// anything is written (dsa/topk_checks.hpp).
+// softmax engine (dsa/topk_softmax.hpp, sinks too; its rows in place or widened by
+// dsa/selected_rows.hpp: f32 and bf16, head dims of whole vectors or not) and the tiled path
+// (a Softcap score, a Sigmoid normalizer); the thread count changes no bit; bad selections
+// are refused before anything is written (dsa/topk_checks.hpp).
 #include <Eigen/Core>
 #include <algorithm>
 #include <attnkit/attnkit.hpp>
 #include <attnkit/dsa/reference.hpp>
+#include <attnkit/dsa/selected_rows.hpp>
 #include <attnkit/dsa/topk_attention.hpp>
 #include <attnkit/dsa/topk_checks.hpp>
 #include <attnkit/dsa/topk_softmax.hpp>
@@ -115,12 +117,14 @@ TEST_CASE("topk_attention: every key a query sees selected is dense causal atten
 }
 
 TEST_CASE("topk_attention against reference::topk_attention", "[dsa][topk_attention]") {
-  Shape gqa, mha, mqa;
+  Shape gqa, mha, mqa, odd;
   mha.Hkv = mha.Hq = 4;
   mqa.Hkv = 1;
   mqa.Hq = 16;
-  for (const Shape& s : {gqa, mha, mqa}) {
-    INFO("Hq " << s.Hq << " Hkv " << s.Hkv);
+  odd.D = 20;  // K rows read in place to an odd depth; V rows of whole vectors, in place too
+  odd.Dv = 48;
+  for (const Shape& s : {gqa, mha, mqa, odd}) {
+    INFO("Hq " << s.Hq << " Hkv " << s.Hkv << " D " << s.D << " Dv " << s.Dv);
     const auto sel = selection(s, false, 7);
     const auto e = against_reference<float>(ak::make_spec(), s, sel, 2);
     CHECK(e.first <= kF32);

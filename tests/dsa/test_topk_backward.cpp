@@ -95,6 +95,7 @@ TEST_CASE("topk_attention_backward against the f64 reference", "[dsa][backward]"
       {2, 8, 2, 40, 60, 32, 24, 24, false},    // GQA
       {1, 16, 1, 30, 700, 32, 32, 64, false},  // MQA, keys in two ranges
       {1, 4, 4, 20, 20, 16, 16, 40, false},    // MHA, topk above every query's keys
+      {1, 4, 2, 30, 50, 20, 48, 16, false},    // K rows widened for dQ (20 not whole vectors)
   };
   for (const Case& c : cases) {
     INFO("Hq " << c.Hq << " Hkv " << c.Hkv << " Lk " << c.Lk);

@@ -1,7 +1,8 @@
 // gemm::gemm, the register-blocked tile product, against a naive f64 triple loop: every
 // row remainder of kMR, column counts around the kNR-vector block (with a one-vector
 // tail), depths across the kKc panel, overwrite and accumulate, row-major and transposed A.
-// Padding of A holds NaN, so a read outside [m, k] poisons the result.
+// Padding of A holds NaN, so a read outside [m, k] poisons the result. Rows read through
+// row tables (RowsA, RowsB) give the strided product's bits.
 #include <algorithm>
 #include <attnkit/gemm/tile_gemm.hpp>
 #include <catch2/catch_test_macros.hpp>
@@ -185,5 +186,42 @@ TEST_CASE("gemm: a triangular A skips the zeros past its bands, with the bits of
         gemm::gemm(m, n, m, {zeros.data(), m, 1}, b.data(), n, whole.data(), n, accumulate);
         gemm::gemm(m, n, m, {nans.data(), m, 1}, b.data(), n, part.data(), n, accumulate, t);
         CHECK(std::memcmp(whole.data(), part.data(), whole.size() * sizeof(float)) == 0);
+      }
+}
+
+TEST_CASE("gemm: rows anywhere (RowsA, RowsB) give the bits of the same rows strided", "[gemm]") {
+  // A's and B's rows copied to scattered places (reversed, with NaN between them: a read
+  // past a row's end poisons C), then read through row tables.
+  for (const Index m : {1, 7, 13})
+    for (const Index n : column_counts())
+      for (const Index k : {1, 5, 129}) {
+        INFO("m=" << m << " n=" << n << " k=" << k);
+        std::mt19937 rng(static_cast<std::uint32_t>(m * 1000 + n * 10 + k));
+        const Operands x(m, n, k, false, rng);
+        const auto scatter = [](const std::vector<float>& src, Index rows, Index ld, Index len,
+                                std::vector<float>& dst, std::vector<const float*>& table) {
+          const Index gap = len + 5;
+          dst.assign(std::size_t(rows * gap + 1), kNaN);
+          table.resize(std::size_t(rows));
+          for (Index r = 0; r < rows; ++r) {
+            float* row = dst.data() + (rows - 1 - r) * gap;
+            std::copy_n(src.begin() + r * ld, len, row);
+            table[std::size_t(r)] = row;
+          }
+        };
+        std::vector<float> a_rows, b_rows;
+        std::vector<const float*> a_table, b_table;
+        scatter(x.a, m, x.lda, k, a_rows, a_table);
+        scatter(x.b, k, x.ldb, n, b_rows, b_table);
+        for (const bool accumulate : {false, true}) {
+          std::vector<float> strided = x.c0, rows_a = x.c0, rows_b = x.c0;
+          gemm::gemm(m, n, k, x.a_operand(), x.b.data(), x.ldb, strided.data(), x.ldc, accumulate);
+          gemm::gemm(m, n, k, gemm::RowsA{a_table.data()}, gemm::StridedB{x.b.data(), x.ldb},
+                     rows_a.data(), x.ldc, accumulate);
+          gemm::gemm(m, n, k, x.a_operand(), gemm::RowsB{b_table.data()}, rows_b.data(), x.ldc,
+                     accumulate);
+          CHECK(std::memcmp(strided.data(), rows_a.data(), strided.size() * sizeof(float)) == 0);
+          CHECK(std::memcmp(strided.data(), rows_b.data(), strided.size() * sizeof(float)) == 0);
+        }
       }
 }

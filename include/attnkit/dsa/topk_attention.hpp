@@ -80,7 +80,7 @@ void topk_attention(const Spec& spec, const View<Q>& q, const View<K>& k, const 
       kFast && items < threads ? std::clamp<Index>(threads / items, 1, (group + 15) / 16) : 1;
   const Index per_part = (group + parts - 1) / parts;
   std::vector<Worker> pool(std::size_t(detail::threads_for(options.threads, items * parts)));
-  detail::parallel_for(Index(pool.size()), items * parts, 4, [&](Index task) {
+  detail::parallel_for(static_cast<int>(pool.size()), items * parts, 4, [&](Index task) {
 #ifdef _OPENMP
     Worker& mine = pool[std::size_t(omp_get_thread_num())];
 #else

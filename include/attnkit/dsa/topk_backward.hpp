@@ -1,10 +1,12 @@
 // topk_attention_backward(): dq, dk, dv of topk_attention() (softmax over Dot scores), in
-// two passes that each own what they write, so the result is the same for any thread count:
-// - per (batch, query, KV head), the selected keys gathered as in the forward engine:
-//     S = scale Q K_sel^T, P = exp(S - lse), dP = dO V_sel^T, dS = P . (dP - D),
+// two passes that each own what they write, so the result is the same for any thread count,
+// with the selected K and V rows read where they lie (dsa/selected_rows.hpp) and, as in the
+// forward engine, the group's heads in the lanes:
+// - per (batch, query, KV head), over its selected keys:
+//     S^T = K_sel (scale Q)^T, P^T = exp(S^T - lse), dP^T = V_sel dO^T, dS^T = P^T . (dP^T - D),
 //     dQ = scale dS K_sel     (D = rowsum(o . dO), the forward's LSE)
 // - per (batch, KV head, range of kKeyRange keys), every query in order, its selected keys
-//   inside the range (a binary search in its sorted keys), the same S, P, dP, dS, then
+//   inside the range (a binary search in its sorted keys), the same P^T and dS^T, then
 //     dK += scale dS^T Q, dV += P^T dO   (the range's rows, summed over the group's heads)
 // The ranges are fixed by the shape, not the thread count. Pairs are recomputed once per
 // pass: about 7 products a pair and head against the forward's 2.
@@ -17,15 +19,14 @@
 #include <vector>
 
 #include "attnkit/detail/parallel.hpp"
+#include "attnkit/dsa/selected_rows.hpp"
 #include "attnkit/dsa/topk_checks.hpp"
-#include "attnkit/dsa/topk_softmax.hpp"
 #include "attnkit/gemm/tile_gemm.hpp"
 #include "attnkit/kernel/attention_backward.hpp"
 #include "attnkit/normalizer/softmax.hpp"
 #include "attnkit/score/dot.hpp"
 #include "attnkit/select/gather.hpp"
 #include "attnkit/simd/simd.hpp"
-#include "attnkit/simd/transpose.hpp"
 #include "attnkit/storage/f32_rows.hpp"
 
 namespace attnkit {
@@ -36,65 +37,72 @@ class TopkPairs {
  public:
   static constexpr Index kKeyRange = 512;  // keys a pass-B item owns
 
-  // Gathers `n` keys (global indices keys[0, n)) of KV head g: kt_ [ldd, np] and vt_ [ldv,
-  // np] transposed (for S and dP), kr_ [n, ldd] as rows (for dQ; kept by the same gather).
-  template <class K, class V>
-  void gather(const View<K>& k, const View<V>& v, Index b, Index g, const Index* keys, Index n,
-              bool rows) {
-    const Index D = k.dim, Dv = v.dim, W = simd::kWidth;
+  /// The G query rows (heads h0 ..) of query t over the n keys keys[0, n) of KV head g:
+  /// qs_ = scale q [G, ldd] and do_ [G, ldv] as rows, then P^T (in pt_) and dS^T (in dst_),
+  /// [n, Gp] with the heads in the lanes. `k_whole`: K's rows kept readable to ldd columns
+  /// (keys(), for dQ = dS K_sel).
+  template <class Q, class K, class V, class GO>
+  void pairs(const View<Q>& q, const View<K>& k, const View<V>& v, const View<GO>& d_o, Index b,
+             Index h0, Index g, Index t, Index G, const Index* keys, Index n, bool k_whole,
+             float scale, const float* lse, const float* delta, Index stride) {
+    const Index D = q.dim, Dv = v.dim, W = simd::kWidth;
     ldd_ = simd::round_up(D);
     ldv_ = simd::round_up(Dv);
-    n_ = n;
-    np_ = simd::round_up(std::max<Index>(n, 1));
-    size(kt_, ldd_ * np_);
-    size(vt_, ldv_ * np_);
-    size(tile_, W * std::max(ldd_, ldv_));
-    if (rows) size(kr_, n * ldd_);
-    gather_transposed(k, b, g, keys, n, ldd_, np_, tile_.data(), kt_.data(),
-                      rows ? kr_.data() : nullptr);
-    gather_transposed(v, b, g, keys, n, ldv_, np_, tile_.data(), vt_.data());
-  }
-
-  // The G query rows (heads h0 ..) of query t: qs_ = scale q [G, ldd], do_ [G, ldv]; then
-  // over the gathered keys P [G, np] (in p_) and dS (in ds_).
-  template <class Q, class GO>
-  void pairs(const View<Q>& q, const View<GO>& d_o, Index b, Index h0, Index t, Index G,
-             float scale, const float* lse, const float* delta, Index stride) {
+    Gp_ = simd::round_up(G);
+    keys_.take(k, b, g, keys, n, k_whole);
+    values_.take(v, b, g, keys, n, false);
     size(qs_, G * ldd_);
     size(do_, G * ldv_);
-    size(p_, G * np_);
-    size(ds_, G * np_);
+    size(qt_, D * Gp_);
+    size(dot_, Dv * Gp_);
+    std::fill(qt_.begin(), qt_.begin() + D * Gp_, 0.f);
+    std::fill(dot_.begin(), dot_.begin() + Dv * Gp_, 0.f);
     for (Index h = 0; h < G; ++h) {
-      float* row = qs_.data() + h * ldd_;
+      float *row = qs_.data() + h * ldd_, *drow = do_.data() + h * ldv_;
       pack_rows(q, b, h0 + h, t, 1, row, ldd_);
       for (Index c = 0; c < ldd_; ++c) row[c] *= scale;
-      pack_rows(d_o, b, h0 + h, t, 1, do_.data() + h * ldv_, ldv_);
+      pack_rows(d_o, b, h0 + h, t, 1, drow, ldv_);
+      for (Index c = 0; c < D; ++c) qt_[std::size_t(c * Gp_ + h)] = row[c];
+      for (Index c = 0; c < Dv; ++c) dot_[std::size_t(c * Gp_ + h)] = drow[c];
     }
-    gemm::gemm(G, np_, ldd_, {qs_.data(), ldd_, 1}, kt_.data(), np_, p_.data(), np_, false);
-    gemm::gemm(G, np_, ldv_, {do_.data(), ldv_, 1}, vt_.data(), np_, ds_.data(), np_, false);
+    size(pt_, n * Gp_);
+    size(dst_, n * Gp_);
+    size(m_, Gp_);
+    size(d_, Gp_);
+    if (n == 0) return;
+    gemm::gemm(n, Gp_, D, gemm::RowsA{keys_.rows()}, gemm::StridedB{qt_.data(), Gp_}, pt_.data(),
+               Gp_, false);
+    gemm::gemm(n, Gp_, Dv, gemm::RowsA{values_.rows()}, gemm::StridedB{dot_.data(), Gp_},
+               dst_.data(), Gp_, false);
+    for (Index h = 0; h < Gp_; ++h) {  // the padding lanes: P = 0
+      const float l = h < G ? lse[h * stride] : std::numeric_limits<float>::infinity();
+      m_[std::size_t(h)] = std::isfinite(l) || h >= G ? l : 0.f;
+      d_[std::size_t(h)] = h < G ? delta[h * stride] : 0.f;
+    }
     using simd::Vec;
     const Vec log2e(1.4426950408889634f);
-    for (Index h = 0; h < G; ++h) {
-      const float l = lse[h * stride];
-      const Vec m(std::isfinite(l) ? l : 0.f), d(delta[h * stride]);
-      float *p = p_.data() + h * np_, *ds = ds_.data() + h * np_;
-      for (Index c = 0; c < np_; c += simd::kWidth) {
-        const Vec x = simd::exp2((simd::load(p + c) - m) * log2e);
-        simd::store(p + c, x);
-        simd::store(ds + c, x * (simd::load(ds + c) - d));
+    for (Index c = 0; c < Gp_; c += W) {
+      const Vec m = simd::load(m_.data() + c), d = simd::load(d_.data() + c);
+      for (Index j = 0; j < n; ++j) {
+        float *p = pt_.data() + j * Gp_ + c, *ds = dst_.data() + j * Gp_ + c;
+        const Vec x = simd::exp2((simd::load(p) - m) * log2e);
+        simd::store(p, x);
+        simd::store(ds, x * (simd::load(ds) - d));
       }
-      std::fill(p + n_, p + np_, 0.f);  // the padding keys take no part
-      std::fill(ds + n_, ds + np_, 0.f);
     }
   }
 
-  Index ldd_ = 0, ldv_ = 0, n_ = 0, np_ = 0;
-  std::vector<float> kt_, vt_, kr_, tile_, qs_, do_, p_, ds_, out_;
+  /// The selected keys' table (readable to ldd_ columns when pairs() was asked k_whole).
+  const float* const* keys() const { return keys_.rows(); }
+
+  Index ldd_ = 0, ldv_ = 0, Gp_ = 0;
+  std::vector<float> qs_, do_, qt_, dot_, pt_, dst_, m_, d_, out_;
 
  private:
   static void size(std::vector<float>& x, Index n) {
     if (x.size() < std::size_t(n)) x.resize(std::size_t(n));
   }
+  SelectedRows keys_, values_;
 };
 
 }  // namespace detail
@@ -147,13 +155,13 @@ void topk_attention_backward(const Spec& spec, const View<Q>& q, const View<K>& 
     const Index g = item % p.kv_heads, row = item / p.kv_heads;
     const Index b = row / p.q_len, t = row % p.q_len, h0 = g * group;
     const Index n = counts[std::size_t(row)];
-    w.gather(k, v, b, g, sorted.data() + row * topk, n, true);
     const Index stat = (b * p.q_heads + h0) * p.q_len + t;
-    w.pairs(q, d_o, b, h0, t, group, p.scale, lse + stat, delta.data() + stat, p.q_len);
+    w.pairs(q, k, v, d_o, b, h0, g, t, group, sorted.data() + row * topk, n, true, p.scale,
+            lse + stat, delta.data() + stat, p.q_len);
     w.out_.resize(std::size_t(group * w.ldd_));
     if (n > 0)
-      gemm::gemm(group, w.ldd_, n, {w.ds_.data(), w.np_, 1}, w.kr_.data(), w.ldd_, w.out_.data(),
-                 w.ldd_, false);
+      gemm::gemm(group, w.ldd_, n, gemm::StridedA{w.dst_.data(), 1, w.Gp_}, gemm::RowsB{w.keys()},
+                 w.out_.data(), w.ldd_, false);
     else
       std::fill(w.out_.begin(), w.out_.end(), 0.f);
     for (Index h = 0; h < group; ++h) {
@@ -180,14 +188,15 @@ void topk_attention_backward(const Spec& spec, const View<Q>& q, const View<K>& 
       const Index* e = std::lower_bound(a, last, hi);
       const Index m = Index(e - a);
       if (m == 0) continue;
-      w.gather(k, v, b, g, a, m, false);
       const Index stat = (b * p.q_heads + h0) * p.q_len + t;
-      w.pairs(q, d_o, b, h0, t, group, p.scale, lse + stat, delta.data() + stat, p.q_len);
+      w.pairs(q, k, v, d_o, b, h0, g, t, group, a, m, false, p.scale, lse + stat,
+              delta.data() + stat, p.q_len);
       // dK rows = dS^T (scale Q) (qs_ holds scale q), dV rows = P^T dO.
       tk.resize(std::size_t(m * ldd));
       tv.resize(std::size_t(m * ldv));
-      gemm::gemm(m, ldd, group, {w.ds_.data(), 1, w.np_}, w.qs_.data(), ldd, tk.data(), ldd, false);
-      gemm::gemm(m, ldv, group, {w.p_.data(), 1, w.np_}, w.do_.data(), ldv, tv.data(), ldv, false);
+      gemm::gemm(m, ldd, group, {w.dst_.data(), w.Gp_, 1}, w.qs_.data(), ldd, tk.data(), ldd,
+                 false);
+      gemm::gemm(m, ldv, group, {w.pt_.data(), w.Gp_, 1}, w.do_.data(), ldv, tv.data(), ldv, false);
       for (Index j = 0; j < m; ++j) {
         float* to_k = dk_r.data() + (a[j] - lo) * ldd;
         float* to_v = dv_r.data() + (a[j] - lo) * ldv;

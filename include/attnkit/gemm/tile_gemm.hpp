@@ -1,8 +1,10 @@
 // Tile products of the attention kernels: C[m, n] (+)= A[m, k] * B[k, n] in f32. B and C
 // are row-major with n a whole number of SIMD vectors (callers pad); A has any row and
 // column stride, so K rows straight from a view, or a transposed weight tile, serve as A
-// without a copy. A register-blocked micro-kernel (BLIS style): an MR x NR-vector block of
-// C lives in registers while one row of B and MR broadcasts of A feed it per step of k.
+// without a copy. A's or B's rows may also lie anywhere (RowsA, RowsB: a table of row
+// pointers), so rows chosen at run time (a top-k selection's keys) serve in place, never
+// gathered. A register-blocked micro-kernel (BLIS style): an MR x NR-vector block of C lives
+// in registers while one row of B and MR broadcasts of A feed it per step of k.
 #pragma once
 
 #include <algorithm>
@@ -30,12 +32,37 @@ struct StridedA {
   const float* data;
   Index row_stride, col_stride;
   const float* at(Index i, Index p) const { return data + i * row_stride + p * col_stride; }
+  StridedA from(Index i, Index p) const { return {at(i, p), row_stride, col_stride}; }
 };
 
-/// C[MR, NR*kWidth] (+)= A[MR, k] * B[k, NR*kWidth]; ldb, ldc in elements.
-template <int MR, int NR>
-inline void micro_kernel(Index k, StridedA a, const float* b, Index ldb, float* c, Index ldc,
-                         bool accumulate) {
+/// A operand whose rows lie anywhere: element (i, p) at rows[i][col + p].
+struct RowsA {
+  const float* const* rows;
+  Index col = 0;
+  const float* at(Index i, Index p) const { return rows[i] + col + p; }
+  RowsA from(Index i, Index p) const { return {rows + i, col + p}; }
+};
+
+/// B operand, row-major: row p at data + p * ld.
+struct StridedB {
+  const float* data;
+  Index ld;
+  const float* row(Index p) const { return data + p * ld; }
+  StridedB from(Index p, Index j) const { return {row(p) + j, ld}; }
+};
+
+/// B operand whose rows lie anywhere: row p at rows[p] + col (each at least the product's
+/// n columns long from col).
+struct RowsB {
+  const float* const* rows;
+  Index col = 0;
+  const float* row(Index p) const { return rows[p] + col; }
+  RowsB from(Index p, Index j) const { return {rows + p, col + j}; }
+};
+
+/// C[MR, NR*kWidth] (+)= A[MR, k] * B[k, NR*kWidth]; ldc in elements.
+template <int MR, int NR, class A, class B>
+inline void micro_kernel(Index k, A a, B b, float* c, Index ldc, bool accumulate) {
   Vec acc[std::size_t{MR}][std::size_t{NR}];  // array bounds are unsigned (-Wsign-conversion)
   for (int i = 0; i < MR; ++i)
     for (int r = 0; r < NR; ++r)
@@ -43,9 +70,9 @@ inline void micro_kernel(Index k, StridedA a, const float* b, Index ldb, float* 
 
   for (Index p = 0; p < k; ++p) {
     Vec brow[std::size_t{NR}];
-    for (int r = 0; r < NR; ++r) brow[r] = simd::load(b + p * ldb + r * kWidth);
+    for (int r = 0; r < NR; ++r) brow[r] = simd::load(b.row(p) + r * kWidth);
     for (int i = 0; i < MR; ++i) {
-      const Vec ai(a.data[i * a.row_stride + p * a.col_stride]);
+      const Vec ai(*a.at(i, p));
       for (int r = 0; r < NR; ++r) acc[i][r] = simd::fma(ai, brow[r], acc[i][r]);
     }
   }
@@ -59,19 +86,15 @@ namespace detail {
 // Runs the micro-kernel over rows [0, m) in blocks of kMR, the last one or two with fewer rows.
 // The remainder is a switch over instantiations: a compile-time recursion measured 2-3%
 // slower in the kernel (d=128, L=4096, H=8, one thread).
-template <int NR>
-inline void row_blocks(Index m, Index k, StridedA a, const float* b, Index ldb, float* c, Index ldc,
-                       bool accumulate) {
+template <int NR, class A, class B>
+inline void row_blocks(Index m, Index k, A a, B b, float* c, Index ldc, bool accumulate) {
   Index i = 0;
-  const auto rows_from = [&](Index i0) {
-    return StridedA{a.at(i0, 0), a.row_stride, a.col_stride};
-  };
+  const auto rows_from = [&](Index i0) { return a.from(i0, 0); };
   if constexpr (NR == 1) {
     // One vector of columns (a 16-query tile's logits, AVX-512): 6 accumulators leave the
     // FMAs waiting on their own latency; 8 rows keep both pipes busy (12 would spill the
     // rows' addresses: 16 general registers).
-    for (; i + 8 <= m; i += 8)
-      micro_kernel<8, 1>(k, rows_from(i), b, ldb, c + i * ldc, ldc, accumulate);
+    for (; i + 8 <= m; i += 8) micro_kernel<8, 1>(k, rows_from(i), b, c + i * ldc, ldc, accumulate);
   }
   // A short last block (1 to 4 rows: 2 to 8 accumulators with AVX2's two vectors) leaves the
   // FMA pipes waiting on their own latency: it and the last whole block run as two blocks of
@@ -82,9 +105,9 @@ inline void row_blocks(Index m, Index k, StridedA a, const float* b, Index ldb, 
   const Index rest = (m - i) % kMR;
   if (whole > 0 && rest > 0 && rest < kMR - 1) --whole;
   for (; whole > 0; --whole, i += kMR)
-    micro_kernel<kMR, NR>(k, rows_from(i), b, ldb, c + i * ldc, ldc, accumulate);
+    micro_kernel<kMR, NR>(k, rows_from(i), b, c + i * ldc, ldc, accumulate);
   const auto at = [&](auto rows) {
-    micro_kernel<decltype(rows)::value, NR>(k, rows_from(i), b, ldb, c + i * ldc, ldc, accumulate);
+    micro_kernel<decltype(rows)::value, NR>(k, rows_from(i), b, c + i * ldc, ldc, accumulate);
   };
   static_assert(kMR <= 6, "row_blocks: extend the remainder switch for a larger kMR");
   const auto block = [&](Index rows) {  // rows < kMR
@@ -115,10 +138,11 @@ inline void row_blocks(Index m, Index k, StridedA a, const float* b, Index ldb, 
 
 }  // namespace detail
 
-/// C[m, n] = A[m, k] * B[k, n] (or += when `accumulate`). B, C row-major with
-/// n % kWidth == 0 and ldb, ldc >= n. No allocation, no threading.
-inline void gemm(Index m, Index n, Index k, StridedA a, const float* b, Index ldb, float* c,
-                 Index ldc, bool accumulate) {
+/// C[m, n] = A[m, k] * B[k, n] (or += when `accumulate`): A a StridedA or RowsA, B a
+/// StridedB or RowsB, C row-major with n % kWidth == 0 and ldc >= n. No allocation, no
+/// threading.
+template <class A, class B>
+inline void gemm(Index m, Index n, Index k, A a, B b, float* c, Index ldc, bool accumulate) {
   assert(n % kWidth == 0);
   if (k == 0) {  // an empty product: C = 0, or unchanged when accumulating
     if (!accumulate)
@@ -130,25 +154,29 @@ inline void gemm(Index m, Index n, Index k, StridedA a, const float* b, Index ld
     const Index kc = std::min(kKc, k - p);
     const bool acc = accumulate || p > 0;
     Index j = 0;
-    const StridedA ap{a.at(0, p), a.row_stride, a.col_stride};
+    const A ap = a.from(0, p);
     for (; j + kNc <= n; j += kNc)
-      detail::row_blocks<kNR>(m, kc, ap, b + p * ldb + j, ldb, c + j, ldc, acc);
+      detail::row_blocks<kNR>(m, kc, ap, b.from(p, j), c + j, ldc, acc);
     switch ((n - j) / kWidth) {  // the last few vectors of columns, in one block
       case 3:
-        if constexpr (kNR > 3)
-          detail::row_blocks<3>(m, kc, ap, b + p * ldb + j, ldb, c + j, ldc, acc);
+        if constexpr (kNR > 3) detail::row_blocks<3>(m, kc, ap, b.from(p, j), c + j, ldc, acc);
         break;
       case 2:
-        if constexpr (kNR > 2)
-          detail::row_blocks<2>(m, kc, ap, b + p * ldb + j, ldb, c + j, ldc, acc);
+        if constexpr (kNR > 2) detail::row_blocks<2>(m, kc, ap, b.from(p, j), c + j, ldc, acc);
         break;
       case 1:
-        detail::row_blocks<1>(m, kc, ap, b + p * ldb + j, ldb, c + j, ldc, acc);
+        detail::row_blocks<1>(m, kc, ap, b.from(p, j), c + j, ldc, acc);
         break;
       default:
         break;
     }
   }
+}
+
+/// gemm() of a row-major B [k, n] with row stride ldb.
+inline void gemm(Index m, Index n, Index k, StridedA a, const float* b, Index ldb, float* c,
+                 Index ldc, bool accumulate) {
+  gemm(m, n, k, a, StridedB{b, ldb}, c, ldc, accumulate);
 }
 
 /// Which entries of a square A [m, k = m] a product reads: all, or its lower (j <= i) or
