@@ -169,6 +169,39 @@ TEST_CASE("topk_attention: the thread count changes no bit", "[dsa][topk_attenti
   CHECK(d1 == d3);
 }
 
+TEST_CASE(
+    "topk_attention: decode's key slices merge to the reference, the same bits for any "
+    "thread count",
+    "[dsa][topk_attention]") {
+  // Two queries over two KV heads (4 items, fewer than kTopkSliceBelow): each item's 1200
+  // selection entries run as slices of kTopkSliceKeys (512), one of them all -1, merged in
+  // order; 20 heads a KV head (parts of 16 and 4 with enough threads), with and without sinks.
+  Shape d;
+  d.B = 1;
+  d.Hq = 40;
+  d.Hkv = 2;
+  d.Lq = 2;
+  d.Lk = 1500;
+  d.topk = 1200;
+  static_assert(ak::detail::kTopkSliceKeys == 512 && ak::detail::kTopkSliceBelow > 4);
+  auto sel = selection(d, false, 11);
+  std::fill(sel.begin() + 512, sel.begin() + 1024, -1);  // query 0's second slice: no key
+  std::vector<float> sinks(std::size_t(d.Hq));
+  for (Index h = 0; h < d.Hq; ++h) sinks[std::size_t(h)] = 0.25f * float(h % 9) - 1.f;
+  for (const bool with_sinks : {false, true}) {
+    INFO((with_sinks ? "sinks" : "no sinks"));
+    const auto spec = with_sinks ? ak::make_spec(ak::Softmax::with_sinks(sinks)) : ak::make_spec();
+    std::vector<float> b1, b2, b3;
+    const auto e = against_reference<float>(spec, d, sel, 1, &b1);
+    CHECK(e.first <= kF32);
+    CHECK(e.second <= kF32);
+    against_reference<float>(spec, d, sel, 2, &b2);
+    against_reference<float>(spec, d, sel, 3, &b3);
+    CHECK(b1 == b2);
+    CHECK(b1 == b3);
+  }
+}
+
 TEST_CASE("topk_attention: bad selections throw Error before anything is written",
           "[dsa][topk_attention]") {
   using ak::test::check_refused;

@@ -73,32 +73,60 @@ void topk_attention(const Spec& spec, const View<Q>& q, const View<K>& k, const 
     std::vector<Index> cols;
     std::vector<float> lse;
   };
-  // Fewer items than threads (decode): the softmax engine splits a group's heads into parts
-  // of at least 16, each gathering the keys itself; every head's bits are the same in any part.
+  // Few items (decode, a shape rule): the softmax engine also splits each item's keys into
+  // slices of kTopkSliceKeys entries, whose partial results are merged in order after, and
+  // with fewer tasks than threads it splits a group's heads into parts of at least 16. Every
+  // head's bits are the same in any part, and the slices do not depend on the thread count.
   const Index threads = detail::thread_count(options.threads);
-  const Index parts =
-      kFast && items < threads ? std::clamp<Index>(threads / items, 1, (group + 15) / 16) : 1;
+  const Index slices = kFast && items < detail::kTopkSliceBelow
+                           ? (topk + detail::kTopkSliceKeys - 1) / detail::kTopkSliceKeys
+                           : 1;
+  const Index parts = kFast && items * slices < threads
+                          ? std::clamp<Index>(threads / (items * slices), 1, (group + 15) / 16)
+                          : 1;
   const Index per_part = (group + parts - 1) / parts;
-  std::vector<Worker> pool(std::size_t(detail::threads_for(options.threads, items * parts)));
-  detail::parallel_for(static_cast<int>(pool.size()), items * parts, 4, [&](Index task) {
+  const detail::TopkPart block(per_part, p.value_dim);
+  std::vector<float> partials(std::size_t(slices > 1 ? items * parts * slices * block.size() : 0));
+  std::vector<Worker> pool(
+      std::size_t(detail::threads_for(options.threads, items * parts * slices)));
+  const auto heads_of = [&](Index item, Index part, Index& h0) {
+    h0 = item % p.kv_heads * group + part * per_part;
+    return std::min(per_part, (item % p.kv_heads + 1) * group - h0);
+  };
+  const auto lse_of = [&](Index item, Index h0) -> float* {
+    const Index t = item / p.kv_heads % p.q_len, b = item / p.kv_heads / p.q_len;
+    return options.lse.empty() ? nullptr : options.lse.data() + (b * p.q_heads + h0) * p.q_len + t;
+  };
+  const float* sinks = nullptr;
+  if constexpr (kFast)
+    if (!spec.normalizer.sinks.empty()) sinks = spec.normalizer.sinks.data();
+  // Tasks handed out 4 at a time, or one at a time when there are few (decode's slices and
+  // parts: 4 at a time had run them all on one thread).
+  const Index tasks = items * parts * slices, chunk = tasks >= 16 * threads ? 4 : 1;
+  detail::parallel_for(static_cast<int>(pool.size()), tasks, chunk, [&](Index task) {
 #ifdef _OPENMP
     Worker& mine = pool[std::size_t(omp_get_thread_num())];
 #else
     Worker& mine = pool.front();
 #endif
-    const Index item = task / parts, part = task % parts;
+    const Index item = task / slices / parts, part = task / slices % parts, slice = task % slices;
     const Index g = item % p.kv_heads, t = item / p.kv_heads % p.q_len,
                 b = item / p.kv_heads / p.q_len;
     const std::int32_t* row = keys.indices.row(b, 0, t);
     float* lse = options.lse.empty() ? nullptr : options.lse.data();
     if constexpr (kFast) {
-      const std::vector<float>& sinks = spec.normalizer.sinks;
-      const Index h0 = g * group + part * per_part;
-      const Index heads = std::min(per_part, (g + 1) * group - h0);
+      Index h0 = 0;
+      const Index heads = heads_of(item, part, h0);
       if (heads <= 0) return;
-      mine.fast.run(q, k, v, o, b, h0, t, heads, g, row, topk, p.scale,
-                    sinks.empty() ? nullptr : sinks.data() + h0,
-                    lse == nullptr ? nullptr : lse + (b * p.q_heads + h0) * p.q_len + t, p.q_len);
+      if (slices == 1) {
+        mine.fast.run(q, k, v, o, b, h0, t, heads, g, row, topk, p.scale,
+                      sinks == nullptr ? nullptr : sinks + h0, lse_of(item, h0), p.q_len);
+      } else {
+        const Index first = slice * detail::kTopkSliceKeys;
+        mine.fast.partial(q, k, v, b, h0, t, heads, g, row + first,
+                          std::min(detail::kTopkSliceKeys, topk - first), p.scale,
+                          partials.data() + task * block.size());
+      }
       return;
     }
     mine.cols.clear();
@@ -126,6 +154,23 @@ void topk_attention(const Spec& spec, const View<Q>& q, const View<K>& k, const 
         for (Index r = 0; r < rows; ++r)
           lse[(b * p.q_heads + h0 + r) * p.q_len + t] = mine.lse[std::size_t(r)];
     }
+  });
+  if (slices == 1) return;
+  // The slices' partial results merged in order, per (item, part).
+  detail::parallel_for(static_cast<int>(pool.size()), items * parts, 1, [&](Index task) {
+#ifdef _OPENMP
+    Worker& mine = pool[std::size_t(omp_get_thread_num())];
+#else
+    Worker& mine = pool.front();
+#endif
+    const Index item = task / parts, part = task % parts;
+    Index h0 = 0;
+    const Index heads = heads_of(item, part, h0);
+    if (heads <= 0) return;
+    const Index t = item / p.kv_heads % p.q_len, b = item / p.kv_heads / p.q_len;
+    mine.fast.finish(partials.data() + task * slices * block.size(), slices, block.size(),
+                     detail::TopkPart(heads, p.value_dim), sinks == nullptr ? nullptr : sinks + h0,
+                     o, b, h0, t, lse_of(item, h0), p.q_len);
   });
 }
 

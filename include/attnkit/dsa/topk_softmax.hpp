@@ -23,6 +23,24 @@
 
 namespace attnkit::detail {
 
+/// Decode's slices (topk_attention): with fewer (batch, query, KV head) items than
+/// kTopkSliceBelow, each item's keys are cut into slices of kTopkSliceKeys selection entries,
+/// computed apart (on any thread) and merged in order.
+inline constexpr Index kTopkSliceKeys = 512;
+inline constexpr Index kTopkSliceBelow = 8;
+
+/// Where a slice's partial result lies in a block of floats: for the G heads, o [G, ldv]
+/// (sum_j exp(s_j - m) v_j, not yet divided), then m [Gp] and l [Gp] = sum_j exp(s_j - m)
+/// (no sink: m -inf and l 0 over no key).
+struct TopkPart {
+  Index G, ldv, Gp;
+  TopkPart(Index heads, Index value_dim)
+      : G(heads), ldv(simd::round_up(value_dim)), Gp(simd::round_up(heads)) {}
+  Index size() const { return G * ldv + 2 * Gp; }
+  Index m() const { return G * ldv; }
+  Index l() const { return G * ldv + Gp; }
+};
+
 class TopkSoftmax {
  public:
   /// The G = `heads` query rows of heads h0 .. h0 + G at query t (batch b), over the keys
@@ -32,8 +50,20 @@ class TopkSoftmax {
   void run(const View<Q>& q, const View<K>& k, const View<V>& v, const View<O>& o, Index b,
            Index h0, Index t, Index heads, Index g, const std::int32_t* keys, Index topk,
            float scale, const float* sinks, float* lse, Index lse_stride) {
-    const Index D = q.dim, Dv = v.dim, ldd = simd::round_up(D), ldv = simd::round_up(Dv);
-    const Index G = heads, W = simd::kWidth, Gp = simd::round_up(G);
+    const TopkPart part(heads, v.dim);
+    size(part_, part.size());
+    partial(q, k, v, b, h0, t, heads, g, keys, topk, scale, part_.data());
+    finish(part_.data(), 1, part.size(), part, sinks, o, b, h0, t, lse, lse_stride);
+  }
+
+  /// run()'s products over one slice of the keys, into `out` (a TopkPart(heads, v.dim) block).
+  template <class Q, class K, class V>
+  void partial(const View<Q>& q, const View<K>& k, const View<V>& v, Index b, Index h0, Index t,
+               Index heads, Index g, const std::int32_t* keys, Index topk, float scale,
+               float* out) {
+    const Index D = q.dim, Dv = v.dim, ldd = simd::round_up(D);
+    const TopkPart part(heads, Dv);
+    const Index G = heads, W = simd::kWidth, Gp = part.Gp, ldv = part.ldv;
     Index n = 0;
     rows_.resize(std::size_t(topk));
     for (Index i = 0; i < topk; ++i)
@@ -62,17 +92,12 @@ class TopkSoftmax {
       gemm::gemm(n, Gp, D, gemm::RowsA{keys_.rows()}, gemm::StridedB{qt_.data(), Gp}, st_.data(),
                  Gp, false);
     using simd::Vec;
-    const float inf = std::numeric_limits<float>::infinity();
-    size(m_, Gp);
-    size(l_, Gp);
+    float *m = out + part.m(), *l = out + part.l();
     for (Index c = 0; c < Gp; c += W) {
-      for (Index h = c; h < c + W; ++h)
-        m_[std::size_t(h)] = sinks != nullptr && h < G ? sinks[h] : -inf;
-      Vec mv = simd::load(m_.data() + c);
+      Vec mv(-std::numeric_limits<float>::infinity());
       for (Index j = 0; j < n; ++j) mv = simd::max(mv, simd::load(st_.data() + j * Gp + c));
-      simd::store(m_.data() + c, mv);
-      const Vec mm = simd::zero_if_neg_inf(mv);
-      const Vec log2e(1.4426950408889634f);
+      simd::store(m + c, mv);
+      const Vec mm = simd::zero_if_neg_inf(mv), log2e(1.4426950408889634f);
       Vec lv(0.f);
       for (Index j = 0; j < n; ++j) {
         float* x = st_.data() + j * Gp + c;
@@ -80,43 +105,55 @@ class TopkSoftmax {
         simd::store(x, p);
         lv = lv + p;
       }
-      simd::store(l_.data() + c, lv);
+      simd::store(l + c, lv);
     }
-    for (Index h = 0; h < G; ++h) {
-      const float m = m_[std::size_t(h)];
-      float l = l_[std::size_t(h)];
-      if (sinks != nullptr) l += std::exp(sinks[h] - m);
-      norm(h, m, l, lse, lse_stride);
-    }
-    // og_ [G, ldv] = P V_sel: P read down st_'s lanes, V's rows in place.
-    size(og_, G * ldv);
+    // o [G, ldv] = P V_sel: P read down st_'s lanes, V's rows in place.
     if (n > 0)
-      gemm::gemm(G, ldv, n, gemm::StridedA{st_.data(), 1, Gp}, gemm::RowsB{vrows}, og_.data(), ldv,
-                 false);
+      gemm::gemm(G, ldv, n, gemm::StridedA{st_.data(), 1, Gp}, gemm::RowsB{vrows}, out, ldv, false);
     else
-      std::fill(og_.begin(), og_.begin() + G * ldv, 0.f);
-    for (Index h = 0; h < G; ++h) {
-      float* row = og_.data() + h * ldv;
-      const float inv = inv_[std::size_t(h)];
-      for (Index c = 0; c < Dv; ++c) row[c] *= inv;
-      row_from_f32(row, Dv, o.row(b, h0 + h, t));
+      std::fill(out, out + G * ldv, 0.f);
+  }
+
+  /// o's rows (heads h0 .. h0 + G at query t) and, if given, lse[h * lse_stride] from `parts`
+  /// slices' partial results (TopkPart blocks, one after another), merged in order with the
+  /// sinks: M = max(sink, m_s), L = exp(sink - M) + sum_s exp(m_s - M) l_s,
+  /// o = sum_s exp(m_s - M) o_s / L (0, LSE -inf, with no key and no sink).
+  template <class O>
+  void finish(const float* in, Index parts, Index stride, const TopkPart& part, const float* sinks,
+              const View<O>& o, Index b, Index h0, Index t, float* lse, Index lse_stride) {
+    const float inf = std::numeric_limits<float>::infinity();
+    const Index Dv = o.dim, ldv = part.ldv, W = simd::kWidth;
+    size(row_, ldv);
+    size(w_, parts);
+    for (Index h = 0; h < part.G; ++h) {
+      float M = sinks != nullptr ? sinks[h] : -inf;
+      for (Index s = 0; s < parts; ++s) M = std::max(M, in[s * stride + part.m() + h]);
+      float L = sinks != nullptr && M > -inf ? std::exp(sinks[h] - M) : 0.f;
+      for (Index s = 0; s < parts; ++s) {
+        const float ms = in[s * stride + part.m() + h];
+        w_[std::size_t(s)] = ms > -inf ? std::exp(ms - M) : 0.f;
+        L += w_[std::size_t(s)] * in[s * stride + part.l() + h];
+      }
+      const float inv = L > 0.f ? 1.f / L : 0.f;
+      for (Index c = 0; c < ldv; c += W) {
+        simd::Vec acc(0.f);
+        for (Index s = 0; s < parts; ++s)
+          acc = simd::fma(simd::load(in + s * stride + h * ldv + c),
+                          simd::Vec(w_[std::size_t(s)] * inv), acc);
+        simd::store(row_.data() + c, acc);
+      }
+      row_from_f32(row_.data(), Dv, o.row(b, h0 + h, t));
+      if (lse != nullptr) lse[h * lse_stride] = L > 0.f ? M + std::log(L) : -inf;
     }
   }
 
  private:
-  // Row h's 1 / l (0 when it has no key and no sink) and its LSE.
-  void norm(Index h, float m, float l, float* lse, Index lse_stride) {
-    if (inv_.size() <= std::size_t(h)) inv_.resize(std::size_t(h + 1));
-    inv_[std::size_t(h)] = l > 0.f ? 1.f / l : 0.f;
-    if (lse != nullptr)
-      lse[h * lse_stride] = l > 0.f ? m + std::log(l) : -std::numeric_limits<float>::infinity();
-  }
   static void size(std::vector<float>& x, Index n) {
     if (x.size() < std::size_t(n)) x.resize(std::size_t(n));
   }
   std::vector<Index> rows_;
   SelectedRows keys_, values_;
-  std::vector<float> qs_, qt_, st_, m_, l_, og_, inv_;
+  std::vector<float> qs_, qt_, st_, part_, row_, w_;
 };
 
 }  // namespace attnkit::detail
