@@ -24,6 +24,8 @@ using simd::Vec;
 // 32 registers (AVX-512): 6 x 4 = 24 accumulators; 16 registers: 6 x 2 = 12.
 inline constexpr int kMR = 6;
 inline constexpr int kNR = simd::kRegisters >= 32 ? 4 : 2;
+// RowsA's steps of depth a pointer bump (micro_kernel).
+inline constexpr int kRowsUnroll = 8;
 // Depth of one pass over B: a kKc x (kNR * kWidth) panel of B stays in L1 across row blocks.
 inline constexpr Index kKc = 128;
 
@@ -68,12 +70,43 @@ inline void micro_kernel(Index k, A a, B b, float* c, Index ldc, bool accumulate
     for (int r = 0; r < NR; ++r)
       acc[i][r] = accumulate ? simd::load(c + i * ldc + r * kWidth) : Vec(0.f);
 
-  for (Index p = 0; p < k; ++p) {
-    Vec brow[std::size_t{NR}];
-    for (int r = 0; r < NR; ++r) brow[r] = simd::load(b.row(p) + r * kWidth);
-    for (int i = 0; i < MR; ++i) {
-      const Vec ai(*a.at(i, p));
-      for (int r = 0; r < NR; ++r) acc[i][r] = simd::fma(ai, brow[r], acc[i][r]);
+  if constexpr (std::is_same_v<A, RowsA>) {
+    // Rows anywhere: each row's pointer steps kRowsUnroll values at a time, so its broadcasts
+    // take a constant displacement, not an index register (an indexed memory operand costs
+    // the FMA an extra micro-op on Intel cores): the DSA engines 8-9% faster (16 heads over
+    // one KV head of 128, top k 1024, on an Intel Xeon, alternated in one process; 16 at a
+    // time gained nothing).
+    const float* ar[std::size_t{MR}];
+    for (int i = 0; i < MR; ++i) ar[i] = a.at(i, 0);
+    Index p = 0;
+    constexpr int U = kRowsUnroll;
+    for (; p + U <= k; p += U) {
+      for (int u = 0; u < U; ++u) {
+        Vec brow[std::size_t{NR}];
+        for (int r = 0; r < NR; ++r) brow[r] = simd::load(b.row(p + u) + r * kWidth);
+        for (int i = 0; i < MR; ++i) {
+          const Vec ai(ar[i][u]);
+          for (int r = 0; r < NR; ++r) acc[i][r] = simd::fma(ai, brow[r], acc[i][r]);
+        }
+      }
+      for (int i = 0; i < MR; ++i) ar[i] += U;
+    }
+    for (; p < k; ++p) {
+      Vec brow[std::size_t{NR}];
+      for (int r = 0; r < NR; ++r) brow[r] = simd::load(b.row(p) + r * kWidth);
+      for (int i = 0; i < MR; ++i) {
+        const Vec ai(*ar[i]++);
+        for (int r = 0; r < NR; ++r) acc[i][r] = simd::fma(ai, brow[r], acc[i][r]);
+      }
+    }
+  } else {
+    for (Index p = 0; p < k; ++p) {
+      Vec brow[std::size_t{NR}];
+      for (int r = 0; r < NR; ++r) brow[r] = simd::load(b.row(p) + r * kWidth);
+      for (int i = 0; i < MR; ++i) {
+        const Vec ai(*a.at(i, p));
+        for (int r = 0; r < NR; ++r) acc[i][r] = simd::fma(ai, brow[r], acc[i][r]);
+      }
     }
   }
 
