@@ -62,6 +62,39 @@ struct RowsB {
   RowsB from(Index p, Index j) const { return {rows + p, col + j}; }
 };
 
+namespace detail {
+
+// The micro-kernel's steps over A rows of unit column stride, each row's pointer stepped
+// kRowsUnroll values at a time, so its broadcasts take a constant displacement, not an
+// index register (an indexed memory operand costs the FMA an extra micro-op on Intel cores).
+template <int MR, int NR, class B>
+inline void unit_row_steps(Index k, const float* (&ar)[std::size_t{MR}], B b,
+                           Vec (&acc)[std::size_t{MR}][std::size_t{NR}]) {
+  Index p = 0;
+  constexpr int U = kRowsUnroll;
+  for (; p + U <= k; p += U) {
+    for (int u = 0; u < U; ++u) {
+      Vec brow[std::size_t{NR}];
+      for (int r = 0; r < NR; ++r) brow[r] = simd::load(b.row(p + u) + r * kWidth);
+      for (int i = 0; i < MR; ++i) {
+        const Vec ai(ar[i][u]);
+        for (int r = 0; r < NR; ++r) acc[i][r] = simd::fma(ai, brow[r], acc[i][r]);
+      }
+    }
+    for (int i = 0; i < MR; ++i) ar[i] += U;
+  }
+  for (; p < k; ++p) {
+    Vec brow[std::size_t{NR}];
+    for (int r = 0; r < NR; ++r) brow[r] = simd::load(b.row(p) + r * kWidth);
+    for (int i = 0; i < MR; ++i) {
+      const Vec ai(*ar[i]++);
+      for (int r = 0; r < NR; ++r) acc[i][r] = simd::fma(ai, brow[r], acc[i][r]);
+    }
+  }
+}
+
+}  // namespace detail
+
 /// C[MR, NR*kWidth] (+)= A[MR, k] * B[k, NR*kWidth]; ldc in elements.
 template <int MR, int NR, class A, class B>
 inline void micro_kernel(Index k, A a, B b, float* c, Index ldc, bool accumulate) {
@@ -70,35 +103,19 @@ inline void micro_kernel(Index k, A a, B b, float* c, Index ldc, bool accumulate
     for (int r = 0; r < NR; ++r)
       acc[i][r] = accumulate ? simd::load(c + i * ldc + r * kWidth) : Vec(0.f);
 
-  if constexpr (std::is_same_v<A, RowsA>) {
-    // Rows anywhere: each row's pointer steps kRowsUnroll values at a time, so its broadcasts
-    // take a constant displacement, not an index register (an indexed memory operand costs
-    // the FMA an extra micro-op on Intel cores): the DSA engines 8-9% faster (16 heads over
-    // one KV head of 128, top k 1024, on an Intel Xeon, alternated in one process; 16 at a
-    // time gained nothing).
+  // Rows anywhere, and row-major A under one vector of columns (the FMAs then take A's
+  // broadcasts as memory operands), step by pointer (detail::unit_row_steps). On an Intel Xeon,
+  // alternated in one process: the DSA engines 8-9% faster (16 heads over one KV head of 128,
+  // top k 1024; 16 values a step gained nothing), short query blocks 13% (16 queries over
+  // 8192 keys, docs/ledger.md), the rest even. The loads and FMAs are the same; only the
+  // address arithmetic differs, so no CPU without the extra micro-op should lose.
+  constexpr bool kRows = std::is_same_v<A, RowsA>;
+  bool unit = kRows;
+  if constexpr (!kRows) unit = NR == 1 && a.col_stride == 1;
+  if (unit) {
     const float* ar[std::size_t{MR}];
     for (int i = 0; i < MR; ++i) ar[i] = a.at(i, 0);
-    Index p = 0;
-    constexpr int U = kRowsUnroll;
-    for (; p + U <= k; p += U) {
-      for (int u = 0; u < U; ++u) {
-        Vec brow[std::size_t{NR}];
-        for (int r = 0; r < NR; ++r) brow[r] = simd::load(b.row(p + u) + r * kWidth);
-        for (int i = 0; i < MR; ++i) {
-          const Vec ai(ar[i][u]);
-          for (int r = 0; r < NR; ++r) acc[i][r] = simd::fma(ai, brow[r], acc[i][r]);
-        }
-      }
-      for (int i = 0; i < MR; ++i) ar[i] += U;
-    }
-    for (; p < k; ++p) {
-      Vec brow[std::size_t{NR}];
-      for (int r = 0; r < NR; ++r) brow[r] = simd::load(b.row(p) + r * kWidth);
-      for (int i = 0; i < MR; ++i) {
-        const Vec ai(*ar[i]++);
-        for (int r = 0; r < NR; ++r) acc[i][r] = simd::fma(ai, brow[r], acc[i][r]);
-      }
-    }
+    detail::unit_row_steps<MR, NR>(k, ar, b, acc);
   } else {
     for (Index p = 0; p < k; ++p) {
       Vec brow[std::size_t{NR}];
