@@ -9,7 +9,9 @@
 
 namespace ab {
 
-enum class Kind { Prefill, Decode, Backward };
+// Sparse / SparseBackward: topk_attention() (DeepSeek Sparse Attention) and its backward, q_len
+// queries (the last of kv_len) each over `topk` keys it sees, drawn from a fixed seed.
+enum class Kind { Prefill, Decode, Backward, Sparse, SparseBackward };
 enum class Storage { F32, Bf16, F16, Q8_0, Q4_0 };
 enum class Products { Exact, Bf16, Int8 };  // Options::products of the row
 enum class MaskKind { Full, Causal, Window };
@@ -22,6 +24,7 @@ struct Row {
   long heads, kv_heads, q_len, kv_len, dim;
   Products products;
   int threads;
+  long topk = 0;  // Sparse rows: keys a query
 };
 
 // Window: causal & SlidingWindow{255, 0}. Shapes keep one call between 10 and 200 ms on one
@@ -68,6 +71,12 @@ inline constexpr Row kRows[] = {
      32768, 128, Products::Exact, 1},
     {"decode q4_0 MHA Lk32K H32 d128, int8 products", Kind::Decode, Storage::Q4_0, MaskKind::Causal,
      32, 32, 1, 32768, 128, Products::Int8, 1},
+    // DeepSeek Sparse Attention: 16 heads over one KV head, each query over 1024 of its keys.
+    {"dsa f32 16 heads over 1, 512 queries over 4096, top 1024, d128", Kind::Sparse, Storage::F32,
+     MaskKind::Causal, 16, 1, 512, 4096, 128, Products::Exact, 1, 1024},
+    {"dsa backward f32 16 heads over 1, 512 queries over 4096, top 1024, d128",
+     Kind::SparseBackward, Storage::F32, MaskKind::Causal, 16, 1, 512, 4096, 128, Products::Exact,
+     1, 1024},
 };
 inline constexpr int kRowCount = static_cast<int>(sizeof(kRows) / sizeof(kRows[0]));
 
@@ -78,6 +87,10 @@ inline double work_of(const Row& r) {
       : r.mask == MaskKind::Window
           ? double(r.q_len) * 256.0
           : double(r.q_len) * double(r.kv_len) - double(r.q_len) * double(r.q_len - 1) / 2.0;
+  if (r.kind == Kind::Sparse || r.kind == Kind::SparseBackward) {  // selected pairs
+    const double sparse = 4.0 * double(r.q_len) * double(r.topk) * double(r.dim) * double(r.heads);
+    return r.kind == Kind::Sparse ? sparse : 2.5 * sparse;  // counted as the dense backward
+  }
   const double forward = 4.0 * pairs * double(r.dim) * double(r.heads);  // QK^T and PV
   if (r.kind == Kind::Prefill) return forward;
   if (r.kind == Kind::Backward) return 2.5 * forward;  // dP, dV, dK, dQ and S again

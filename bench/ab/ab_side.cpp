@@ -30,6 +30,14 @@
 #else
 #define AB_HAS_INT8 0
 #endif
+#if __has_include(<attnkit/dsa/topk_backward.hpp>)
+#include <attnkit/dsa/topk_attention.hpp>
+#include <attnkit/dsa/topk_backward.hpp>
+#define AB_HAS_DSA 1
+#else
+#define AB_HAS_DSA 0
+#endif
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -54,6 +62,7 @@ void fill(float* x, std::size_t n, std::uint64_t seed) {
 struct Buffers {
   const ab::Row* row = nullptr;
   std::vector<float> q, o, d_o, dq, dk, dv, lse, kf, vf;
+  std::vector<std::int32_t> selected;  // Sparse rows: [q_len, topk], each row ascending
   std::vector<Eigen::bfloat16> kb, vb;
   std::vector<Eigen::half> kh, vh;
 #if AB_HAS_Q8
@@ -134,8 +143,51 @@ void run_storage(const ab::Row& r, const Mask& mask, Buffers& b) {
   }
 }
 
+#if AB_HAS_DSA
+void run_sparse(const ab::Row& r, Buffers& b) {
+  const auto q = ak::bhsd(static_cast<const float*>(b.q.data()), 1, r.heads, r.q_len, r.dim);
+  const auto k = ak::bhsd(static_cast<const float*>(b.kf.data()), 1, r.kv_heads, r.kv_len, r.dim);
+  const auto v = ak::bhsd(static_cast<const float*>(b.vf.data()), 1, r.kv_heads, r.kv_len, r.dim);
+  const ak::TopkKeys keys{
+      ak::bhsd(static_cast<const std::int32_t*>(b.selected.data()), 1, 1, r.q_len, r.topk)};
+  const auto options = ak::Options{}.with_threads(r.threads).with_lse(b.lse);
+  if (r.kind == ab::Kind::Sparse)
+    return ak::topk_attention(ak::make_spec(), q, k, v,
+                              ak::bhsd(b.o.data(), 1, r.heads, r.q_len, r.dim), keys, options);
+  ak::topk_attention_backward(
+      ak::make_spec(), q, k, v,
+      ak::bhsd(static_cast<const float*>(b.o.data()), 1, r.heads, r.q_len, r.dim),
+      ak::bhsd(static_cast<const float*>(b.d_o.data()), 1, r.heads, r.q_len, r.dim),
+      ak::bhsd(b.dq.data(), 1, r.heads, r.q_len, r.dim),
+      ak::bhsd(b.dk.data(), 1, r.kv_heads, r.kv_len, r.dim),
+      ak::bhsd(b.dv.data(), 1, r.kv_heads, r.kv_len, r.dim), keys, options);
+}
+
+// Each query's topk keys among those it sees (causal, the last q_len of kv_len), ascending.
+std::vector<std::int32_t> selection(const ab::Row& r) {
+  std::vector<std::int32_t> out(std::size_t(r.q_len * r.topk)), pool;
+  std::uint64_t s = 7;
+  for (long t = 0; t < r.q_len; ++t) {
+    pool.resize(std::size_t(r.kv_len - r.q_len + t + 1));
+    for (std::size_t j = 0; j < pool.size(); ++j) pool[j] = std::int32_t(j);
+    for (long i = 0; i < r.topk; ++i) {  // a partial Fisher-Yates draw
+      s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+      const std::size_t pick =
+          std::size_t(i) + std::size_t((s >> 33) % (pool.size() - std::size_t(i)));
+      std::swap(pool[std::size_t(i)], pool[pick]);
+    }
+    std::sort(pool.begin(), pool.begin() + r.topk);
+    std::copy_n(pool.begin(), r.topk, out.begin() + t * r.topk);
+  }
+  return out;
+}
+#endif
+
 void call(Buffers& b) {
   const ab::Row& r = *b.row;
+#if AB_HAS_DSA
+  if (r.kind == ab::Kind::Sparse || r.kind == ab::Kind::SparseBackward) return run_sparse(r, b);
+#endif
   switch (r.mask) {
     case ab::MaskKind::Full:
       return run_storage(r, ak::Full{}, b);
@@ -187,14 +239,17 @@ void AB_CAT(AB_SIDE, _setup)(int index) {
 #endif
       break;
   }
-  if (r.kind == ab::Kind::Backward) {
+#if AB_HAS_DSA
+  if (r.kind == ab::Kind::Sparse || r.kind == ab::Kind::SparseBackward) b.selected = selection(r);
+#endif
+  if (r.kind == ab::Kind::Backward || r.kind == ab::Kind::SparseBackward) {
     b.d_o.resize(b.q.size());
     fill(b.d_o.data(), b.d_o.size(), 4);
     b.dq.assign(b.q.size(), 0.f);
     b.dk.assign(n(r.kv_heads, r.kv_len, r.dim), 0.f);
     b.dv.assign(b.dk.size(), 0.f);
     ab::Row forward = r;  // o and the statistic the backward reads
-    forward.kind = ab::Kind::Prefill;
+    forward.kind = r.kind == ab::Kind::Backward ? ab::Kind::Prefill : ab::Kind::Sparse;
     b.row = &forward;
     call(b);
     b.row = &r;
@@ -214,5 +269,6 @@ bool AB_CAT(AB_SIDE, _supports)(int index) {
   const bool quantized = r.kv == ab::Storage::Q8_0 || r.kv == ab::Storage::Q4_0;
   return (AB_HAS_Q8 || !quantized) && (AB_HAS_BF16 || r.products != ab::Products::Bf16) &&
          (AB_HAS_INT8 || r.products != ab::Products::Int8) &&
-         (AB_HAS_BACKWARD || r.kind != ab::Kind::Backward);
+         (AB_HAS_BACKWARD || r.kind != ab::Kind::Backward) &&
+         (AB_HAS_DSA || (r.kind != ab::Kind::Sparse && r.kind != ab::Kind::SparseBackward));
 }
