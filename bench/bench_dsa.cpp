@@ -13,12 +13,15 @@
 // Decode (2 threads): one query against Lk 32K and 128K keys, DeepSeek's absorbed MLA shape
 // (128 heads over one latent of 576, values its first 512, f32), an indexer of 64 heads of
 // 128, k 2048, against dense decode of the same latent (target: >= 5x faster at 128K).
+// The indexer again with int8 products (Products::Int8) against f32: time and the share of
+// the f32 selection it keeps.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <attnkit/attnkit.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <random>
 #include <string>
 #include <tuple>
@@ -57,7 +60,7 @@ struct Prefill {
   Shape s;
   Index topk;
   std::vector<float> q, k, v, o, d_o, dq, dk, dv, lse, qi, w, ki;
-  std::vector<std::int32_t> sel;
+  std::vector<std::int32_t> sel, sel8;  // the indexer's selection: exact, int8 products
   explicit Prefill(const Shape& shape)
       : s(shape),
         topk(std::min<Index>(shape.len / 4, 2048)),
@@ -73,7 +76,8 @@ struct Prefill {
         qi(normal(std::size_t(s.len * kIndexHeads * kIndexDim), 5)),
         w(normal(std::size_t(s.len * kIndexHeads), 6)),
         ki(normal(std::size_t(s.len * kIndexDim), 7)),
-        sel(std::size_t(s.len * topk)) {
+        sel(std::size_t(s.len * topk)),
+        sel8(sel.size()) {
     indexer();
   }
   ak::View<const float> cq() const { return ak::bshd(q.data(), 1, s.len, s.heads, s.dim); }
@@ -87,12 +91,27 @@ struct Prefill {
   ak::View<float> out() { return ak::bshd(o.data(), 1, s.len, s.heads, s.value_dim); }
   ak::View<const float> cout() const { return ak::bshd(o.data(), 1, s.len, s.heads, s.value_dim); }
   ak::TopkKeys keys() const { return {ak::bshd(sel.data(), 1, s.len, 1, topk)}; }
-  void indexer() {
+  void indexer(ak::Products how = ak::Products::Exact) {
+    std::vector<std::int32_t>& out = how == ak::Products::Int8 ? sel8 : sel;
     ak::indexer_topk(ak::IndexerSpec{topk, true},
                      ak::View<const float>(ak::bshd(qi.data(), 1, s.len, kIndexHeads, kIndexDim)),
                      ak::View<const float>(ak::bshd(w.data(), 1, s.len, kIndexHeads, 1)),
                      ak::View<const float>(ak::bshd(ki.data(), 1, s.len, 1, kIndexDim)),
-                     ak::bshd(sel.data(), 1, s.len, 1, topk), ak::Options{}.with_threads(kThreads));
+                     ak::bshd(out.data(), 1, s.len, 1, topk),
+                     ak::Options{}.with_threads(kThreads).with_products(how));
+  }
+  // The share of the exact selection's keys the int8 one keeps (both rows ascending).
+  double int8_recall() const {
+    double kept = 0, all = 0;
+    for (Index t = 0; t < s.len; ++t) {
+      const auto a = sel.begin() + t * topk, b = sel8.begin() + t * topk;
+      const auto a_end = std::find(a, a + topk, -1), b_end = std::find(b, b + topk, -1);
+      std::vector<std::int32_t> both;
+      std::set_intersection(a, a_end, b, b_end, std::back_inserter(both));
+      kept += double(both.size());
+      all += double(a_end - a);
+    }
+    return all > 0 ? kept / all : 1.0;
   }
   double selected_pairs() const {
     return double(std::count_if(sel.begin(), sel.end(), [](std::int32_t x) { return x >= 0; }));
@@ -129,6 +148,8 @@ void add(const std::string& name, double flops, Body body) {
 void add_prefill(const Shape& sh, bool backward) {
   const auto options = ak::Options{}.with_threads(kThreads);
   add(key("indexer", sh), indexer_flops(sh.len), [=] { prefill(sh).indexer(); });
+  add(key("indexer_int8", sh), indexer_flops(sh.len),
+      [=] { prefill(sh).indexer(ak::Products::Int8); });
   const double selected =
       double(sh.len) * double(std::min<Index>(sh.len / 4, 2048));  // the summary counts
   add(key("dsa", sh), attention_flops(sh, selected), [=] {
@@ -259,6 +280,25 @@ void print_summary(const std::vector<Shape>& shapes, const std::vector<Index>& d
         sh.name, long(sh.heads), long(sh.dim), long(sh.value_dim), long(sh.len), ix->seconds * 1e3,
         gf, 100 * gf / (kThreads * peak), ds->seconds * 1e3, de->seconds * 1e3, speedup,
         speedup * live, speedup * double(prefill(sh).topk) / double(sh.len), bwd);
+  }
+  std::printf(
+      "\nThe indexer with int8 products (Products::Int8: rows quantized with a scale each, exact "
+      "integer sums%s), against f32 products; recall = the share of the f32 selection's keys "
+      "the int8 one keeps:\n\n",
+#ifdef ATTNKIT_INDEXER_VNNI
+      ", AVX-512 VNNI"
+#else
+      ", a portable integer loop (no AVX-512 VNNI in this build)"
+#endif
+  );
+  attnkit_bench::print_table_head("| shape | L | f32 ms | int8 ms | f32 / int8 | recall |");
+  for (const Shape& sh : shapes) {
+    const auto* ix = attnkit_bench::find_best(key("indexer", sh));
+    const auto* i8 = attnkit_bench::find_best(key("indexer_int8", sh));
+    if (ix == nullptr || i8 == nullptr) continue;
+    std::printf("| %s | %ld | %.1f | %.1f | %.2f | %.4f |\n", sh.name, long(sh.len),
+                ix->seconds * 1e3, i8->seconds * 1e3, ix->seconds / i8->seconds,
+                prefill(sh).int8_recall());
   }
   std::printf(
       "\nDecode, MLA absorbed (%ld heads, latent %ld, values %ld), indexer %ld heads of %ld, "

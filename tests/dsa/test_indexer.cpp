@@ -3,11 +3,14 @@
 // exactly on integer inputs (every score exact in f32, so ties are real ties), causal and
 // not, decode (one query: the keys split over threads), bf16 inputs, any thread
 // count; on random inputs, the selection's f64 scores against the reference's (near-ties may
-// swap); bad arguments refused before anything is written (dsa/indexer_checks.hpp).
+// swap); Products::Int8 (dsa/indexer_int8.hpp): the reference's selection on inputs int8
+// holds exactly, and on normal draws the top k of the inputs rounded to its grid; bad
+// arguments refused before anything is written (dsa/indexer_checks.hpp).
 #include <Eigen/Core>
 #include <algorithm>
 #include <attnkit/dsa/indexer.hpp>
 #include <attnkit/dsa/indexer_checks.hpp>
+#include <attnkit/dsa/indexer_int8.hpp>
 #include <attnkit/dsa/reference.hpp>
 #include <attnkit/dsa/topk_select.hpp>
 #include <catch2/catch_test_macros.hpp>
@@ -159,6 +162,114 @@ TEST_CASE("indexer_topk: on random inputs the kept keys' scores are the top k's"
     CHECK(dec.select({256, true}, 2, false) == one);
     CHECK(dec.select({256, true}, 3, false) == one);
   }
+}
+
+namespace {
+
+// Products::Int8's rule (dsa/indexer_int8.hpp), applied to every row of x in place: x = a q with
+// a = max|x| / 127 (f32) and q = round(x / a) (halves away from 0); a row of zeros stays 0.
+template <class T>
+void to_int8_grid(Tensor<T>& x) {
+  const auto& v = x.view;
+  for (Index b = 0; b < v.batch; ++b)
+    for (Index h = 0; h < v.heads; ++h)
+      for (Index t = 0; t < v.seq; ++t) {
+        T* row = v.row(b, h, t);
+        float top = 0.f;
+        for (Index c = 0; c < v.dim; ++c) top = std::max(top, std::abs(float(row[c])));
+        const float a = top / 127.f;
+        if (!(a >= std::numeric_limits<float>::min())) continue;
+        for (Index c = 0; c < v.dim; ++c)
+          row[c] = T(a * float(std::lround(float(row[c]) * (1.f / a))));
+      }
+}
+
+// Integers in [-127, 127] with each row's first value +-127: int8 with a scale of 1 holds
+// them exactly, and every score is an exact integer in f32.
+template <class T>
+void int8_exact(Tensor<T>& x, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> value(-127, 127);
+  x.for_each([&](T& y) { y = T(float(value(rng))); });
+  const auto& v = x.view;
+  for (Index b = 0; b < v.batch; ++b)
+    for (Index h = 0; h < v.heads; ++h)
+      for (Index t = 0; t < v.seq; ++t)
+        v.row(b, h, t)[0] = T((b + h + t) % 2 != 0 ? 127.f : -127.f);
+}
+
+}  // namespace
+
+TEST_CASE("indexer_topk: int8 products select the reference's keys where int8 is exact",
+          "[dsa][indexer][int8]") {
+  // Integer inputs int8 holds exactly: the selection is the f64 reference's, bit for bit, for
+  // any thread count, prefill (keys packed once) and decode (keys in parts), D not a multiple
+  // of 4 (the packed depth's zero tail) and bf16 inputs.
+  struct Case {
+    Index B, Hi, Lq, Lk, D, topk;
+    bool causal;
+    const char* what;
+  };
+  const Case cases[] = {
+      {2, 4, 150, 150, 32, 20, true, "causal prefill"},
+      {1, 3, 40, 90, 30, 16, false, "not causal, D 30"},
+      {1, 4, 1, 3000, 32, 64, true, "decode: one query, keys in parts"},
+      {1, 16, 20, 700, 64, 300, true, "16 heads, topk above some queries' keys"},
+  };
+  const auto int8 = ak::Options{}.with_products(ak::Products::Int8);
+  for (const Case& c : cases) {
+    INFO(c.what);
+    IndexerInputs<float> in(c.B, c.Hi, c.Lq, c.Lk, c.D, true, 31);
+    int8_exact(in.q, 1);
+    int8_exact(in.k, 2);
+    const ak::IndexerSpec spec{c.topk, c.causal};
+    const auto want = in.select(spec, 1, true);
+    CHECK(in.select(spec, 1, false, int8) == want);
+    CHECK(in.select(spec, 2, false, int8) == want);
+    CHECK(in.select(spec, 3, false, int8) == want);
+  }
+  IndexerInputs<Eigen::bfloat16> bf16(1, 8, 60, 60, 32, true, 5);
+  int8_exact(bf16.q, 3);
+  int8_exact(bf16.k, 4);
+  CHECK(bf16.select({16, true}, 2, false, int8) == bf16.select({16, true}, 1, true));
+}
+
+TEST_CASE("indexer_topk: int8 products keep the top k of the quantized inputs",
+          "[dsa][indexer][int8]") {
+  // Normal draws (a row of q_I and one of k_I all zero): the kept keys' f64 scores on the
+  // inputs rounded to the int8 grid are the top k's of those, within kNearTie; the same
+  // selection for any thread count.
+  const Index Lq = 200, Lk = 200, topk = 32;
+  const auto zero_rows = [](IndexerInputs<float>& x) {
+    std::fill(x.q.view.row(0, 3, 17), x.q.view.row(0, 3, 17) + 64, 0.f);
+    std::fill(x.k.view.row(0, 0, 9), x.k.view.row(0, 0, 9) + 64, 0.f);
+  };
+  IndexerInputs<float> in(1, 16, Lq, Lk, 64, false, 41), grid(1, 16, Lq, Lk, 64, false, 41);
+  zero_rows(in);
+  zero_rows(grid);
+  to_int8_grid(grid.q);
+  to_int8_grid(grid.k);
+  const ak::IndexerSpec spec{topk, true};
+  const auto int8 = ak::Options{}.with_products(ak::Products::Int8);
+  const auto got = in.select(spec, 2, false, int8);
+  CHECK(in.select(spec, 1, false, int8) == got);
+  std::vector<std::int32_t> unused(static_cast<std::size_t>(Lq * topk));
+  const std::vector<double> I =
+      ak::reference::indexer_scores(spec, grid.q.cview(), grid.w.cview(), grid.k.cview(),
+                                    ak::bhsd(unused.data(), 1, 1, Lq, topk));
+  double worst = 0;
+  for (Index t = 0; t < Lq; ++t) {
+    std::vector<double> row(I.begin() + t * Lk, I.begin() + t * Lk + t + 1);
+    std::sort(row.begin(), row.end(), std::greater<>());
+    const Index kept = std::min<Index>(topk, t + 1);
+    const double kth = row[std::size_t(kept - 1)], top = std::max(1.0, std::abs(row[0]));
+    for (Index i = 0; i < topk; ++i) {
+      const std::int32_t s = got[std::size_t(t * topk + i)];
+      CHECK((i < kept) == (s >= 0));
+      if (s >= 0) worst = std::max(worst, (kth - I[std::size_t(t * Lk + s)]) / top);
+    }
+  }
+  CHECK(worst <= kNearTie);
 }
 
 TEST_CASE("indexer_topk: bad arguments throw Error before anything is written", "[dsa][indexer]") {

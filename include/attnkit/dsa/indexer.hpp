@@ -8,7 +8,8 @@
 // transposed once per call) and the heads' weighted ReLU sum into the block's rows of scores,
 // from which select_topk() (dsa/topk_select.hpp, a radix select) keeps each query's k. Work
 // items are (batch, block of queries); a decode call (fewer blocks than threads) cuts the
-// keys into parts. The selection is exact, the same for any thread count.
+// keys into parts. The selection is exact, the same for any thread count. Products::Int8
+// scores int8 rows instead (dsa/indexer_int8.hpp), every key packed once a call.
 #pragma once
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 
 #include "attnkit/detail/parallel.hpp"
 #include "attnkit/dsa/indexer_checks.hpp"
+#include "attnkit/dsa/indexer_int8.hpp"
 #include "attnkit/dsa/topk_select.hpp"
 #include "attnkit/gemm/tile_gemm.hpp"
 #include "attnkit/options.hpp"
@@ -36,11 +38,13 @@ class IndexerBlocks {
   static constexpr Index kKeys = 256;  // keys per tile (columns of the GEMM)
 
   IndexerBlocks(const IndexerShape& s, const View<QI>& q, const View<const float>& w,
-                const std::vector<float>& kt, const View<std::int32_t>& selected, bool own_rows)
+                const std::vector<float>& kt, const Int8Keys& k8,
+                const View<std::int32_t>& selected, bool own_rows)
       : s_(s),
         q_(q),
         w_(w),
         kt_(kt),
+        k8_(k8),
         selected_(selected),
         a_(std::size_t(s.block * s.heads * s.ldd)),
         scores_(std::size_t(simd::round_up(s.block * s.heads) * kKeys)),
@@ -78,9 +82,14 @@ class IndexerBlocks {
       for (Index i = 0; i < n * H; ++i)
         for (Index c = 0; c < s.ldd; ++c)
           qt_[std::size_t(c * nh + i)] = a_[std::size_t(i * s.ldd + c)];
+    const bool int8 = !k8_.packed.empty();
+    if (int8) q8_.set(a_.data(), n * H, s.ldd, s.dim, k8_.d4);
     for (Index s0 = lo; s0 < hi; s0 += kKeys) {
       const Index cols = std::min(kKeys, hi - s0), padded = simd::round_up(cols);
-      if (qt_.empty()) {
+      if (int8) {  // Products::Int8 (dsa/indexer_int8.hpp): whole groups of 16 keys
+        int8_scores(q8_, n * H, k8_, b, s0 / kInt8Group, (cols + kInt8Group - 1) / kInt8Group,
+                    scores_.data(), kKeys);
+      } else if (qt_.empty()) {
         gemm::gemm(n * H, padded, s.dim, {a_.data(), s.ldd, 1}, kt + s0, s.ldkt, scores_.data(),
                    kKeys, false);
       } else {  // C [keys, heads] = K_tile Q^T, then transposed to scores_ [heads, keys]: the
@@ -137,6 +146,8 @@ class IndexerBlocks {
   View<QI> q_;
   View<const float> w_;
   const std::vector<float>& kt_;
+  const Int8Keys& k8_;  // Products::Int8: k_I packed (else empty)
+  Int8Queries q8_;
   View<std::int32_t> selected_;
   View<KI> k_;  // keys as rows (decode)
   std::vector<float> a_, scores_, weights_, rows_, qt_, tile_, c_;
@@ -175,7 +186,9 @@ std::vector<float> transposed_keys(const IndexerShape& s, const View<KI>& k, int
 /// sum_j w(t, j) ReLU(q_I(t, j) . k_I(s)), written as increasing key indices into selected
 /// [B, 1, Lq, topk] (int32; -1 past the keys a query sees). Causal: query t sees keys
 /// s <= t + options.q_offset (default Lk - Lq). q_I and k_I in f32, bf16 or f16; f32
-/// products. Throws Error before writing anything on bad input (shapes, topk < 1, values
+/// products, or with options.products = Products::Int8 int8 rows with a scale each and exact
+/// integer sums (dsa/indexer_int8.hpp: the selection of the quantized inputs; Bf16 runs
+/// f32). Throws Error before writing anything on bad input (shapes, topk < 1, values
 /// that are not finite, a selection sharing memory with an input).
 template <class QI, class KI>
 void indexer_topk(const IndexerSpec& spec, const View<QI>& q, const View<const float>& w,
@@ -186,10 +199,14 @@ void indexer_topk(const IndexerSpec& spec, const View<QI>& q, const View<const f
   const int threads = detail::thread_count(options.threads);
   const Index blocks = (s.q_len + s.block - 1) / s.block, rows = s.batch * blocks;
   // Fewer query blocks than threads (decode): each tile packs its keys as GEMM rows, rather
-  // than the call transposing every key for blocks that would read each once.
-  const bool decode = rows < threads;
+  // than the call transposing every key for blocks that would read each once. Int8 products
+  // quantize and pack every key once a call, decode too (a thread-count choice of path must
+  // not change the scores).
+  const bool int8 = options.products == Products::Int8;
+  const bool decode = rows < threads && !int8;
   const std::vector<float> kt =
-      decode ? std::vector<float>{} : detail::transposed_keys(s, k, threads);
+      decode || int8 ? std::vector<float>{} : detail::transposed_keys(s, k, threads);
+  const detail::Int8Keys k8 = int8 ? detail::pack_int8_keys(s, k, threads) : detail::Int8Keys{};
   // Fewer blocks than threads (decode): each block's keys in parts into shared rows of
   // scores, selected after.
   using Engine = detail::IndexerBlocks<QI, KI>;
@@ -197,7 +214,7 @@ void indexer_topk(const IndexerSpec& spec, const View<QI>& q, const View<const f
       rows >= threads ? 1 : std::clamp<Index>(threads / rows, 1, s.k_len / (4 * Engine::kKeys) + 1);
   std::vector<float> shared(std::size_t(parts > 1 ? rows * s.block * s.k_len_pad : 0));
   detail::Workers<Engine> workers(detail::threads_for(options.threads, rows * parts), s, q, w, kt,
-                                  selected, parts == 1);
+                                  k8, selected, parts == 1);
   if (decode)
     for (std::size_t i = 0; i < workers.size(); ++i) workers[i].keys_as_rows(k);
   // The last blocks see the most keys: hand them out first.
