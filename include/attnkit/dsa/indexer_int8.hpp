@@ -41,8 +41,11 @@ inline float quantize_i8(const float* x, Index n, Index np, std::int8_t* q) {
   const float a = top / 127.f;
   const bool zero = !(a >= std::numeric_limits<float>::min());
   const float inv = zero ? 0.f : 1.f / a;
-  for (Index c = 0; c < np; ++c)
-    q[c] = c < n && !zero ? static_cast<std::int8_t>(std::lround(x[c] * inv)) : std::int8_t{0};
+  for (Index c = 0; c < n; ++c) {  // round half away from 0, as std::round (no library call)
+    const float y = x[c] * inv, t = std::trunc(y);
+    q[c] = static_cast<std::int8_t>(std::fabs(y - t) >= 0.5f ? t + std::copysign(1.f, y) : t);
+  }
+  std::fill(q + n, q + np, std::int8_t{0});
   return zero ? 0.f : a;
 }
 
