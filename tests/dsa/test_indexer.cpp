@@ -203,8 +203,8 @@ void int8_exact(Tensor<T>& x, std::uint32_t seed) {
 TEST_CASE("indexer_topk: int8 products select the reference's keys where int8 is exact",
           "[dsa][indexer][int8]") {
   // Integer inputs int8 holds exactly: the selection is the f64 reference's, bit for bit, for
-  // any thread count, prefill (keys packed once) and decode (keys in parts), D not a multiple
-  // of 4 (the packed depth's zero tail) and bf16 inputs.
+  // any thread count (on 8, keys in parts), D not a multiple of 4 (the packed depth's zero
+  // tail) and bf16 inputs.
   struct Case {
     Index B, Hi, Lq, Lk, D, topk;
     bool causal;
@@ -212,10 +212,12 @@ TEST_CASE("indexer_topk: int8 products select the reference's keys where int8 is
   };
   const Case cases[] = {
       {2, 4, 150, 150, 32, 20, true, "causal prefill"},
-      {1, 3, 40, 90, 30, 16, false, "not causal, D 30"},
-      {1, 4, 1, 3000, 32, 64, true, "decode: one query, keys in parts"},
-      {1, 16, 20, 700, 64, 300, true, "16 heads, topk above some queries' keys"},
+      {1, 3, 70, 90, 30, 16, false, "not causal, D 30"},
+      {1, 4, 64, 3000, 32, 64, true, "64 queries against 3000 keys (in parts on 8 threads)"},
+      {1, 16, 70, 700, 64, 300, true, "16 heads, topk above some queries' keys"},
+      {1, 4, 1, 3000, 32, 64, true, "decode: one query (f32 products below 64 queries)"},
   };
+  static_assert(ak::detail::kInt8MinQueries == 64);
   const auto int8 = ak::Options{}.with_products(ak::Products::Int8);
   for (const Case& c : cases) {
     INFO(c.what);
@@ -227,8 +229,9 @@ TEST_CASE("indexer_topk: int8 products select the reference's keys where int8 is
     CHECK(in.select(spec, 1, false, int8) == want);
     CHECK(in.select(spec, 2, false, int8) == want);
     CHECK(in.select(spec, 3, false, int8) == want);
+    CHECK(in.select(spec, 8, false, int8) == want);
   }
-  IndexerInputs<Eigen::bfloat16> bf16(1, 8, 60, 60, 32, true, 5);
+  IndexerInputs<Eigen::bfloat16> bf16(1, 8, 80, 80, 32, true, 5);
   int8_exact(bf16.q, 3);
   int8_exact(bf16.k, 4);
   CHECK(bf16.select({16, true}, 2, false, int8) == bf16.select({16, true}, 1, true));
