@@ -256,6 +256,10 @@ TEST_CASE("indexer_topk: int8 products keep the top k of the quantized inputs",
   const auto int8 = ak::Options{}.with_products(ak::Products::Int8);
   const auto got = in.select(spec, 2, false, int8);
   CHECK(in.select(spec, 1, false, int8) == got);
+  if constexpr (!ak::detail::kInt8Indexer) {  // no AVX-512 VNNI: the request runs f32
+    CHECK(got == in.select(spec, 2, false));
+    return;
+  }
   std::vector<std::int32_t> unused(static_cast<std::size_t>(Lq * topk));
   const std::vector<double> I =
       ak::reference::indexer_scores(spec, grid.q.cview(), grid.w.cview(), grid.k.cview(),
@@ -273,6 +277,36 @@ TEST_CASE("indexer_topk: int8 products keep the top k of the quantized inputs",
     }
   }
   CHECK(worst <= kNearTie);
+}
+
+TEST_CASE("indexer_topk: int8 scores: the kernel's are the integer loop's, bit for bit",
+          "[dsa][indexer][int8]") {
+  // int8_scores() (AVX-512 VNNI where built) against int8_scores_portable() on the same packed
+  // rows: every row remainder of the 6-row blocks, whole and single groups of keys, a depth
+  // that is not a multiple of 4.
+  for (const Index D : {30, 128}) {
+    const Index Lk = 100, rows = 13;
+    IndexerInputs<float> in(1, rows, 1, Lk, D, false, 51);
+    ak::detail::IndexerShape s;
+    s.batch = 1;
+    s.k_len = Lk;
+    s.dim = D;
+    s.ldd = ak::simd::round_up(D);
+    const auto keys = ak::detail::pack_int8_keys(s, in.k.cview(), 2);
+    std::vector<float> a(std::size_t(rows * s.ldd), 0.f);
+    for (Index r = 0; r < rows; ++r) std::copy_n(in.q.view.row(0, r, 0), D, a.begin() + r * s.ldd);
+    ak::detail::Int8Queries q;
+    q.set(a.data(), rows, s.ldd, D, keys.d4);
+    for (const Index m : {1, 5, 6, 7, 13})
+      for (const Index groups : {1, 4, 5, 7}) {
+        INFO("D " << D << " rows " << m << " groups " << groups);
+        const Index cols = groups * ak::detail::kInt8Group;
+        std::vector<float> got(std::size_t(m * cols), -1.f), want(got.size(), -2.f);
+        ak::detail::int8_scores(q, m, keys, 0, 0, groups, got.data(), cols);
+        ak::detail::int8_scores_portable(q, m, keys, 0, 0, groups, want.data(), cols);
+        CHECK(got == want);
+      }
+  }
 }
 
 TEST_CASE("indexer_topk: bad arguments throw Error before anything is written", "[dsa][indexer]") {

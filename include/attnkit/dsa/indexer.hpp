@@ -186,10 +186,11 @@ std::vector<float> transposed_keys(const IndexerShape& s, const View<KI>& k, int
 /// sum_j w(t, j) ReLU(q_I(t, j) . k_I(s)), written as increasing key indices into selected
 /// [B, 1, Lq, topk] (int32; -1 past the keys a query sees). Causal: query t sees keys
 /// s <= t + options.q_offset (default Lk - Lq). q_I and k_I in f32, bf16 or f16; f32
-/// products, or with options.products = Products::Int8 (calls of 64 queries or more) int8
-/// rows with a scale each and exact integer sums (dsa/indexer_int8.hpp: the selection of the
-/// quantized inputs; Bf16 runs f32). Throws Error before writing anything on bad input (shapes,
-/// topk < 1, values that are not finite, a selection sharing memory with an input).
+/// products, or with options.products = Products::Int8 (calls of 64 queries or more, builds
+/// with AVX-512 VNNI) int8 rows with a scale each and exact integer sums
+/// (dsa/indexer_int8.hpp: the selection of the quantized inputs; Bf16 runs f32). Throws Error
+/// before writing anything on bad input (shapes, topk < 1, values that are not finite, a selection
+/// sharing memory with an input).
 template <class QI, class KI>
 void indexer_topk(const IndexerSpec& spec, const View<QI>& q, const View<const float>& w,
                   const View<KI>& k, const View<std::int32_t>& selected,
@@ -202,8 +203,8 @@ void indexer_topk(const IndexerSpec& spec, const View<QI>& q, const View<const f
   // than the call transposing every key for blocks that would read each once. Int8 products
   // (calls of 64 queries or more) quantize and pack every key once a call, whatever the
   // thread count (a thread-count choice of path must not change the scores).
-  const bool int8 =
-      options.products == Products::Int8 && s.batch * s.q_len >= detail::kInt8MinQueries;
+  const bool int8 = detail::kInt8Indexer && options.products == Products::Int8 &&
+                    s.batch * s.q_len >= detail::kInt8MinQueries;
   const bool decode = rows < threads && !int8;
   const std::vector<float> kt =
       decode || int8 ? std::vector<float>{} : detail::transposed_keys(s, k, threads);

@@ -3,12 +3,13 @@
 // with the scale in f32 (a = max|x| / 127, q = round(x / a), halves away from 0, in
 // [-127, 127]; a row whose max|x| is below 127 * 2^-126 is 0), their dot products summed
 // exactly in int32, then scaled in f32: score = (a_q a_k) * float(sum). The integer sums are
-// exact, so the scores, and the selection, are the same bits on every ISA:
+// exact, so the scores, and the selection, are the same bits on every CPU that runs them:
 //  - AVX-512 VNNI: vpdpbusd multiplies 64 unsigned by 64 signed bytes into 16 int32 lanes;
 //    the query's bytes become unsigned (q + 128) and each key's 128 * sum(k) is taken off.
 //    A register block of 6 query rows x 4 groups of 16 keys, the keys packed once a call as
 //    [group][Di / 4][16 keys][4 bytes];
-//  - elsewhere: an integer loop over the same packed bytes.
+//  - elsewhere the request runs f32 products (an integer loop over the same bytes, kept for
+//    the tests, would be slower than the f32 tile GEMM).
 // DeepSeek-V3.2 runs its indexer in FP8 with block scales; int8 with a scale a row is its
 // integer counterpart on CPUs with VNNI (twice the f32 tile GEMM's rate on the Xeon in cache).
 // Every key is quantized and packed once a call, so only calls of kInt8MinQueries queries or
@@ -176,15 +177,9 @@ inline void int8_rows(const Int8Queries& q, Index m, const Int8Keys& k, Index b,
 }
 #endif
 
-/// out [m, 16 groups) (row stride ldo) = the scores of query rows [0, m) against the keys of
-/// `groups` groups from g0 (batch b).
-inline void int8_scores(const Int8Queries& q, Index m, const Int8Keys& k, Index b, Index g0,
-                        Index groups, float* out, Index ldo) {
-#ifdef ATTNKIT_INDEXER_VNNI
-  Index g = 0;
-  for (; g + 4 <= groups; g += 4) int8_rows<4>(q, m, k, b, g0 + g, out + g * kInt8Group, ldo);
-  for (; g < groups; ++g) int8_rows<1>(q, m, k, b, g0 + g, out + g * kInt8Group, ldo);
-#else
+/// int8_scores() as an integer loop: the same sums and the same bits (tests compare the two).
+inline void int8_scores_portable(const Int8Queries& q, Index m, const Int8Keys& k, Index b,
+                                 Index g0, Index groups, float* out, Index ldo) {
   const Index d4 = k.d4, keys = k.groups * kInt8Group;
   for (Index i = 0; i < m; ++i)
     for (Index c = 0; c < groups * kInt8Group; ++c) {
@@ -197,6 +192,27 @@ inline void int8_scores(const Int8Queries& q, Index m, const Int8Keys& k, Index 
       const float scale = q.scale[std::size_t(i)] * k.scale[std::size_t(b * keys + key)];
       out[i * ldo + c] = scale * static_cast<float>(sum);
     }
+}
+
+/// Whether indexer_topk() takes the int8 products (Products::Int8) in this build: with AVX-512
+/// VNNI. Elsewhere the integer loop would be slower than the f32 tile GEMM, and the request
+/// (a permission, as Products is) runs f32.
+#ifdef ATTNKIT_INDEXER_VNNI
+inline constexpr bool kInt8Indexer = true;
+#else
+inline constexpr bool kInt8Indexer = false;
+#endif
+
+/// out [m, 16 groups) (row stride ldo) = the scores of query rows [0, m) against the keys of
+/// `groups` groups from g0 (batch b).
+inline void int8_scores(const Int8Queries& q, Index m, const Int8Keys& k, Index b, Index g0,
+                        Index groups, float* out, Index ldo) {
+#ifdef ATTNKIT_INDEXER_VNNI
+  Index g = 0;
+  for (; g + 4 <= groups; g += 4) int8_rows<4>(q, m, k, b, g0 + g, out + g * kInt8Group, ldo);
+  for (; g < groups; ++g) int8_rows<1>(q, m, k, b, g0 + g, out + g * kInt8Group, ldo);
+#else
+  int8_scores_portable(q, m, k, b, g0, groups, out, ldo);
 #endif
 }
 
