@@ -75,8 +75,8 @@ void topk_attention(const Spec& spec, const View<Q>& q, const View<K>& k, const 
   };
   // Few items (decode, a shape rule): the softmax engine also splits each item's keys into
   // slices of kTopkSliceKeys entries, whose partial results are merged in order after, and
-  // with fewer tasks than threads it splits a group's heads into parts of at least 16. Every
-  // head's bits are the same in any part, and the slices do not depend on the thread count.
+  // with fewer tasks than threads it splits a group's heads into at most G / 16 parts (rounded up).
+  // Every head's bits are the same in any part, and the slices do not depend on the thread count.
   const Index threads = detail::thread_count(options.threads);
   const Index slices = kFast && items < detail::kTopkSliceBelow
                            ? (topk + detail::kTopkSliceKeys - 1) / detail::kTopkSliceKeys
