@@ -78,6 +78,30 @@ struct IndexerInputs {
   }
 };
 
+// A causal selection `got` of in's queries (Lq = Lk): each row keeps min(topk, t + 1) keys
+// (checked), and the worst shortfall of a kept key's f64 score below the row's k-th best,
+// relative to the row's largest score (0 when every kept key is among the top k).
+double worst_shortfall(const IndexerInputs<float>& in, const ak::IndexerSpec& spec,
+                       const std::vector<std::int32_t>& got) {
+  const Index Lq = in.q.view.seq, Lk = in.k.view.seq, topk = spec.topk;
+  std::vector<std::int32_t> unused(static_cast<std::size_t>(Lq * topk));
+  const std::vector<double> I = ak::reference::indexer_scores(
+      spec, in.q.cview(), in.w.cview(), in.k.cview(), ak::bhsd(unused.data(), 1, 1, Lq, topk));
+  double worst = 0;
+  for (Index t = 0; t < Lq; ++t) {
+    std::vector<double> row(I.begin() + t * Lk, I.begin() + t * Lk + t + 1);
+    std::sort(row.begin(), row.end(), std::greater<>());
+    const Index kept = std::min<Index>(topk, t + 1);
+    const double kth = row[std::size_t(kept - 1)], top = std::max(1.0, std::abs(row[0]));
+    for (Index i = 0; i < topk; ++i) {
+      const std::int32_t s = got[std::size_t(t * topk + i)];
+      CHECK((i < kept) == (s >= 0));
+      if (s >= 0) worst = std::max(worst, (kth - I[std::size_t(t * Lk + s)]) / top);
+    }
+  }
+  return worst;
+}
+
 }  // namespace
 
 TEST_CASE("select_topk: the exact top k, ties to the lower key", "[dsa][topk]") {
@@ -138,22 +162,7 @@ TEST_CASE("indexer_topk: on random inputs the kept keys' scores are the top k's"
   const IndexerInputs<float> in(1, 16, Lq, Lk, 64, false, 21);
   const ak::IndexerSpec spec{topk, true};
   const auto got = in.select(spec, 2, false);
-  std::vector<std::int32_t> unused(static_cast<std::size_t>(Lq * topk));
-  const std::vector<double> I = ak::reference::indexer_scores(
-      spec, in.q.cview(), in.w.cview(), in.k.cview(), ak::bhsd(unused.data(), 1, 1, Lq, topk));
-  double worst = 0;
-  for (Index t = 0; t < Lq; ++t) {
-    std::vector<double> row(I.begin() + t * Lk, I.begin() + t * Lk + t + 1);
-    std::sort(row.begin(), row.end(), std::greater<>());
-    const Index kept = std::min<Index>(topk, t + 1);
-    const double kth = row[std::size_t(kept - 1)], top = std::max(1.0, std::abs(row[0]));
-    for (Index i = 0; i < topk; ++i) {
-      const std::int32_t s = got[std::size_t(t * topk + i)];
-      CHECK((i < kept) == (s >= 0));
-      if (s >= 0) worst = std::max(worst, (kth - I[std::size_t(t * Lk + s)]) / top);
-    }
-  }
-  CHECK(worst <= kNearTie);
+  CHECK(worst_shortfall(in, spec, got) <= kNearTie);
   // Decode shapes (one query and three; the keys as GEMM rows on more threads than query
   // blocks): the same selection, bit for bit, on any thread count.
   for (const Index queries : {1, 3}) {
@@ -260,23 +269,7 @@ TEST_CASE("indexer_topk: int8 products keep the top k of the quantized inputs",
     CHECK(got == in.select(spec, 2, false));
     return;
   }
-  std::vector<std::int32_t> unused(static_cast<std::size_t>(Lq * topk));
-  const std::vector<double> I =
-      ak::reference::indexer_scores(spec, grid.q.cview(), grid.w.cview(), grid.k.cview(),
-                                    ak::bhsd(unused.data(), 1, 1, Lq, topk));
-  double worst = 0;
-  for (Index t = 0; t < Lq; ++t) {
-    std::vector<double> row(I.begin() + t * Lk, I.begin() + t * Lk + t + 1);
-    std::sort(row.begin(), row.end(), std::greater<>());
-    const Index kept = std::min<Index>(topk, t + 1);
-    const double kth = row[std::size_t(kept - 1)], top = std::max(1.0, std::abs(row[0]));
-    for (Index i = 0; i < topk; ++i) {
-      const std::int32_t s = got[std::size_t(t * topk + i)];
-      CHECK((i < kept) == (s >= 0));
-      if (s >= 0) worst = std::max(worst, (kth - I[std::size_t(t * Lk + s)]) / top);
-    }
-  }
-  CHECK(worst <= kNearTie);
+  CHECK(worst_shortfall(grid, spec, got) <= kNearTie);
 }
 
 TEST_CASE("indexer_topk: int8 scores: the kernel's are the integer loop's, bit for bit",

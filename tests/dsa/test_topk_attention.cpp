@@ -175,14 +175,10 @@ TEST_CASE(
     "[dsa][topk_attention]") {
   // Two queries over two KV heads (4 items, fewer than kTopkSliceBelow): each item's 1200
   // selection entries run as slices of kTopkSliceKeys (512), one of them all -1, merged in
-  // order; 20 heads a KV head (parts of 16 and 4 with enough threads), with and without sinks.
-  Shape d;
-  d.B = 1;
-  d.Hq = 40;
-  d.Hkv = 2;
-  d.Lq = 2;
-  d.Lk = 1500;
-  d.topk = 1200;
+  // order; 20 heads a KV head (two parts of 10 with enough threads), with and without sinks.
+  const Shape d{/*B*/ 1,      /*Hq*/ 40, /*Hkv*/ 2, /*Lq*/ 2,
+                /*Lk*/ 1500,  /*D*/ 32,  /*Dv*/ 24,
+                /*topk*/ 1200};
   static_assert(ak::detail::kTopkSliceKeys == 512 && ak::detail::kTopkSliceBelow > 4);
   auto sel = selection(d, false, 11);
   std::fill(sel.begin() + 512, sel.begin() + 1024, -1);  // query 0's second slice: no key
