@@ -322,6 +322,7 @@ int main(int argc, char** argv) {
   attnkit_bench::report_baseline("dsa", "dense");
   attnkit_bench::report_baseline("dsa_backward", "dense_backward");
   attnkit_bench::report_baseline("dsa_decode", "dense_decode");
+  attnkit_bench::report_baseline("indexer_int8", "indexer");
   benchmark::RegisterBenchmark("tile_peak", BM_TilePeak)->UseRealTime();
   std::vector<Shape> shapes = {kMqa, kMla};
   std::vector<Index> decodes = {32768, 131072};
