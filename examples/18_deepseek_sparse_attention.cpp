@@ -9,13 +9,14 @@
 // small heads.
 //
 // Part 1 (prefill): indexer_topk() picks each query's keys, topk_attention() attends to them;
-// both are checked against their f64 references. Part 2 (decode): each new token is appended
-// to the caches, the indexer picks its keys among all earlier ones, and topk_attention()
-// attends to them; every step is checked. Part 3 (training): topk_attention_backward() against
-// the f64 backward. (The indexer itself is trained by DeepSeek with a loss of its own: the KL
-// divergence of softmax(I(t, .)) over the selected keys from the main attention's
-// distribution there, summed over heads; its gradient in I is softmax(I) - target, which the
-// user's framework takes through q_I, w and k_I. docs/mechanisms.md says more.)
+// both are checked against their f64 references; the indexer again with int8 products. Part 2
+// (decode): each new token is appended to the caches, the indexer picks its keys among all earlier
+// ones, and topk_attention() attends to them; every step is checked. Part 3 (training):
+// topk_attention_backward() against the f64 backward. (The indexer itself is trained by DeepSeek
+// with a loss of its own: the KL divergence of softmax(I(t, .)) over the selected keys from the
+// main attention's distribution there, summed over heads; its gradient in I is softmax(I) - target,
+// which the user's framework takes through q_I, w and k_I. docs/mechanisms.md says more.)
+#include <algorithm>
 #include <attnkit/attnkit.hpp>
 #include <cmath>
 #include <cstdio>
@@ -60,9 +61,13 @@ struct Layer {
     return v;
   }
   // The indexer's selection for queries [t0, t0 + n) over keys [0, len) into sel [n, topk].
-  void select(Index t0, Index n, Index len, std::vector<std::int32_t>& sel) const {
+  // products: Exact (f32), or Int8 (int8 rows with a scale each, exact integer sums: the
+  // indexer's cheap mode, DeepSeek's FP8 counterpart; AVX-512 VNNI builds, 64+ queries).
+  void select(Index t0, Index n, Index len, std::vector<std::int32_t>& sel,
+              ak::Products products = ak::Products::Exact) const {
     sel.resize(std::size_t(n * kTopk));
-    const ak::Options at = ak::Options{}.with_q_offset(t0);  // query r sits at t0 + r
+    const ak::Options at =
+        ak::Options{}.with_q_offset(t0).with_products(products);  // query r sits at t0 + r
     ak::indexer_topk(
         ak::IndexerSpec{kTopk, true},
         ak::View<const float>(
@@ -107,6 +112,19 @@ int main() {
     std::printf("indexer: %ld of %ld selected keys as the f64 reference picks them\n", long(same),
                 long(sel.size()));
     ok = ok && double(same) >= 0.99 * double(sel.size());  // f32 scores may swap a near-tie
+    // The same selection from int8 products: rounding q_I and k_I to 8 bits moves scores by
+    // about 1%, so keys near the k-th swap; most of the selection stays.
+    std::vector<std::int32_t> int8;
+    layer.select(0, kPrompt, kPrompt, int8, ak::Products::Int8);
+    Index kept = 0, all = 0;  // keys in both (each row in increasing key order, -1 last)
+    for (Index t = 0; t < kPrompt; ++t) {
+      const auto a = sel.begin() + t * kTopk, b = int8.begin() + t * kTopk;
+      for (Index i = 0; i < kTopk && a[i] >= 0; ++i, ++all)
+        kept += std::binary_search(b, std::find(b, b + kTopk, -1), a[i]);
+    }
+    std::printf("indexer, int8 products%s: %ld of the f32 selection's %ld keys kept\n",
+                ak::kIndexerInt8 ? "" : " (no AVX-512 VNNI here: f32 ran)", long(kept), long(all));
+    ok = ok && double(kept) >= 0.95 * double(all);
   }
   const ak::TopkKeys keys{ak::bshd(sel.data(), 1, kPrompt, 1, kTopk)};
   std::vector<float> o(std::size_t(kPrompt * kHeads * kValue));

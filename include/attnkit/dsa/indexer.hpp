@@ -181,6 +181,10 @@ std::vector<float> transposed_keys(const IndexerShape& s, const View<KI>& k, int
 
 }  // namespace detail
 
+/// Whether indexer_topk() takes int8 products when asked (Products::Int8) in this build: with
+/// AVX-512 VNNI; elsewhere the request runs f32 products.
+inline constexpr bool kIndexerInt8 = detail::kInt8Indexer;
+
 /// The indexer's selection: for each query of q_I [B, Hi, Lq, Di] (Hi indexer heads) with
 /// weights w [B, Hi, Lq, 1] (f32), the spec.topk keys of k_I [B, 1, Lk, Di] with the highest
 /// sum_j w(t, j) ReLU(q_I(t, j) . k_I(s)), written as increasing key indices into selected
