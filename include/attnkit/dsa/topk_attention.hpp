@@ -100,15 +100,18 @@ void topk_attention(const Spec& spec, const View<Q>& q, const View<K>& k, const 
   const float* sinks = nullptr;
   if constexpr (kFast)
     if (!spec.normalizer.sinks.empty()) sinks = spec.normalizer.sinks.data();
+  const auto worker = [&]() -> Worker& {  // this thread's
+#ifdef _OPENMP
+    return pool[std::size_t(omp_get_thread_num())];
+#else
+    return pool.front();
+#endif
+  };
   // Tasks handed out 4 at a time, or one at a time when there are few (decode's slices and
   // parts: 4 at a time had run them all on one thread).
   const Index tasks = items * parts * slices, chunk = tasks >= 16 * threads ? 4 : 1;
   detail::parallel_for(static_cast<int>(pool.size()), tasks, chunk, [&](Index task) {
-#ifdef _OPENMP
-    Worker& mine = pool[std::size_t(omp_get_thread_num())];
-#else
-    Worker& mine = pool.front();
-#endif
+    Worker& mine = worker();
     const Index item = task / slices / parts, part = task / slices % parts, slice = task % slices;
     const Index g = item % p.kv_heads, t = item / p.kv_heads % p.q_len,
                 b = item / p.kv_heads / p.q_len;
@@ -158,11 +161,7 @@ void topk_attention(const Spec& spec, const View<Q>& q, const View<K>& k, const 
   if (slices == 1) return;
   // The slices' partial results merged in order, per (item, part).
   detail::parallel_for(static_cast<int>(pool.size()), items * parts, 1, [&](Index task) {
-#ifdef _OPENMP
-    Worker& mine = pool[std::size_t(omp_get_thread_num())];
-#else
-    Worker& mine = pool.front();
-#endif
+    Worker& mine = worker();
     const Index item = task / parts, part = task % parts;
     Index h0 = 0;
     const Index heads = heads_of(item, part, h0);

@@ -21,6 +21,7 @@
 #include "attnkit/detail/parallel.hpp"
 #include "attnkit/dsa/selected_rows.hpp"
 #include "attnkit/dsa/topk_checks.hpp"
+#include "attnkit/dsa/topk_softmax.hpp"
 #include "attnkit/gemm/tile_gemm.hpp"
 #include "attnkit/kernel/attention_backward.hpp"
 #include "attnkit/normalizer/softmax.hpp"
@@ -55,16 +56,8 @@ class TopkPairs {
     size(do_, G * ldv_);
     size(qt_, D * Gp_);
     size(dot_, Dv * Gp_);
-    std::fill(qt_.begin(), qt_.begin() + D * Gp_, 0.f);
-    std::fill(dot_.begin(), dot_.begin() + Dv * Gp_, 0.f);
-    for (Index h = 0; h < G; ++h) {
-      float *row = qs_.data() + h * ldd_, *drow = do_.data() + h * ldv_;
-      pack_rows(q, b, h0 + h, t, 1, row, ldd_);
-      for (Index c = 0; c < ldd_; ++c) row[c] *= scale;
-      pack_rows(d_o, b, h0 + h, t, 1, drow, ldv_);
-      for (Index c = 0; c < D; ++c) qt_[std::size_t(c * Gp_ + h)] = row[c];
-      for (Index c = 0; c < Dv; ++c) dot_[std::size_t(c * Gp_ + h)] = drow[c];
-    }
+    heads_in_lanes(q, b, h0, t, G, scale, qs_.data(), ldd_, qt_.data(), Gp_);
+    heads_in_lanes(d_o, b, h0, t, G, 1.f, do_.data(), ldv_, dot_.data(), Gp_);
     size(pt_, n * Gp_);
     size(dst_, n * Gp_);
     size(m_, Gp_);

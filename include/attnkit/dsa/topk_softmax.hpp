@@ -41,6 +41,21 @@ struct TopkPart {
   Index l() const { return G * ldv + Gp; }
 };
 
+/// Heads h0 .. h0 + G of x at query t (batch b), times `scale`: as rows into rows [G, ld]
+/// (zero past x.dim) and transposed into lanes [x.dim, Gp] (lane h: head h0 + h; lanes past G
+/// zero): the layout of the DSA engines, the heads in the SIMD lanes.
+template <class T>
+void heads_in_lanes(const View<T>& x, Index b, Index h0, Index t, Index G, float scale, float* rows,
+                    Index ld, float* lanes, Index Gp) {
+  std::fill(lanes, lanes + x.dim * Gp, 0.f);
+  for (Index h = 0; h < G; ++h) {
+    float* row = rows + h * ld;
+    pack_rows(x, b, h0 + h, t, 1, row, ld);
+    for (Index c = 0; c < ld; ++c) row[c] *= scale;
+    for (Index c = 0; c < x.dim; ++c) lanes[c * Gp + h] = row[c];
+  }
+}
+
 class TopkSoftmax {
  public:
   /// The G = `heads` query rows of heads h0 .. h0 + G at query t (batch b), over the keys
@@ -80,12 +95,8 @@ class TopkSoftmax {
     const float* const* vrows = latent ? keys_.rows() : values_.rows();
     // qt_ [D, Gp] = (scale Q)^T: the heads in the lanes.
     size(qt_, D * Gp);
-    size(qs_, ldd);
-    std::fill(qt_.begin(), qt_.begin() + D * Gp, 0.f);
-    for (Index h = 0; h < G; ++h) {
-      pack_rows(q, b, h0 + h, t, 1, qs_.data(), ldd);
-      for (Index d = 0; d < D; ++d) qt_[std::size_t(d * Gp + h)] = scale * qs_[std::size_t(d)];
-    }
+    size(qs_, G * ldd);
+    heads_in_lanes(q, b, h0, t, G, scale, qs_.data(), ldd, qt_.data(), Gp);
     // st_ [n, Gp] = S^T = K_sel (scale Q)^T, then P^T in place, each head's softmax down its lane.
     size(st_, n * Gp);
     if (n > 0)
