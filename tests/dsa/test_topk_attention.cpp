@@ -153,13 +153,8 @@ TEST_CASE("topk_attention: the thread count changes no bit", "[dsa][topk_attenti
   CHECK(one == two);
   CHECK(one == three);
   // Decode: one query, 48 heads over one KV head (their heads split over the threads).
-  Shape d;
-  d.B = 1;
-  d.Hq = 48;
-  d.Hkv = 1;
-  d.Lq = 1;
-  d.Lk = 300;
-  d.topk = 64;
+  const Shape d{/*B*/ 1,    /*Hq*/ 48, /*Hkv*/ 1, /*Lq*/ 1, /*Lk*/ 300, /*D*/ 32, /*Dv*/ 24,
+                /*topk*/ 64};
   const auto dsel = selection(d, false, 10);
   std::vector<float> d1, d2, d3;
   CHECK(against_reference<float>(ak::make_spec(), d, dsel, 1, &d1).first <= kF32);
