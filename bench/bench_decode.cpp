@@ -27,6 +27,8 @@
 
 namespace {
 
+using attnkit_bench::stream_bytes;
+
 constexpr Index kHeads = 32, kDim = 128;
 
 // K and V of one (Lk, Hkv) in storage T, filled with a cheap deterministic pattern; 64-byte
@@ -49,28 +51,6 @@ std::vector<float>& queries() {
     return x;
   }();
   return q;
-}
-
-// Reads every byte of the `arrays` (each `bytes` long) once, summed with SIMD over `threads`:
-// the streaming baseline.
-float stream_bytes(std::initializer_list<const void*> arrays, std::size_t bytes, int threads) {
-  const auto n = static_cast<Index>(bytes / sizeof(float));
-  float total = 0.f;
-  for (const void* array : arrays) {
-    const auto* x = static_cast<const float*>(array);
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(threads) reduction(+ : total) schedule(static)
-#endif
-    for (Index block = 0; block < n; block += 4096) {
-      ak::simd::Vec acc(0.f);
-      const Index end = std::min(n, block + 4096);
-      for (Index i = block; i + ak::simd::kWidth <= end; i += ak::simd::kWidth)
-        acc = acc + ak::simd::load(x + i);
-      total += ak::simd::reduce_add(acc);
-    }
-  }
-  (void)threads;
-  return total;
 }
 
 // K and V of buf, each byte once.

@@ -34,6 +34,8 @@
 
 namespace {
 
+using attnkit_bench::stream_bytes;
+
 constexpr int kThreads = 1;
 constexpr Index kPrefillLen = 2048, kPrefillHeads = 4;
 constexpr Index kBackwardLen = 1024, kBackwardHeads = 4;
@@ -184,26 +186,6 @@ KvBuffers<T>& kv(Index d, Index kv_heads) {
   return all.try_emplace({d, kv_heads}, d, kv_heads).first->second;
 }
 
-// Reads every byte of the arrays (each `bytes` long) once, summed with SIMD: the baseline.
-float stream_bytes(std::initializer_list<const void*> arrays, std::size_t bytes) {
-  const auto n = static_cast<Index>(bytes / sizeof(float));
-  float total = 0.f;
-  for (const void* array : arrays) {
-    const auto* x = static_cast<const float*>(array);
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(kThreads) reduction(+ : total) schedule(static)
-#endif
-    for (Index block = 0; block < n; block += 4096) {
-      ak::simd::Vec acc(0.f);
-      const Index end = std::min(n, block + 4096);
-      for (Index i = block; i + ak::simd::kWidth <= end; i += ak::simd::kWidth)
-        acc = acc + ak::simd::load(x + i);
-      total += ak::simd::reduce_add(acc);
-    }
-  }
-  return total;
-}
-
 std::string decode_shape(const char* storage, Index d, Index kv_heads) {
   return std::string(storage) + "/d:" + std::to_string(d) + "/Lk:" + std::to_string(kDecodeLen) +
          "/Hkv:" + std::to_string(kv_heads) + "/threads:" + std::to_string(kThreads);
@@ -229,7 +211,8 @@ void add_decode(const char* storage, Index d, Index kv_heads) {
   attnkit_bench::register_timed("stream/" + shape, [=](benchmark::State& state) {
     KvBuffers<T>& buf = kv<T>(d, kv_heads);
     attnkit_bench::time_best(state, "stream/" + shape, attnkit_bench::Clocks::kWall, [&] {
-      benchmark::DoNotOptimize(stream_bytes({buf.k.data(), buf.v.data()}, buf.bytes_each()));
+      benchmark::DoNotOptimize(
+          stream_bytes({buf.k.data(), buf.v.data()}, buf.bytes_each(), kThreads));
     });
     state.counters["GB/s"] = attnkit_bench::per_second(buf.bytes() / 1e9);
   });

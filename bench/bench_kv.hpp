@@ -1,11 +1,14 @@
 // KvRows: the K and V of a decode benchmark, [1, Hkv, Lk, D] each in storage T (quantized
 // blocks too), 64-byte aligned as the storage of KvCache and PagedKv, filled with a cheap
-// deterministic pattern (bench_decode, bench_head_dim).
+// deterministic pattern; stream_bytes(): the streaming read of the same bytes, decode's
+// baseline (bench_decode, bench_head_dim).
 #pragma once
 
+#include <algorithm>
 #include <attnkit/attnkit.hpp>  // first: see simd.hpp on GCC 12 and <immintrin.h>
 #include <attnkit/detail/aligned.hpp>
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 namespace attnkit_bench {
@@ -41,5 +44,29 @@ struct KvRows {
   std::size_t bytes_each() const { return k.size() * sizeof(T); }
   double bytes() const { return 2.0 * double(bytes_each()); }
 };
+
+/// Reads every byte of the `arrays` (each `bytes` long) once, summed with SIMD over `threads`:
+/// the streaming baseline.
+inline float stream_bytes(std::initializer_list<const void*> arrays, std::size_t bytes,
+                          int threads) {
+  using attnkit::Index;
+  const auto n = static_cast<Index>(bytes / sizeof(float));
+  float total = 0.f;
+  for (const void* array : arrays) {
+    const auto* x = static_cast<const float*>(array);
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(threads) reduction(+ : total) schedule(static)
+#endif
+    for (Index block = 0; block < n; block += 4096) {
+      attnkit::simd::Vec acc(0.f);
+      const Index end = std::min(n, block + 4096);
+      for (Index i = block; i + attnkit::simd::kWidth <= end; i += attnkit::simd::kWidth)
+        acc = acc + attnkit::simd::load(x + i);
+      total += attnkit::simd::reduce_add(acc);
+    }
+  }
+  (void)threads;
+  return total;
+}
 
 }  // namespace attnkit_bench
